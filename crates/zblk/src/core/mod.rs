@@ -1,0 +1,13 @@
+//! The sans-IO core: validation, splitting, zone write plugs, zone append emulation,
+//! write pointer recovery and issue policies, as one state machine ([`Engine`]).
+//!
+//! Nothing here reads a clock, sleeps, spawns a thread or touches a file: inputs go
+//! in through [`Engine::submit`], [`Engine::complete`] and [`Engine::zone_report`];
+//! what to do comes out of [`Engine::poll_action`].
+
+mod engine;
+mod plug;
+pub mod split;
+
+pub use engine::{Action, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery};
+pub use split::SplitLimits;

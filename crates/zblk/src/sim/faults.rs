@@ -1,0 +1,75 @@
+//! Fault injection for the simulated device: media errors that leave a write half
+//! done, and zones that turn READONLY or OFFLINE, at seeded random points.
+
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
+/// How often faults happen, in parts per million of the requests they apply to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FaultConfig {
+    /// A write fails with an I/O error after writing a random part of its data.
+    pub write_error_ppm: u32,
+    /// A write's zone turns READONLY or OFFLINE before it executes.
+    pub zone_fail_ppm: u32,
+    /// A read fails with an I/O error.
+    pub read_error_ppm: u32,
+}
+
+/// What happens to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Nothing: execute normally.
+    None,
+    /// Write only this many leading sectors, then fail with an I/O error.
+    PartialWrite(u32),
+    /// The zone turns READONLY first.
+    ZoneReadOnly,
+    /// The zone turns OFFLINE first.
+    ZoneOffline,
+    /// Fail the read with an I/O error.
+    ReadError,
+}
+
+/// Seeded fault source.
+#[derive(Debug)]
+pub struct Faults {
+    cfg: FaultConfig,
+    rng: ChaCha8Rng,
+    /// Faults injected so far.
+    pub injected: u64,
+}
+
+impl Faults {
+    /// A fault source; `seed` makes it replayable.
+    pub fn new(cfg: FaultConfig, seed: u64) -> Faults {
+        Faults { cfg, rng: ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_fa17), injected: 0 }
+    }
+
+    fn hit(&mut self, ppm: u32) -> bool {
+        ppm != 0 && self.rng.random_range(0..1_000_000) < ppm
+    }
+
+    /// The fate of a write of `nr_sectors` (in blocks of `lbs_sectors`) to a
+    /// sequential zone.
+    pub fn for_write(&mut self, nr_sectors: u32, lbs_sectors: u32) -> Fault {
+        if self.hit(self.cfg.zone_fail_ppm) {
+            self.injected += 1;
+            return if self.rng.random_bool(0.5) { Fault::ZoneReadOnly } else { Fault::ZoneOffline };
+        }
+        if self.hit(self.cfg.write_error_ppm) {
+            self.injected += 1;
+            let blocks = nr_sectors / lbs_sectors;
+            return Fault::PartialWrite(self.rng.random_range(0..blocks) * lbs_sectors);
+        }
+        Fault::None
+    }
+
+    /// The fate of a read.
+    pub fn for_read(&mut self) -> Fault {
+        if self.hit(self.cfg.read_error_ppm) {
+            self.injected += 1;
+            return Fault::ReadError;
+        }
+        Fault::None
+    }
+}

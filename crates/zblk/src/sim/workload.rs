@@ -1,0 +1,630 @@
+//! fio-like jobs: `rw`, `bs`, `iodepth`, `numjobs`, `offset`, `size`, `io_size`,
+//! `runtime`, `zonemode`, `max_open_zones`, with fio's meaning.
+//!
+//! With `zonemode=zbd`, as fio's `zbd.c`: a write goes to the write pointer of the
+//! zone its offset falls in (fio keeps a host-side copy of every zone's write
+//! pointer, shared by the jobs of a run, advanced when an I/O is queued); a zone
+//! found full is reset first (when no write to it is in flight) or skipped; with
+//! `max_open_zones`, a write to a zone outside the set of open zones goes to one of
+//! them instead. Reads stay below the write pointers.
+
+use super::driver::{Sim, SimCompletion, Workload};
+use super::stats::{DirStats, DirSummary};
+use crate::bio::{Bio, BioFlags, Op, Status};
+use crate::geometry::Geometry;
+use crate::units::{SECTOR_SHIFT, Sector, ZoneNo, format_bytes_exact};
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
+/// fio's `rw`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random reads.
+    RandRead,
+    /// Random writes.
+    RandWrite,
+}
+
+impl Rw {
+    /// fio's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::RandRead => "randread",
+            Rw::RandWrite => "randwrite",
+        }
+    }
+
+    /// Parses fio's name.
+    pub fn parse(name: &str) -> Option<Rw> {
+        [Rw::Read, Rw::Write, Rw::RandRead, Rw::RandWrite].into_iter().find(|r| r.name() == name)
+    }
+
+    /// Whether the job writes.
+    pub fn is_write(self) -> bool {
+        matches!(self, Rw::Write | Rw::RandWrite)
+    }
+
+    /// Whether offsets are random.
+    pub fn is_random(self) -> bool {
+        matches!(self, Rw::RandRead | Rw::RandWrite)
+    }
+}
+
+/// fio's `zonemode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZoneMode {
+    /// Offsets as generated (`zonemode=none`).
+    None,
+    /// Writes at zone write pointers (`zonemode=zbd`).
+    Zbd,
+}
+
+/// One fio job description.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobSpec {
+    /// Job name.
+    pub name: String,
+    /// `rw`.
+    pub rw: Rw,
+    /// `bs`, bytes.
+    pub bs_bytes: u64,
+    /// `iodepth`.
+    pub iodepth: u32,
+    /// `numjobs`: copies of this job.
+    pub numjobs: u32,
+    /// `offset`, bytes: start of the region.
+    pub offset_bytes: u64,
+    /// `size`, bytes: length of the region; `None`: to the end of the device.
+    pub size_bytes: Option<u64>,
+    /// `io_size`, bytes per job; `None`: `size`.
+    pub io_size_bytes: Option<u64>,
+    /// `runtime` with `time_based`, nanoseconds: stop after this long instead.
+    pub runtime_ns: Option<u64>,
+    /// `zonemode`.
+    pub zonemode: ZoneMode,
+    /// `max_open_zones`: zones written at once by all jobs; 0: no limit.
+    pub max_open_zones: u32,
+    /// `fua`: writes with forced unit access.
+    pub fua: bool,
+}
+
+impl Default for JobSpec {
+    fn default() -> Self {
+        JobSpec {
+            name: "job".to_string(),
+            rw: Rw::Write,
+            bs_bytes: 4096,
+            iodepth: 1,
+            numjobs: 1,
+            offset_bytes: 0,
+            size_bytes: None,
+            io_size_bytes: None,
+            runtime_ns: None,
+            zonemode: ZoneMode::Zbd,
+            max_open_zones: 0,
+            fua: false,
+        }
+    }
+}
+
+/// A refused job option, named as fio names it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{option}: {message}")]
+pub struct JobError {
+    /// fio's option name.
+    pub option: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn job_err(option: &'static str, message: String) -> JobError {
+    JobError { option, message }
+}
+
+impl JobSpec {
+    /// Checks the job against the device it will run on.
+    pub fn validate(&self, geo: &Geometry) -> Result<(), JobError> {
+        let lbs = u64::from(geo.lbs_bytes());
+        let dev_bytes = geo.nr_sectors() << SECTOR_SHIFT;
+        if self.bs_bytes == 0 || self.bs_bytes % lbs != 0 {
+            return Err(job_err(
+                "bs",
+                format!("must be a non-zero multiple of the block size ({lbs}), got {}", self.bs_bytes),
+            ));
+        }
+        if self.bs_bytes > u64::from(u32::MAX) << SECTOR_SHIFT {
+            return Err(job_err("bs", format!("{} is too large", self.bs_bytes)));
+        }
+        if self.iodepth == 0 {
+            return Err(job_err("iodepth", "must be at least 1".to_string()));
+        }
+        if self.numjobs == 0 {
+            return Err(job_err("numjobs", "must be at least 1".to_string()));
+        }
+        if self.offset_bytes % lbs != 0 || self.offset_bytes >= dev_bytes {
+            return Err(job_err(
+                "offset",
+                format!(
+                    "must be block aligned and inside the device ({}), got {}",
+                    format_bytes_exact(dev_bytes),
+                    self.offset_bytes
+                ),
+            ));
+        }
+        let size = self.region_bytes(geo);
+        if size == 0 || size % lbs != 0 || self.offset_bytes + size > dev_bytes {
+            return Err(job_err(
+                "size",
+                format!(
+                    "offset + size must stay inside the device ({}) and be block aligned",
+                    format_bytes_exact(dev_bytes)
+                ),
+            ));
+        }
+        if size < self.bs_bytes {
+            return Err(job_err("size", format!("{size} bytes is smaller than bs {}", self.bs_bytes)));
+        }
+        if self.io_size_bytes == Some(0) {
+            return Err(job_err("io_size", "must be non-zero".to_string()));
+        }
+        if self.runtime_ns == Some(0) {
+            return Err(job_err("runtime", "must be non-zero".to_string()));
+        }
+        if self.zonemode == ZoneMode::Zbd {
+            self.validate_zbd(geo)?;
+        }
+        Ok(())
+    }
+
+    fn validate_zbd(&self, geo: &Geometry) -> Result<(), JobError> {
+        if !geo.is_zoned() {
+            return Err(job_err("zonemode", "zbd needs a zoned device (zoned=1)".to_string()));
+        }
+        let zone_bytes = geo.zone_sectors() << SECTOR_SHIFT;
+        if self.offset_bytes % zone_bytes != 0 {
+            return Err(job_err(
+                "offset",
+                format!("must be a multiple of the zone size ({}) with zonemode=zbd", format_bytes_exact(zone_bytes)),
+            ));
+        }
+        let end = self.offset_bytes + self.region_bytes(geo);
+        if end % zone_bytes != 0 && end != geo.nr_sectors() << SECTOR_SHIFT {
+            return Err(job_err(
+                "size",
+                format!("must end on a zone boundary ({}) with zonemode=zbd", format_bytes_exact(zone_bytes)),
+            ));
+        }
+        if self.rw.is_write() && self.bs_bytes > geo.zone_cap_sectors() << SECTOR_SHIFT {
+            return Err(job_err("bs", "larger than the zone capacity".to_string()));
+        }
+        let first = geo.zone_no(Sector(self.offset_bytes >> SECTOR_SHIFT));
+        let last = geo.zone_no(Sector((end >> SECTOR_SHIFT) - 1));
+        if self.rw.is_write() && geo.zone_is_conv(last) {
+            return Err(job_err(
+                "offset",
+                format!("zones {first}..={last} are conventional; zbd writes need sequential zones"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The region's length in bytes.
+    pub fn region_bytes(&self, geo: &Geometry) -> u64 {
+        self.size_bytes.unwrap_or((geo.nr_sectors() << SECTOR_SHIFT).saturating_sub(self.offset_bytes))
+    }
+}
+
+/// The result of one job (or of a group of jobs), as fio reports it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct JobResult {
+    /// Job name.
+    pub name: String,
+    /// Jobs merged into this result (1 unless grouped).
+    pub jobs: u32,
+    /// Reads.
+    pub read: DirSummary,
+    /// Writes.
+    pub write: DirSummary,
+    /// I/Os that failed.
+    pub errors: u64,
+    /// The first failure's status.
+    pub first_error: Option<Status>,
+    /// Zone resets the job issued (zbd mode).
+    pub zone_resets: u64,
+    /// From start to the last completion.
+    pub runtime_ns: u64,
+}
+
+const RESET_FLAG: u64 = 1 << 63;
+
+/// What a job did, mergeable for group reporting.
+#[derive(Clone, Debug, Default)]
+struct Tally {
+    read: DirStats,
+    write: DirStats,
+    errors: u64,
+    first_error: Option<Status>,
+    zone_resets: u64,
+    end_ns: u64,
+    jobs: u32,
+}
+
+impl Tally {
+    fn merge(&mut self, other: &Tally) {
+        self.read.merge(&other.read);
+        self.write.merge(&other.write);
+        self.errors += other.errors;
+        self.first_error = self.first_error.or(other.first_error);
+        self.zone_resets += other.zone_resets;
+        self.end_ns = self.end_ns.max(other.end_ns);
+        self.jobs += other.jobs;
+    }
+
+    fn result(&self, name: &str) -> JobResult {
+        JobResult {
+            name: name.to_string(),
+            jobs: self.jobs,
+            read: self.read.summary(self.end_ns),
+            write: self.write.summary(self.end_ns),
+            errors: self.errors,
+            first_error: self.first_error,
+            zone_resets: self.zone_resets,
+            runtime_ns: self.end_ns,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Job {
+    spec: usize,
+    rng: ChaCha8Rng,
+    region_start: u64,
+    region_end: u64,
+    next_seq: u64,
+    issued_bytes: u64,
+    io_limit_bytes: u64,
+    inflight: u32,
+    stopped: bool,
+    tally: Tally,
+}
+
+/// fio's host-side zone table (`zbd_info`), shared by the jobs of a run.
+#[derive(Debug)]
+struct ZbdState {
+    /// Write pointer offsets as the jobs believe them, advanced when a write is queued.
+    wp: Vec<u64>,
+    /// Writes of the jobs in flight per zone.
+    writes_out: Vec<u32>,
+    /// A reset of the zone is in flight.
+    resetting: Vec<bool>,
+    /// Zones open for writing (only with `max_open_zones`).
+    open: Vec<u32>,
+}
+
+enum Next {
+    Io(Op, Sector, u32),
+    Reset(ZoneNo),
+    Wait,
+    Stop,
+}
+
+/// A set of fio jobs as one simulation workload.
+#[derive(Debug)]
+pub struct FioJobs {
+    specs: Vec<JobSpec>,
+    jobs: Vec<Job>,
+    geo: Geometry,
+    zbd: Option<ZbdState>,
+    stamp: u64,
+}
+
+impl FioJobs {
+    /// Jobs for `specs` on a device of geometry `geo` (validated here), seeded.
+    pub fn new(specs: &[JobSpec], geo: &Geometry, seed: u64) -> Result<FioJobs, JobError> {
+        if specs.is_empty() {
+            return Err(job_err("rw", "no job given".to_string()));
+        }
+        let mut jobs = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            spec.validate(geo)?;
+            let start = spec.offset_bytes >> SECTOR_SHIFT;
+            let end = start + (spec.region_bytes(geo) >> SECTOR_SHIFT);
+            for n in 0..spec.numjobs {
+                let job_seed = seed ^ ((i as u64) << 48) ^ (u64::from(n) << 32) ^ 0x5eed;
+                jobs.push(Job {
+                    spec: i,
+                    rng: ChaCha8Rng::seed_from_u64(job_seed),
+                    region_start: start,
+                    region_end: end,
+                    next_seq: start,
+                    issued_bytes: 0,
+                    io_limit_bytes: spec.io_size_bytes.unwrap_or(spec.region_bytes(geo)),
+                    inflight: 0,
+                    stopped: false,
+                    tally: Tally { jobs: 1, ..Tally::default() },
+                });
+            }
+        }
+        let zbd = specs.iter().any(|s| s.zonemode == ZoneMode::Zbd).then(|| {
+            let n = geo.nr_zones() as usize;
+            ZbdState { wp: vec![0; n], writes_out: vec![0; n], resetting: vec![false; n], open: Vec::new() }
+        });
+        Ok(FioJobs { specs: specs.to_vec(), jobs, geo: geo.clone(), zbd, stamp: 0 })
+    }
+
+    /// Per-job results; with `group`, one result per job description (fio's
+    /// `group_reporting`).
+    pub fn results(&self, group: bool) -> Vec<JobResult> {
+        let mut merged: Vec<(usize, Tally)> = Vec::new();
+        for job in &self.jobs {
+            match merged.iter_mut().find(|(spec, _)| group && *spec == job.spec) {
+                Some((_, tally)) => tally.merge(&job.tally),
+                None => merged.push((job.spec, job.tally.clone())),
+            }
+        }
+        merged.iter().map(|(spec, tally)| tally.result(&self.specs[*spec].name)).collect()
+    }
+
+    fn fill(&mut self, j: usize, sim: &mut Sim) {
+        while !self.jobs[j].stopped && self.jobs[j].inflight < self.specs[self.jobs[j].spec].iodepth {
+            let spec = &self.specs[self.jobs[j].spec];
+            if let Some(rt) = spec.runtime_ns {
+                if sim.now_ns() >= rt {
+                    self.jobs[j].stopped = true;
+                    break;
+                }
+            } else if self.jobs[j].issued_bytes >= self.jobs[j].io_limit_bytes {
+                self.jobs[j].stopped = true;
+                break;
+            }
+            match self.next_io(j) {
+                Next::Io(op, sector, nr_sectors) => self.submit_io(j, sim, op, sector, nr_sectors),
+                Next::Reset(z) => {
+                    let zbd = self.zbd.as_mut().expect("reset in zbd mode");
+                    zbd.resetting[z.idx()] = true;
+                    zbd.wp[z.idx()] = 0;
+                    zbd.open.retain(|&o| o != z.0);
+                    let job = &mut self.jobs[j];
+                    job.inflight += 1;
+                    job.tally.zone_resets += 1;
+                    let bio = Bio::zone_op(Op::ZoneReset, self.geo.zone_start(z), 0);
+                    sim.submit(bio, (j as u64) | RESET_FLAG, 0);
+                }
+                Next::Wait => break,
+                Next::Stop => {
+                    self.jobs[j].stopped = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    fn submit_io(&mut self, j: usize, sim: &mut Sim, op: Op, sector: Sector, nr_sectors: u32) {
+        let spec = &self.specs[self.jobs[j].spec];
+        let mut bio = Bio { op, sector, nr_sectors, flags: BioFlags::NONE, user_data: 0 };
+        if spec.fua && op == Op::Write {
+            bio = bio.with_flags(BioFlags::FUA);
+        }
+        if op == Op::Write {
+            if let Some(zbd) = &mut self.zbd {
+                let z = self.geo.zone_no(sector);
+                if !self.geo.zone_is_conv(z) {
+                    zbd.writes_out[z.idx()] += 1;
+                    zbd.wp[z.idx()] = sector.since(self.geo.zone_start(z)) + u64::from(nr_sectors);
+                    if zbd.wp[z.idx()] >= self.geo.zone_capacity(z) {
+                        zbd.open.retain(|&o| o != z.0);
+                    }
+                }
+            }
+        }
+        let job = &mut self.jobs[j];
+        job.inflight += 1;
+        job.issued_bytes += u64::from(nr_sectors) << SECTOR_SHIFT;
+        self.stamp += 1;
+        sim.submit(bio, j as u64, self.stamp);
+    }
+
+    fn next_io(&mut self, j: usize) -> Next {
+        let spec = &self.specs[self.jobs[j].spec];
+        let bs = (spec.bs_bytes >> SECTOR_SHIFT) as u32;
+        match (spec.zonemode, spec.rw.is_write()) {
+            (ZoneMode::Zbd, true) => self.next_zbd_write(j, bs),
+            (ZoneMode::Zbd, false) => self.next_zbd_read(j, bs),
+            (ZoneMode::None, write) => self.next_plain(j, bs, if write { Op::Write } else { Op::Read }),
+        }
+    }
+
+    fn next_plain(&mut self, j: usize, bs: u32, op: Op) -> Next {
+        let random = self.specs[self.jobs[j].spec].rw.is_random();
+        let time_based = self.specs[self.jobs[j].spec].runtime_ns.is_some();
+        let job = &mut self.jobs[j];
+        let bs64 = u64::from(bs);
+        if random {
+            let blocks = (job.region_end - job.region_start) / bs64;
+            let b = job.rng.random_range(0..blocks);
+            return Next::Io(op, Sector(job.region_start + b * bs64), bs);
+        }
+        if job.next_seq + bs64 > job.region_end {
+            if !time_based && job.issued_bytes < job.io_limit_bytes {
+                job.next_seq = job.region_start; // io_size larger than size: loop
+            } else if !time_based {
+                return Next::Stop;
+            } else {
+                job.next_seq = job.region_start;
+            }
+        }
+        let at = job.next_seq;
+        job.next_seq += bs64;
+        Next::Io(op, Sector(at), bs)
+    }
+
+    fn zone_range(&self, j: usize) -> (u32, u32) {
+        let job = &self.jobs[j];
+        let first = self.geo.zone_no(Sector(job.region_start)).0;
+        let last = self.geo.zone_no(Sector(job.region_end - 1)).0;
+        (first.max(self.geo.nr_conv()), last)
+    }
+
+    fn next_zbd_write(&mut self, j: usize, bs: u32) -> Next {
+        let (first, last) = self.zone_range(j);
+        let random = self.specs[self.jobs[j].spec].rw.is_random();
+        let max_open = self.specs[self.jobs[j].spec].max_open_zones as usize;
+        let lbs = self.geo.lbs_sectors();
+        let tries = if random { 16 } else { (last - first + 2) as usize };
+        for _ in 0..tries {
+            let z = if random {
+                let mut z = self.jobs[j].rng.random_range(first..=last);
+                let zbd = self.zbd.as_mut().expect("zbd");
+                if max_open > 0 && !zbd.open.contains(&z) {
+                    if zbd.open.len() >= max_open {
+                        z = zbd.open[self.jobs[j].rng.random_range(0..zbd.open.len())];
+                    } else {
+                        zbd.open.push(z);
+                    }
+                }
+                ZoneNo(z)
+            } else {
+                let job = &mut self.jobs[j];
+                if job.next_seq >= job.region_end {
+                    job.next_seq = job.region_start;
+                }
+                self.geo.zone_no(Sector(job.next_seq))
+            };
+            let cap = self.geo.zone_capacity(z);
+            let zbd = self.zbd.as_mut().expect("zbd");
+            let (wp, out, resetting) = (zbd.wp[z.idx()], zbd.writes_out[z.idx()], zbd.resetting[z.idx()]);
+            if resetting || wp + u64::from(lbs) > cap {
+                if !resetting && out == 0 {
+                    return Next::Reset(z);
+                }
+                if !random {
+                    let job = &mut self.jobs[j];
+                    job.next_seq = self.geo.zone_start(z).0 + self.geo.zone_len(z);
+                }
+                continue;
+            }
+            let len = (u64::from(bs).min(cap - wp) as u32) / lbs * lbs;
+            let at = self.geo.zone_start(z) + wp;
+            if !random {
+                self.jobs[j].next_seq = at.0 + u64::from(len);
+            }
+            return Next::Io(Op::Write, at, len);
+        }
+        Next::Wait
+    }
+
+    fn next_zbd_read(&mut self, j: usize, bs: u32) -> Next {
+        let (first, last) = self.zone_range(j);
+        let random = self.specs[self.jobs[j].spec].rw.is_random();
+        let lbs = u64::from(self.geo.lbs_sectors());
+        let tries = if random { 32 } else { (last - first + 2) as usize };
+        for _ in 0..tries {
+            let z = if random {
+                ZoneNo(self.jobs[j].rng.random_range(first..=last))
+            } else {
+                let job = &mut self.jobs[j];
+                if job.next_seq >= job.region_end {
+                    job.next_seq = job.region_start;
+                }
+                self.geo.zone_no(Sector(job.next_seq))
+            };
+            let wp = self.zbd.as_ref().expect("zbd").wp[z.idx()];
+            let start = self.geo.zone_start(z).0;
+            if wp == 0 || (!random && self.jobs[j].next_seq >= start + wp) {
+                if !random {
+                    self.jobs[j].next_seq = start + self.geo.zone_len(z);
+                }
+                continue;
+            }
+            let len = u64::from(bs).min(wp);
+            let at = if random {
+                let slots = (wp - len) / lbs + 1;
+                start + self.jobs[j].rng.random_range(0..slots) * lbs
+            } else {
+                let at = self.jobs[j].next_seq;
+                let len = len.min(start + wp - at);
+                self.jobs[j].next_seq = at + len;
+                return Next::Io(Op::Read, Sector(at), len as u32);
+            };
+            return Next::Io(Op::Read, Sector(at), len as u32);
+        }
+        // Nothing written to read: fio ends such a job.
+        if self.jobs[j].inflight == 0 { Next::Stop } else { Next::Wait }
+    }
+}
+
+impl Workload for FioJobs {
+    fn start(&mut self, sim: &mut Sim) {
+        for j in 0..self.jobs.len() {
+            self.fill(j, sim);
+        }
+    }
+
+    fn on_complete(&mut self, sim: &mut Sim, c: SimCompletion) {
+        let j = (c.token & !RESET_FLAG) as usize;
+        let job = &mut self.jobs[j];
+        job.inflight -= 1;
+        job.tally.end_ns = sim.now_ns();
+        if let Err(s) = c.result {
+            job.tally.errors += 1;
+            job.tally.first_error.get_or_insert(s);
+        }
+        if c.token & RESET_FLAG != 0 {
+            let z = self.geo.zone_no(c.sector);
+            self.zbd.as_mut().expect("zbd").resetting[z.idx()] = false;
+        } else {
+            let bytes = u64::from(c.nr_sectors) << SECTOR_SHIFT;
+            if c.result.is_ok() {
+                match c.op {
+                    Op::Read => job.tally.read.record(bytes, c.latency_ns),
+                    _ => job.tally.write.record(bytes, c.latency_ns),
+                }
+            }
+            if c.op == Op::Write {
+                self.write_done(sim, c);
+            }
+        }
+        // Refill every job: a completion may unblock a job waiting on a zone.
+        for k in 0..self.jobs.len() {
+            self.fill(k, sim);
+        }
+    }
+
+    fn on_idle(&mut self, sim: &mut Sim) -> bool {
+        let before = sim.stats().bios;
+        for k in 0..self.jobs.len() {
+            self.fill(k, sim);
+        }
+        sim.stats().bios > before
+    }
+
+    fn is_done(&self) -> bool {
+        self.jobs.iter().all(|j| j.stopped && j.inflight == 0)
+    }
+}
+
+impl FioJobs {
+    fn write_done(&mut self, sim: &Sim, c: SimCompletion) {
+        let Some(zbd) = &mut self.zbd else { return };
+        let z = self.geo.zone_no(c.sector);
+        if self.geo.zone_is_conv(z) {
+            return;
+        }
+        zbd.writes_out[z.idx()] -= 1;
+        if c.result.is_err() && zbd.writes_out[z.idx()] == 0 {
+            // As fio after an error: take the write pointer from the device.
+            if let Some(zs) = sim.device().zones() {
+                let zone = zs.zone(z);
+                zbd.wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
+            }
+        }
+    }
+}
