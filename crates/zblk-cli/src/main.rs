@@ -27,6 +27,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Measure the engine's own cost: BIOs/s with zone write plugging vs passthrough.
     Corebench(cmd::corebench::CorebenchArgs),
+    /// Run a published experiment on simulated devices, all policies side by side.
+    Sweep(cmd::sweep::SweepArgs),
 }
 
 /// A command failed: the message is printed as `zblk: <message>`.
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(a) => cmd::bench::run(&a),
         Command::Corebench(a) => cmd::corebench::run(&a),
+        Command::Sweep(a) => cmd::sweep::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
