@@ -5,10 +5,8 @@ use crate::CliError;
 use zblk::params::{DeviceParams, PARAMS};
 
 /// The presets and what they are.
-pub const PRESETS: &[(&str, &str)] = &[(
-    "nullb",
-    "null_blk's defaults, zoned: 250 GB, 256 MB zones, native zone append, 10 us completions",
-)];
+pub const PRESETS: &[(&str, &str)] =
+    &[("nullb", "null_blk's defaults, zoned: 250 GB, 256 MB zones, native zone append, 10 us completions")];
 
 /// Parses a device specification.
 pub fn parse(spec: &str) -> Result<DeviceParams, CliError> {

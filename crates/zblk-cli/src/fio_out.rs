@@ -32,8 +32,9 @@ impl Progress {
             }
         };
         let bar = ProgressBar::new(total.max(1));
-        let style = ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}})"))
-            .expect("valid template");
+        let style =
+            ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}})"))
+                .expect("valid template");
         bar.set_style(style);
         Progress { bar: Some(bar), runtime_ns: job.runtime_ns }
     }
@@ -74,7 +75,11 @@ fn si(v: f64) -> String {
 fn bw(bytes_per_s: f64) -> String {
     let mib = bytes_per_s / (1u64 << 20) as f64;
     let mb = bytes_per_s / 1e6;
-    if mib >= 1.0 { format!("{mib:.0}MiB/s ({mb:.0}MB/s)") } else { format!("{:.0}KiB/s ({:.0}kB/s)", bytes_per_s / 1024.0, bytes_per_s / 1e3) }
+    if mib >= 1.0 {
+        format!("{mib:.0}MiB/s ({mb:.0}MB/s)")
+    } else {
+        format!("{:.0}KiB/s ({:.0}kB/s)", bytes_per_s / 1024.0, bytes_per_s / 1e3)
+    }
 }
 
 fn direction(out: &mut String, name: &str, d: &DirSummary) {

@@ -151,10 +151,9 @@ pub fn choose_policy(
         return Err(CliError::msg("--zoned_qd1_writes: the device is not zoned (the attribute is always 0)"));
     }
     match (policy, qd1) {
-        (Some(p), Some(q)) if (p == PolicyArg::Qd1) != (q == 1) => Err(CliError::msg(format!(
-            "--policy {} contradicts --zoned_qd1_writes {q}",
-            p.policy().name()
-        ))),
+        (Some(p), Some(q)) if (p == PolicyArg::Qd1) != (q == 1) => {
+            Err(CliError::msg(format!("--policy {} contradicts --zoned_qd1_writes {q}", p.policy().name())))
+        }
         (Some(p), _) => Ok(p.policy()),
         (None, Some(1)) => Ok(IssuePolicy::Qd1),
         (None, Some(_)) => Ok(IssuePolicy::Zwp),

@@ -39,6 +39,9 @@ impl SimConfig {
     }
 }
 
+/// A progress callback: `(virtual now in ns, BIOs completed)`.
+pub type ProgressFn = Box<dyn FnMut(u64, u64)>;
+
 /// A BIO completed in the simulation, handed to its workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimCompletion {
@@ -114,7 +117,7 @@ pub struct Sim {
     /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.
     trace: bool,
     /// Progress callback and its period in completions.
-    progress: Option<(u64, Box<dyn FnMut(u64, u64)>)>,
+    progress: Option<(u64, ProgressFn)>,
     completed: u64,
 }
 
@@ -185,7 +188,7 @@ impl Sim {
 
     /// Calls `report(now_ns, completions)` every `every` BIO completions while
     /// [`Sim::run`] runs: progress for long simulations.
-    pub fn set_progress(&mut self, every: u64, report: Box<dyn FnMut(u64, u64)>) {
+    pub fn set_progress(&mut self, every: u64, report: ProgressFn) {
         assert!(every > 0, "progress every 0 completions");
         self.progress = Some((every, report));
     }
