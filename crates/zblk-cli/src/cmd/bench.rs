@@ -203,6 +203,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         seed: a.seed,
         check: a.check,
         faults: FaultConfig { write_error_ppm: a.write_error_ppm, ..FaultConfig::default() },
+        host_latency_ns: 0,
     };
     let progress = crate::fio_out::Progress::start(&job, &geo);
     let report = progress.run(&cfg, &[job], a.group_reporting)?;

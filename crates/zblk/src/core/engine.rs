@@ -12,6 +12,7 @@
 
 use super::plug::{PlugIdx, PlugTable};
 use super::split::SplitLimits;
+use super::zwl::ZwlSched;
 use crate::bio::{Bio, BioFlags, Completion, Op, ReqId, Request, Status};
 use crate::geometry::Geometry;
 use crate::units::{Sector, ZoneNo};
@@ -30,6 +31,16 @@ pub enum IssuePolicy {
     /// whole device in flight; plugs with pending writes wait on a FIFO list and the
     /// issuer drains the head plug completely before moving to the next.
     Qd1,
+    /// zblk's single issuer (`batch`): as `qd1`, but the next plug to drain is the one
+    /// with the most data waiting (the largest batch per zone visit, so the fewest
+    /// head switches per byte), unless a plug has been passed over
+    /// `batch_max_bypass` times: then the oldest goes first. The bound keeps a shallow
+    /// plug's writes from waiting behind more than that many visits.
+    Batch,
+    /// Legacy zone write locking (`zwl`): no plugs; a request-level zone lock inside
+    /// an mq-deadline-like scheduler with a limited number of tags. See
+    /// `core/zwl.rs`.
+    Zwl,
     /// No plugging at all: writes go to the device as submitted, with no write
     /// pointer check and no zone append emulation. Only for measuring what plugging
     /// costs, and for showing what goes wrong without it.
@@ -37,19 +48,46 @@ pub enum IssuePolicy {
 }
 
 impl IssuePolicy {
+    /// Every policy.
+    pub const ALL: [IssuePolicy; 5] =
+        [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl, IssuePolicy::Passthrough];
+
     /// The short name used on the command line and in JSON (`zwp`, `qd1`, ...).
     pub fn name(self) -> &'static str {
         match self {
             IssuePolicy::Zwp => "zwp",
             IssuePolicy::Qd1 => "qd1",
+            IssuePolicy::Batch => "batch",
+            IssuePolicy::Zwl => "zwl",
             IssuePolicy::Passthrough => "passthrough",
         }
     }
 
     /// Parses a policy name.
     pub fn parse(name: &str) -> Option<IssuePolicy> {
-        [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Passthrough].into_iter().find(|p| p.name() == name)
+        IssuePolicy::ALL.into_iter().find(|p| p.name() == name)
     }
+
+    /// Whether zone writes go through zone write plugs.
+    pub fn plugs(self) -> bool {
+        matches!(self, IssuePolicy::Zwp | IssuePolicy::Qd1 | IssuePolicy::Batch)
+    }
+
+    /// Whether one context issues every zone write of the device.
+    pub fn single_issuer(self) -> bool {
+        matches!(self, IssuePolicy::Qd1 | IssuePolicy::Batch)
+    }
+}
+
+/// A queue attribute change the engine refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttrError {
+    /// `zoned_qd1_writes` is meaningless (always 0) on a regular device.
+    #[error("zoned_qd1_writes: the device is not zoned (the attribute is always 0 and cannot be set)")]
+    NotZoned,
+    /// Only 0 and 1 are valid.
+    #[error("zoned_qd1_writes: {0} is not 0 or 1")]
+    BadValue(u64),
 }
 
 /// What the engine does when a zone write fails and its write pointer is no longer
@@ -76,12 +114,28 @@ pub struct EngineConfig {
     pub queue_depth: u32,
     /// BIOs the engine holds at once; a BIO beyond fails with [`Status::Again`].
     pub max_bios: u32,
+    /// Zone write locking: scheduler tags (mq-deadline's `nr_requests`); 0 means twice
+    /// the queue depth, the kernel's default.
+    pub zwl_sched_tags: u32,
+    /// The batching issuer: how many plug visits a listed plug may be passed over.
+    pub batch_max_bypass: u32,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { policy: IssuePolicy::Zwp, wp_recovery: WpRecovery::Report, queue_depth: 64, max_bios: 1 << 20 }
+        EngineConfig {
+            policy: IssuePolicy::Zwp,
+            wp_recovery: WpRecovery::Report,
+            queue_depth: 64,
+            max_bios: 1 << 20,
+            zwl_sched_tags: 0,
+            batch_max_bypass: 4,
+        }
     }
+}
+
+fn zwl_tags(cfg: &EngineConfig) -> u32 {
+    if cfg.zwl_sched_tags == 0 { 2 * cfg.queue_depth } else { cfg.zwl_sched_tags }
 }
 
 /// What the engine asks its driver to do.
@@ -175,6 +229,8 @@ enum FragState {
     Plugged,
     /// Held behind a RESET_ALL barrier.
     Held,
+    /// In the zone write locking scheduler, or waiting for one of its tags.
+    Sched,
     /// Released, waiting for a device tag.
     WaitTag,
     /// On the device.
@@ -199,6 +255,8 @@ enum Kind {
     NativeAppend,
     /// RESET_ALL: a barrier for every zone write of the device.
     ResetAll,
+    /// Any I/O under zone write locking: it goes through the ZWL scheduler.
+    Zwl,
 }
 
 /// The single decision about the operation at the front of a plug.
@@ -256,6 +314,18 @@ pub struct Engine {
     barriers: VecDeque<usize>,
     /// A RESET_ALL is on the device.
     barrier_out: bool,
+    /// The plug at the head of the issuer list is being drained (the batching issuer
+    /// chooses the next one only when this is false).
+    in_service: bool,
+    /// Plug visits of the single issuer so far (the batching issuer's clock).
+    visits: u64,
+    /// Zone write locking's scheduler, under that policy.
+    zwl: Option<ZwlSched>,
+    /// A queue attribute change waiting for the queue to drain (the kernel freezes
+    /// the queue): the policy to switch to.
+    freeze: Option<IssuePolicy>,
+    /// BIOs submitted while frozen, in order.
+    frozen: VecDeque<Bio>,
     actions: VecDeque<Action>,
     stats: EngineStats,
 }
@@ -283,6 +353,11 @@ impl Engine {
             issuer: VecDeque::new(),
             barriers: VecDeque::new(),
             barrier_out: false,
+            in_service: false,
+            visits: 0,
+            zwl: (cfg.policy == IssuePolicy::Zwl).then(|| ZwlSched::new(zwl_tags(&cfg))),
+            freeze: None,
+            frozen: VecDeque::new(),
             actions: VecDeque::new(),
             stats: EngineStats::default(),
         };
@@ -380,6 +455,17 @@ impl Engine {
     /// Submits a BIO. Its completion arrives as an [`Action::Complete`], never
     /// synchronously, even when it is refused at once.
     pub fn submit(&mut self, bio: Bio) {
+        if self.freeze.is_some() {
+            // The queue is frozen for an attribute change: hold new BIOs until it is
+            // drained and switched, as blk_queue_enter() waits.
+            if self.bios.len() + self.frozen.len() >= self.cfg.max_bios as usize {
+                self.stats.bios += 1;
+                self.complete_bio_now(bio.user_data, Err(Status::Again));
+            } else {
+                self.frozen.push_back(bio);
+            }
+            return;
+        }
         self.stats.bios += 1;
         if self.bios.len() >= self.cfg.max_bios as usize {
             self.complete_bio_now(bio.user_data, Err(Status::Again));
@@ -391,13 +477,13 @@ impl Engine {
             return;
         }
         let b = self.bios.insert(BioSlot { user_data: bio.user_data, remaining: 1, status: None, result: bio.sector });
-        let passthrough = self.cfg.policy == IssuePolicy::Passthrough;
+        let plugs = self.cfg.policy.plugs();
         match bio.op {
-            Op::ZoneReset | Op::ZoneFinish if !passthrough => {
+            Op::ZoneReset | Op::ZoneFinish if plugs => {
                 let f = self.new_frag(b, &bio, 0, 0, Kind::WpOp);
                 self.submit_wp_op(f);
             }
-            Op::ZoneResetAll if !passthrough => {
+            Op::ZoneResetAll if plugs => {
                 let f = self.new_frag(b, &bio, 0, 0, Kind::ResetAll);
                 self.submit_reset_all(f);
             }
@@ -476,7 +562,7 @@ impl Engine {
     /// sequential zone writes go through their plug, everything else straight to
     /// dispatch.
     fn submit_ranged(&mut self, b: usize, bio: &Bio) {
-        let plugged = bio.op.is_zone_write() && self.geo.is_zoned() && self.cfg.policy != IssuePolicy::Passthrough;
+        let plugged = bio.op.is_zone_write() && self.geo.is_zoned() && self.cfg.policy.plugs();
         if self.limits.needs_split(bio.sector, bio.nr_sectors) {
             self.stats.splits += 1;
         }
@@ -485,6 +571,9 @@ impl Engine {
             if plugged && !self.geo.zone_is_conv(self.geo.zone_no(sector)) {
                 let f = self.new_frag(b, bio, off, n, Kind::ZoneWrite);
                 self.plug_write(f);
+            } else if self.cfg.policy == IssuePolicy::Zwl {
+                let f = self.new_frag(b, bio, off, n, Kind::Zwl);
+                self.zwl_submit(f);
             } else {
                 let f = self.new_frag(b, bio, off, n, Kind::Free);
                 self.dispatch(f);
@@ -494,7 +583,7 @@ impl Engine {
 
     /// ZONE_APPEND: emulated with a plugged write, or native.
     fn submit_append(&mut self, b: usize, bio: &Bio) {
-        let passthrough = self.cfg.policy == IssuePolicy::Passthrough;
+        let passthrough = !self.cfg.policy.plugs();
         if self.geo.emulates_zone_append() {
             let f = self.new_frag(b, bio, 0, bio.nr_sectors, Kind::ZoneWrite);
             if passthrough {
@@ -568,6 +657,112 @@ impl Engine {
         if let Some(f) = self.barriers.pop_front() {
             self.barrier_out = true;
             self.dispatch(f);
+        }
+    }
+
+    // ------------------------------------------------------- zone write locking
+
+    /// A fragment enters the zone write locking scheduler.
+    fn zwl_submit(&mut self, f: usize) {
+        let frag = &mut self.frags[f];
+        frag.state = FragState::Sched;
+        let write = frag.op.is_zone_write();
+        let sector = frag.sector.0;
+        self.zwl.as_mut().expect("zwl scheduler").admit(f, sector, write);
+        self.zwl_pump();
+    }
+
+    /// Dispatches from the zone write locking scheduler while the device has tags.
+    fn zwl_pump(&mut self) {
+        while self.inflight < self.cfg.queue_depth {
+            let geo = &self.geo;
+            let frags = &self.frags;
+            let zone_of = |sector: u64| {
+                let z = geo.zone_no(Sector(sector));
+                (geo.is_zoned() && !geo.zone_is_conv(z)).then_some(z.0)
+            };
+            let len_of = |f: usize| u64::from(frags[f].nr_sectors);
+            let Some(f) = self.zwl.as_mut().expect("zwl scheduler").next(zone_of, len_of) else { break };
+            self.issue(f);
+        }
+    }
+
+    /// A zone write locking request completed: free its tag and zone lock, admit a
+    /// waiter, dispatch more.
+    fn zwl_done(&mut self, op: Op, sector: Sector) {
+        let locked = (op.is_zone_write() && self.geo.is_zoned())
+            .then(|| self.geo.zone_no(sector))
+            .filter(|z| !self.geo.zone_is_conv(*z))
+            .map(|z| z.0);
+        if let Some(w) = self.zwl.as_mut().expect("zwl scheduler").done(locked) {
+            let (sector, write) = (self.frags[w].sector.0, self.frags[w].op.is_zone_write());
+            let admitted = self.zwl.as_mut().expect("zwl scheduler").admit(w, sector, write);
+            assert!(admitted, "a freed tag must admit its waiter");
+        }
+        self.zwl_pump();
+    }
+
+    // ------------------------------------------------------------ attributes
+
+    /// The queue attribute `zoned_qd1_writes`: 1 when one context issues every zone
+    /// write (the single issuer), 0 otherwise, and always 0 on a regular device.
+    pub fn zoned_qd1_writes(&self) -> u8 {
+        u8::from(self.geo.is_zoned() && self.freeze.unwrap_or(self.cfg.policy).single_issuer())
+    }
+
+    /// Writes `zoned_qd1_writes`: 1 selects the single issuer, 0 per-zone plugging.
+    /// As the kernel, the queue is frozen: new BIOs wait, everything in the engine
+    /// drains under the current policy, then the policy switches and the waiting BIOs
+    /// go in order. Nothing is lost or reordered. Refused on a regular device.
+    pub fn set_zoned_qd1_writes(&mut self, value: u64) -> Result<(), AttrError> {
+        if !self.geo.is_zoned() {
+            return Err(AttrError::NotZoned);
+        }
+        let policy = match value {
+            0 => IssuePolicy::Zwp,
+            1 => IssuePolicy::Qd1,
+            v => return Err(AttrError::BadValue(v)),
+        };
+        self.set_policy(policy);
+        Ok(())
+    }
+
+    /// Switches the issue policy at run time, freezing the queue until it drains (see
+    /// [`Engine::set_zoned_qd1_writes`]).
+    pub fn set_policy(&mut self, policy: IssuePolicy) {
+        if self.freeze.is_none() && policy == self.cfg.policy {
+            return;
+        }
+        self.freeze = Some(policy);
+        self.maybe_unfreeze();
+    }
+
+    /// Whether an attribute change is waiting for the queue to drain.
+    pub fn frozen(&self) -> bool {
+        self.freeze.is_some()
+    }
+
+    fn maybe_unfreeze(&mut self) {
+        if self.freeze.is_none() || !self.bios.is_empty() {
+            return;
+        }
+        let policy = self.freeze.take().expect("checked");
+        assert!(self.plugs.iter().all(|(_, p)| !p.in_use()), "plugs in use across a policy switch");
+        assert!(self.issuer.is_empty() && self.zone_writes == 0 && self.appends_out == 0, "work across a switch");
+        self.cfg.policy = policy;
+        self.in_service = false;
+        self.zwl = (policy == IssuePolicy::Zwl).then(|| ZwlSched::new(zwl_tags(&self.cfg)));
+        if !policy.plugs() {
+            // Without plugs the host keeps no write pointers: forget partial zones.
+            for p in self.plug_indices() {
+                let z = self.plugs[p].zone;
+                self.cond[z.idx()] = CondCache::Unknown;
+                self.plugs.remove(p);
+            }
+        }
+        let held: Vec<Bio> = self.frozen.drain(..).collect();
+        for bio in held {
+            self.submit(bio);
         }
     }
 
@@ -683,7 +878,7 @@ impl Engine {
                 Front::Go => {
                     self.plugs[p].queue.pop_front();
                     self.release(p, f);
-                    if self.cfg.policy == IssuePolicy::Qd1 && self.zone_writes > 0 {
+                    if self.cfg.policy.single_issuer() && self.zone_writes > 0 {
                         break;
                     }
                 }
@@ -696,14 +891,15 @@ impl Engine {
     fn schedule(&mut self, p: PlugIdx) {
         match self.cfg.policy {
             IssuePolicy::Zwp => self.drain_front(p),
-            IssuePolicy::Qd1 => {
+            IssuePolicy::Qd1 | IssuePolicy::Batch => {
                 let plug = &mut self.plugs[p];
                 if !plug.listed && !plug.queue.is_empty() {
                     plug.listed = true;
+                    plug.listed_at = self.visits;
                     self.issuer.push_back(p);
                 }
             }
-            IssuePolicy::Passthrough => unreachable!("no plugs without plugging"),
+            IssuePolicy::Zwl | IssuePolicy::Passthrough => unreachable!("no plugs without plugging"),
         }
     }
 
@@ -715,6 +911,7 @@ impl Engine {
             plug.listed = false;
             if self.issuer.front() == Some(&p) {
                 self.issuer.pop_front();
+                self.in_service = false;
             } else {
                 self.issuer.retain(|&q| q != p);
             }
@@ -722,7 +919,7 @@ impl Engine {
     }
 
     fn run_issuer(&mut self) {
-        if self.cfg.policy == IssuePolicy::Qd1 {
+        if self.cfg.policy.single_issuer() {
             self.issuer_kick();
         }
     }
@@ -732,14 +929,48 @@ impl Engine {
     /// until what blocks it kicks it again).
     fn issuer_kick(&mut self) {
         while self.zone_writes == 0 && !self.barrier_active() {
-            let Some(&p) = self.issuer.front() else { break };
+            if self.issuer.is_empty() {
+                break;
+            }
+            if !self.in_service {
+                self.choose_next_plug();
+            }
+            let p = *self.issuer.front().expect("checked non-empty");
             self.drain_front(p);
             if self.zone_writes == 0 {
                 // Drained, or blocked until what blocks it kicks it again.
                 self.plugs[p].listed = false;
                 self.issuer.pop_front();
+                self.in_service = false;
                 self.maybe_release(p);
             }
+        }
+    }
+
+    /// Puts the plug the issuer drains next at the head of its list: the oldest
+    /// (`qd1`), or for `batch` the one with the most sectors waiting unless the oldest
+    /// has been passed over `batch_max_bypass` times.
+    fn choose_next_plug(&mut self) {
+        self.visits += 1;
+        self.in_service = true;
+        if self.cfg.policy != IssuePolicy::Batch {
+            return;
+        }
+        let oldest = self.issuer[0];
+        if self.visits - self.plugs[oldest].listed_at > u64::from(self.cfg.batch_max_bypass) {
+            return;
+        }
+        let waiting =
+            |p: PlugIdx| -> u64 { self.plugs[p].queue.iter().map(|&f| u64::from(self.frags[f].nr_sectors)).sum() };
+        let (best, _) = self
+            .issuer
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (i, waiting(p)))
+            .fold((0, 0), |acc, (i, w)| if w > acc.1 { (i, w) } else { acc });
+        if best != 0 {
+            let p = self.issuer.remove(best).expect("index in range");
+            self.issuer.push_front(p);
         }
     }
 
@@ -879,7 +1110,7 @@ impl Engine {
         let frag = self.frags.get(f).filter(|fr| u64::from(fr.generation) == id.0 >> 32);
         let frag = frag.unwrap_or_else(|| panic!("completion of unknown request {id:?}"));
         assert_eq!(frag.state, FragState::InFlight, "completion of request {id:?} not in flight");
-        let (kind, op, plug) = (frag.kind, frag.op, frag.plug);
+        let (kind, op, plug, sector) = (frag.kind, frag.op, frag.plug, frag.sector);
         self.inflight -= 1;
         self.end_frag(f, result);
         while self.inflight < self.cfg.queue_depth {
@@ -894,8 +1125,11 @@ impl Engine {
             }
             Kind::NativeAppend => self.append_done(plug.expect("native append without plug")),
             Kind::ResetAll => self.barrier_done(failed),
+            Kind::Zwl => self.zwl_done(op, sector),
+            Kind::Free if self.zwl.is_some() => self.zwl_pump(),
             Kind::Free => {}
         }
+        self.maybe_unfreeze();
     }
 
     /// A plugged write, reset or finish finished. A failed write loses the write
@@ -1101,6 +1335,7 @@ impl Engine {
                     assert!(self.wait_tag.contains(&f), "request {f} waits for a tag it is not queued for")
                 }
                 FragState::Held => assert!(self.barriers.contains(&f), "held fragment {f} lost"),
+                FragState::Sched => assert!(self.zwl.is_some(), "fragment {f} in a ZWL scheduler that does not exist"),
                 FragState::Plugged => {
                     let p = frag.plug.expect("plugged fragment without plug");
                     assert!(self.plugs[p].queue.contains(&f), "fragment {f} not in its plug's queue");
@@ -1136,8 +1371,15 @@ impl Engine {
         if self.barrier_out {
             assert_eq!(self.zone_writes, 0, "zone writes out beside a RESET_ALL");
         }
-        if self.cfg.policy == IssuePolicy::Qd1 {
+        if self.cfg.policy.single_issuer() {
             assert!(self.zone_writes <= 1, "single issuer with {} zone writes out", self.zone_writes);
+        }
+        if let Some(z) = &self.zwl {
+            let out = self.frags.iter().filter(|(_, fr)| fr.kind == Kind::Zwl && fr.state != FragState::Sched).count();
+            let held = self.frags.iter().filter(|(_, fr)| fr.state == FragState::Sched).count();
+            let (queued, waiting) = z.queued();
+            assert_eq!(z.tags_used() as usize, out + queued, "ZWL tags: in scheduler + dispatched");
+            assert_eq!(held, queued + waiting, "ZWL fragments lost");
         }
     }
 }

@@ -8,6 +8,7 @@
 mod engine;
 mod plug;
 pub mod split;
+mod zwl;
 
-pub use engine::{Action, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery};
+pub use engine::{Action, AttrError, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery};
 pub use split::SplitLimits;

@@ -39,6 +39,8 @@ pub(crate) struct Plug {
     pub report_pending: bool,
     /// The plug is on the single issuer's list.
     pub listed: bool,
+    /// The single issuer's visit count when the plug was listed.
+    pub listed_at: u64,
     /// Native zone appends of this zone on the device. While any is out, the write
     /// pointer moves where the host cannot follow: writes, resets and finishes wait.
     pub appends_out: u32,
@@ -81,6 +83,7 @@ impl PlugTable {
             need_wp_update: false,
             report_pending: false,
             listed: false,
+            listed_at: 0,
             appends_out: 0,
         });
         self.by_zone.insert(zone.0, idx);

@@ -118,19 +118,21 @@ impl Checker {
         }
     }
 
-    /// The engine issued `req` to the device.
-    pub fn on_issue(&mut self, req: &Request) {
+    /// The engine issued `req` to the device, under issue policy `policy` (which
+    /// changes when `zoned_qd1_writes` is written).
+    pub fn on_issue(&mut self, req: &Request, policy: IssuePolicy) {
         self.checks += 1;
+        self.policy = policy;
         if let Some(z) = self.plugged_write_zone(req) {
             let n = self.writes_out.entry(z).or_insert(0);
             *n += 1;
             self.zone_writes_out += 1;
             let (n, total) = (*n, self.zone_writes_out);
-            if self.policy != IssuePolicy::Passthrough && n > 1 {
-                self.fail(format!("{n} writes in flight to zone {z} under {}", self.policy.name()));
+            if policy != IssuePolicy::Passthrough && n > 1 {
+                self.fail(format!("{n} writes in flight to zone {z} under {}", policy.name()));
             }
-            if self.policy == IssuePolicy::Qd1 && total > 1 {
-                self.fail(format!("{total} zone writes in flight under the single issuer"));
+            if policy.single_issuer() && total > 1 {
+                self.fail(format!("{total} zone writes in flight under the single issuer ({})", policy.name()));
             }
         }
     }
@@ -146,9 +148,7 @@ impl Checker {
                 self.writes_out.remove(&z);
             }
             self.zone_writes_out -= 1;
-            if self.policy != IssuePolicy::Passthrough
-                && matches!(result, Err(Status::Unaligned) | Err(Status::ZoneFull))
-            {
+            if self.policy.plugs() && matches!(result, Err(Status::Unaligned) | Err(Status::ZoneFull)) {
                 self.fail(format!("device refused plugged write {req:?}: {:?}", result.unwrap_err()));
             }
         }
@@ -252,11 +252,11 @@ impl Checker {
     /// A write or append BIO completed successfully at `at`: its data must be there,
     /// sector by sector; an append's sector must not overlap another append's.
     pub fn on_write_bio_done(&mut self, op: Op, at: Sector, nr_sectors: u32, stamp: u64, epoch: u64) {
+        if self.epoch_of(at, nr_sectors) != epoch {
+            return; // the zone was reset (or overwritten) meanwhile: another incarnation
+        }
         if op == Op::ZoneAppend {
             self.check_append_distinct(at, nr_sectors);
-        }
-        if self.epoch_of(at, nr_sectors) != epoch {
-            return; // reset or overwritten meanwhile
         }
         for k in 0..nr_sectors {
             self.checks += 1;

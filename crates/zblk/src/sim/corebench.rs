@@ -7,7 +7,7 @@
 
 use super::driver::{Sim, SimCompletion, SimConfig, Workload};
 use crate::bio::Bio;
-use crate::core::{EngineConfig, IssuePolicy, WpRecovery};
+use crate::core::{EngineConfig, IssuePolicy};
 use crate::geometry::Geometry;
 use crate::params::{DeviceParams, LatencyDist};
 use crate::units::ZoneNo;
@@ -118,7 +118,7 @@ pub fn corebench_device(spec: &CoreBenchSpec) -> DeviceParams {
 /// Runs the benchmark once with `policy`. The caller times it.
 pub fn run_corebench(spec: &CoreBenchSpec, policy: IssuePolicy) -> CoreBenchRun {
     let device = corebench_device(spec);
-    let engine = EngineConfig { policy, wp_recovery: WpRecovery::Report, queue_depth: spec.iodepth, max_bios: 1 << 20 };
+    let engine = EngineConfig { policy, queue_depth: spec.iodepth, ..EngineConfig::default() };
     let cfg = SimConfig { engine, ..SimConfig::new(device, 1) };
     let mut sim = Sim::new(&cfg).expect("the benchmark device is valid");
     let geo = sim.device_geometry();

@@ -30,12 +30,24 @@ pub struct SimConfig {
     pub check: bool,
     /// Faults to inject.
     pub faults: FaultConfig,
+    /// Time from a BIO's completion in the block layer to its delivery to the
+    /// workload: the application's completion path (interrupt, wake-up, reaping,
+    /// the next submission's system call). Zone writes released from plugs by the
+    /// engine do not pay it: the kernel issues them from its own context.
+    pub host_latency_ns: u64,
 }
 
 impl SimConfig {
     /// A configuration for `device` with default engine settings, checker off.
     pub fn new(device: DeviceParams, seed: u64) -> SimConfig {
-        SimConfig { device, engine: EngineConfig::default(), seed, check: false, faults: FaultConfig::default() }
+        SimConfig {
+            device,
+            engine: EngineConfig::default(),
+            seed,
+            check: false,
+            faults: FaultConfig::default(),
+            host_latency_ns: 0,
+        }
     }
 }
 
@@ -114,6 +126,9 @@ pub struct Sim {
     done: Vec<Request>,
     buf: Vec<u8>,
     stats: SimStats,
+    /// Completions on their way to the workload: (delivery time, completion).
+    delayed: VecDeque<(u64, SimCompletion)>,
+    host_latency_ns: u64,
     /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.
     trace: bool,
     /// Progress callback and its period in completions.
@@ -155,6 +170,8 @@ impl Sim {
             done: Vec::new(),
             buf: Vec::new(),
             stats: SimStats::default(),
+            delayed: VecDeque::new(),
+            host_latency_ns: cfg.host_latency_ns,
             trace: std::env::var_os("ZBLK_SIM_TRACE").is_some(),
             progress: None,
             completed: 0,
@@ -262,7 +279,7 @@ impl Sim {
             match action {
                 Action::Issue(req) => {
                     if let Some(c) = &mut self.checker {
-                        c.on_issue(&req);
+                        c.on_issue(&req, self.engine.config().policy);
                     }
                     self.model.submit(self.now_ns, &req);
                 }
@@ -288,14 +305,31 @@ impl Sim {
                 c.on_write_bio_done(rec.op, at, rec.nr_sectors, rec.stamp, rec.epoch);
             }
         }
-        self.completions.push_back(SimCompletion {
+        let deliver_at = self.now_ns + self.host_latency_ns;
+        let c = SimCompletion {
             token: rec.token,
             op: rec.op,
             sector: rec.sector,
             nr_sectors: rec.nr_sectors,
             result,
-            latency_ns: self.now_ns - rec.submit_ns,
-        });
+            latency_ns: deliver_at - rec.submit_ns,
+        };
+        if self.host_latency_ns == 0 {
+            self.completions.push_back(c);
+        } else {
+            self.delayed.push_back((deliver_at, c));
+        }
+    }
+
+    /// Moves delayed completions due by now to the workload's queue.
+    fn deliver_due(&mut self) {
+        while let Some(&(t, c)) = self.delayed.front() {
+            if t > self.now_ns {
+                break;
+            }
+            self.delayed.pop_front();
+            self.completions.push_back(c);
+        }
     }
 
     /// Executes a request the model completes now, with injected faults, and feeds
@@ -369,7 +403,12 @@ impl Sim {
     /// Moves virtual time to the model's next event and completes what completes
     /// then. Returns false when the model has nothing pending.
     fn advance(&mut self) -> bool {
-        let Some(t) = self.model.next_event_ns() else { return false };
+        let next_delivery = self.delayed.front().map(|d| d.0);
+        let t = match (self.model.next_event_ns(), next_delivery) {
+            (None, None) => return false,
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).expect("one is some"),
+        };
         self.now_ns = self.now_ns.max(t);
         let mut done = std::mem::take(&mut self.done);
         self.model.advance(self.now_ns, &mut done);
@@ -377,6 +416,7 @@ impl Sim {
             self.execute(&req);
         }
         self.done = done;
+        self.deliver_due();
         true
     }
 

@@ -5,7 +5,9 @@
 pub mod checker;
 pub mod corebench;
 pub mod driver;
+pub mod experiments;
 pub mod faults;
+pub mod hdd;
 pub mod model;
 pub mod pattern;
 pub mod random;

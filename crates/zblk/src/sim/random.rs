@@ -53,18 +53,21 @@ pub fn random_config(seed: u64) -> SimConfig {
         completion_nsec: rng.random_range(1_000..=20_000),
         completion_dist: [LatencyDist::Uniform, LatencyDist::Exp, LatencyDist::Fixed][rng.random_range(0..3)],
     };
+    let policies = [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl];
     let engine = EngineConfig {
-        policy: if rng.random_bool(0.5) { IssuePolicy::Zwp } else { IssuePolicy::Qd1 },
+        policy: policies[rng.random_range(0..policies.len())],
         wp_recovery: if rng.random_bool(0.7) { WpRecovery::Report } else { WpRecovery::Kernel },
         queue_depth: device.hw_queue_depth,
         max_bios: 1 << 16,
+        zwl_sched_tags: if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=8) },
+        batch_max_bypass: rng.random_range(0..=8),
     };
     let faults = if rng.random_bool(0.5) {
         FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 }
     } else {
         FaultConfig::default()
     };
-    SimConfig { device, engine, seed, check: true, faults }
+    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0 }
 }
 
 /// What a random run did.

@@ -15,6 +15,7 @@ use crate::geometry::Geometry;
 use crate::units::{SECTOR_SHIFT, Sector, ZoneNo, format_bytes_exact};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
+use std::collections::VecDeque;
 
 /// fio's `rw`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -90,7 +91,8 @@ pub struct JobSpec {
     pub runtime_ns: Option<u64>,
     /// `zonemode`.
     pub zonemode: ZoneMode,
-    /// `max_open_zones`: zones written at once by all jobs; 0: no limit.
+    /// `max_open_zones`: zones written at once by all jobs; 0: the device's limit
+    /// (as fio), no limit if the device has none.
     pub max_open_zones: u32,
     /// `fua`: writes with forced unit access.
     pub fua: bool,
@@ -282,6 +284,31 @@ impl Tally {
     }
 }
 
+/// Where a job is in fio's zone locking protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JobState {
+    /// Submitting I/O freely.
+    Running,
+    /// fio's `io_u_quiesce()`: waiting for all its own I/O to complete before it
+    /// blocks on the lock of zone `z` held by another job (so that jobs never
+    /// deadlock holding locks), or before it resets full zone `z` it holds.
+    Quiescing(ZoneNo, Then),
+    /// Blocked on the lock of zone `z`.
+    Blocked(ZoneNo),
+    /// Holds the lock of zone `z` (granted, or after a reset): its next I/O goes
+    /// there.
+    Granted(ZoneNo),
+    /// Waiting for its synchronous reset of zone `z`.
+    Resetting(ZoneNo),
+}
+
+/// What a quiescing job does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Then {
+    Lock,
+    Reset,
+}
+
 #[derive(Debug)]
 struct Job {
     spec: usize,
@@ -293,7 +320,21 @@ struct Job {
     io_limit_bytes: u64,
     inflight: u32,
     stopped: bool,
+    state: JobState,
     tally: Tally,
+}
+
+/// A zone's lock, as fio's recursive per-zone mutex shared by all jobs: held by one
+/// job while it has I/O to the zone in flight (one recursion level per I/O), or
+/// while it resets the zone.
+#[derive(Debug, Default, Clone)]
+struct ZoneLock {
+    owner: Option<usize>,
+    /// The owner's I/Os to the zone in flight.
+    count: u32,
+    /// Held outside of any I/O (granted and not used yet, or around a reset).
+    pinned: bool,
+    waiters: VecDeque<usize>,
 }
 
 /// fio's host-side zone table (`zbd_info`), shared by the jobs of a run.
@@ -301,18 +342,20 @@ struct Job {
 struct ZbdState {
     /// Write pointer offsets as the jobs believe them, advanced when a write is queued.
     wp: Vec<u64>,
-    /// Writes of the jobs in flight per zone.
-    writes_out: Vec<u32>,
-    /// A reset of the zone is in flight.
-    resetting: Vec<bool>,
-    /// Zones open for writing (only with `max_open_zones`).
+    /// Zones open for writing (with an open zone limit).
     open: Vec<u32>,
+    locks: Vec<ZoneLock>,
 }
 
+/// What a job does next.
 enum Next {
-    Io(Op, Sector, u32),
-    Reset(ZoneNo),
+    /// An I/O to zone `z` in zbd mode (the offset is decided once the lock is held).
+    Zone(ZoneNo),
+    /// An I/O at this place (no zones involved).
+    Plain(Op, Sector, u32),
+    /// Nothing now.
     Wait,
+    /// The job is done.
     Stop,
 }
 
@@ -324,6 +367,8 @@ pub struct FioJobs {
     geo: Geometry,
     zbd: Option<ZbdState>,
     stamp: u64,
+    /// Jobs handed a zone lock since they last ran: filled after the current event.
+    woken: Vec<usize>,
 }
 
 impl FioJobs {
@@ -349,15 +394,16 @@ impl FioJobs {
                     io_limit_bytes: spec.io_size_bytes.unwrap_or(spec.region_bytes(geo)),
                     inflight: 0,
                     stopped: false,
+                    state: JobState::Running,
                     tally: Tally { jobs: 1, ..Tally::default() },
                 });
             }
         }
         let zbd = specs.iter().any(|s| s.zonemode == ZoneMode::Zbd).then(|| {
             let n = geo.nr_zones() as usize;
-            ZbdState { wp: vec![0; n], writes_out: vec![0; n], resetting: vec![false; n], open: Vec::new() }
+            ZbdState { wp: vec![0; n], open: Vec::new(), locks: vec![ZoneLock::default(); n] }
         });
-        Ok(FioJobs { specs: specs.to_vec(), jobs, geo: geo.clone(), zbd, stamp: 0 })
+        Ok(FioJobs { specs: specs.to_vec(), jobs, geo: geo.clone(), zbd, stamp: 0, woken: Vec::new() })
     }
 
     /// Per-job results; with `group`, one result per job description (fio's
@@ -373,38 +419,188 @@ impl FioJobs {
         merged.iter().map(|(spec, tally)| tally.result(&self.specs[*spec].name)).collect()
     }
 
+    fn spec(&self, j: usize) -> &JobSpec {
+        &self.specs[self.jobs[j].spec]
+    }
+
+    fn out_of_budget(&self, j: usize, now_ns: u64) -> bool {
+        let job = &self.jobs[j];
+        match self.spec(j).runtime_ns {
+            Some(rt) => now_ns >= rt,
+            None => job.issued_bytes >= job.io_limit_bytes,
+        }
+    }
+
+    /// Submits as much as job `j` may: up to its iodepth, until its budget is spent or
+    /// it has to wait for a zone.
     fn fill(&mut self, j: usize, sim: &mut Sim) {
-        while !self.jobs[j].stopped && self.jobs[j].inflight < self.specs[self.jobs[j].spec].iodepth {
-            let spec = &self.specs[self.jobs[j].spec];
-            if let Some(rt) = spec.runtime_ns {
-                if sim.now_ns() >= rt {
-                    self.jobs[j].stopped = true;
-                    break;
-                }
-            } else if self.jobs[j].issued_bytes >= self.jobs[j].io_limit_bytes {
-                self.jobs[j].stopped = true;
-                break;
+        loop {
+            let job = &self.jobs[j];
+            if job.stopped || job.inflight >= self.spec(j).iodepth {
+                return;
             }
-            match self.next_io(j) {
-                Next::Io(op, sector, nr_sectors) => self.submit_io(j, sim, op, sector, nr_sectors),
-                Next::Reset(z) => {
-                    let zbd = self.zbd.as_mut().expect("reset in zbd mode");
-                    zbd.resetting[z.idx()] = true;
-                    zbd.wp[z.idx()] = 0;
-                    zbd.open.retain(|&o| o != z.0);
-                    let job = &mut self.jobs[j];
-                    job.inflight += 1;
-                    job.tally.zone_resets += 1;
-                    let bio = Bio::zone_op(Op::ZoneReset, self.geo.zone_start(z), 0);
-                    sim.submit(bio, (j as u64) | RESET_FLAG, 0);
+            if self.out_of_budget(j, sim.now_ns()) {
+                self.stop(j);
+                return;
+            }
+            let next = match job.state {
+                JobState::Granted(z) => Next::Zone(z),
+                JobState::Running => self.next_target(j),
+                _ => return, // quiescing, blocked or resetting
+            };
+            match next {
+                Next::Plain(op, sector, n) => self.submit_io(j, sim, op, sector, n),
+                Next::Zone(z) => {
+                    if !self.zone_io(j, z, sim) {
+                        return;
+                    }
                 }
-                Next::Wait => break,
+                Next::Wait => return,
                 Next::Stop => {
-                    self.jobs[j].stopped = true;
-                    break;
+                    self.stop(j);
+                    return;
                 }
             }
         }
+    }
+
+    fn stop(&mut self, j: usize) {
+        self.jobs[j].stopped = true;
+        if let JobState::Granted(z) = self.jobs[j].state {
+            // Granted a zone it will not use: give the lock back.
+            self.jobs[j].state = JobState::Running;
+            self.unpin(z);
+        }
+    }
+
+    /// Takes zone `z`'s lock for job `j`, or makes the job wait for it as fio does:
+    /// quiesce its own I/O first, then block. Returns whether `j` holds the lock.
+    fn acquire(&mut self, j: usize, z: ZoneNo) -> bool {
+        let zbd = self.zbd.as_mut().expect("zbd");
+        let lock = &mut zbd.locks[z.idx()];
+        match lock.owner {
+            None => {
+                lock.owner = Some(j);
+                true
+            }
+            Some(o) if o == j => true,
+            Some(_) => {
+                let job = &mut self.jobs[j];
+                if job.inflight > 0 {
+                    job.state = JobState::Quiescing(z, Then::Lock);
+                } else {
+                    job.state = JobState::Blocked(z);
+                    lock.waiters.push_back(j);
+                }
+                false
+            }
+        }
+    }
+
+    /// Releases zone `z`'s lock if its owner holds it for nothing any more, handing it
+    /// to the first waiting job (which runs after the current event).
+    fn maybe_release(&mut self, z: ZoneNo) {
+        let zbd = self.zbd.as_mut().expect("zbd");
+        let lock = &mut zbd.locks[z.idx()];
+        if lock.count > 0 || lock.pinned {
+            return;
+        }
+        lock.owner = lock.waiters.pop_front();
+        if let Some(w) = lock.owner {
+            lock.pinned = true;
+            self.jobs[w].state = JobState::Granted(z);
+            self.woken.push(w);
+        }
+    }
+
+    fn unpin(&mut self, z: ZoneNo) {
+        self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = false;
+        self.maybe_release(z);
+    }
+
+    /// An I/O of job `j` to zone `z` (zbd mode): lock the zone, reset it if full
+    /// (after quiescing), else issue at its write pointer. Returns whether the job
+    /// can go on submitting.
+    fn zone_io(&mut self, j: usize, z: ZoneNo, sim: &mut Sim) -> bool {
+        if !self.acquire(j, z) {
+            return false;
+        }
+        let write = self.spec(j).rw.is_write();
+        let bs = (self.spec(j).bs_bytes >> SECTOR_SHIFT) as u32;
+        let lbs = self.geo.lbs_sectors();
+        let cap = self.geo.zone_capacity(z);
+        let wp = self.zbd.as_ref().expect("zbd").wp[z.idx()];
+        if write && wp + u64::from(lbs) > cap {
+            // A full zone: fio waits for its own writes, then resets it synchronously.
+            self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = true;
+            if self.jobs[j].inflight > 0 {
+                self.jobs[j].state = JobState::Quiescing(z, Then::Reset);
+            } else {
+                self.submit_reset(j, z, sim);
+            }
+            return false;
+        }
+        let granted = self.jobs[j].state == JobState::Granted(z);
+        self.jobs[j].state = JobState::Running;
+        let start = self.geo.zone_start(z);
+        let (op, at, len) = if write {
+            let len = (u64::from(bs).min(cap - wp) as u32) / lbs * lbs;
+            if !self.spec(j).rw.is_random() {
+                self.jobs[j].next_seq = start.0 + wp + u64::from(len);
+            }
+            (Op::Write, start + wp, len)
+        } else {
+            match self.read_offset(j, z, bs, wp) {
+                Some((at, len)) => (Op::Read, at, len),
+                None => {
+                    // Nothing to read there (it was just reset): try elsewhere.
+                    if granted {
+                        self.unpin(z);
+                    }
+                    self.maybe_release(z);
+                    return true;
+                }
+            }
+        };
+        let zbd = self.zbd.as_mut().expect("zbd");
+        zbd.locks[z.idx()].count += 1;
+        if granted {
+            zbd.locks[z.idx()].pinned = false;
+        }
+        self.submit_io(j, sim, op, at, len);
+        true
+    }
+
+    fn read_offset(&mut self, j: usize, z: ZoneNo, bs: u32, wp: u64) -> Option<(Sector, u32)> {
+        if wp == 0 {
+            return None;
+        }
+        let lbs = u64::from(self.geo.lbs_sectors());
+        let start = self.geo.zone_start(z).0;
+        let len = u64::from(bs).min(wp);
+        if self.spec(j).rw.is_random() {
+            let slots = (wp - len) / lbs + 1;
+            let at = start + self.jobs[j].rng.random_range(0..slots) * lbs;
+            return Some((Sector(at), len as u32));
+        }
+        let at = self.jobs[j].next_seq.max(start);
+        if at >= start + wp {
+            return None;
+        }
+        let len = len.min(start + wp - at);
+        self.jobs[j].next_seq = at + len;
+        Some((Sector(at), len as u32))
+    }
+
+    fn submit_reset(&mut self, j: usize, z: ZoneNo, sim: &mut Sim) {
+        let zbd = self.zbd.as_mut().expect("zbd");
+        zbd.wp[z.idx()] = 0;
+        zbd.open.retain(|&o| o != z.0);
+        let job = &mut self.jobs[j];
+        job.state = JobState::Resetting(z);
+        job.inflight += 1;
+        job.tally.zone_resets += 1;
+        sim.submit(Bio::zone_op(Op::ZoneReset, self.geo.zone_start(z), 0), (j as u64) | RESET_FLAG, 0);
     }
 
     fn submit_io(&mut self, j: usize, sim: &mut Sim, op: Op, sector: Sector, nr_sectors: u32) {
@@ -417,7 +613,7 @@ impl FioJobs {
             if let Some(zbd) = &mut self.zbd {
                 let z = self.geo.zone_no(sector);
                 if !self.geo.zone_is_conv(z) {
-                    zbd.writes_out[z.idx()] += 1;
+                    // As fio's zbd_queue_io(): the write pointer moves when queued.
                     zbd.wp[z.idx()] = sector.since(self.geo.zone_start(z)) + u64::from(nr_sectors);
                     if zbd.wp[z.idx()] >= self.geo.zone_capacity(z) {
                         zbd.open.retain(|&o| o != z.0);
@@ -432,38 +628,36 @@ impl FioJobs {
         sim.submit(bio, j as u64, self.stamp);
     }
 
-    fn next_io(&mut self, j: usize) -> Next {
-        let spec = &self.specs[self.jobs[j].spec];
+    /// The next target of job `j`: a zone (zbd mode) or a plain offset.
+    fn next_target(&mut self, j: usize) -> Next {
+        let spec = self.spec(j);
         let bs = (spec.bs_bytes >> SECTOR_SHIFT) as u32;
-        match (spec.zonemode, spec.rw.is_write()) {
-            (ZoneMode::Zbd, true) => self.next_zbd_write(j, bs),
-            (ZoneMode::Zbd, false) => self.next_zbd_read(j, bs),
-            (ZoneMode::None, write) => self.next_plain(j, bs, if write { Op::Write } else { Op::Read }),
+        match spec.zonemode {
+            ZoneMode::None => self.next_plain(j, bs, if spec.rw.is_write() { Op::Write } else { Op::Read }),
+            ZoneMode::Zbd if spec.rw.is_write() => self.next_write_zone(j),
+            ZoneMode::Zbd => self.next_read_zone(j),
         }
     }
 
     fn next_plain(&mut self, j: usize, bs: u32, op: Op) -> Next {
-        let random = self.specs[self.jobs[j].spec].rw.is_random();
-        let time_based = self.specs[self.jobs[j].spec].runtime_ns.is_some();
+        let random = self.spec(j).rw.is_random();
+        let time_based = self.spec(j).runtime_ns.is_some();
         let job = &mut self.jobs[j];
         let bs64 = u64::from(bs);
         if random {
             let blocks = (job.region_end - job.region_start) / bs64;
             let b = job.rng.random_range(0..blocks);
-            return Next::Io(op, Sector(job.region_start + b * bs64), bs);
+            return Next::Plain(op, Sector(job.region_start + b * bs64), bs);
         }
         if job.next_seq + bs64 > job.region_end {
-            if !time_based && job.issued_bytes < job.io_limit_bytes {
-                job.next_seq = job.region_start; // io_size larger than size: loop
-            } else if !time_based {
+            if !time_based && job.issued_bytes >= job.io_limit_bytes {
                 return Next::Stop;
-            } else {
-                job.next_seq = job.region_start;
             }
+            job.next_seq = job.region_start; // wrap: time based, or io_size > size
         }
         let at = job.next_seq;
         job.next_seq += bs64;
-        Next::Io(op, Sector(at), bs)
+        Next::Plain(op, Sector(at), bs)
     }
 
     fn zone_range(&self, j: usize) -> (u32, u32) {
@@ -473,91 +667,85 @@ impl FioJobs {
         (first.max(self.geo.nr_conv()), last)
     }
 
-    fn next_zbd_write(&mut self, j: usize, bs: u32) -> Next {
+    /// The zone a write goes to, as fio's `zbd_adjust_block()`: sequential jobs
+    /// follow their offset (wrapping at the region end), random ones pick a random
+    /// zone; with an open zone limit (the job's, or the device's), a zone not open
+    /// when the limit is reached is replaced by a random open one.
+    fn next_write_zone(&mut self, j: usize) -> Next {
         let (first, last) = self.zone_range(j);
-        let random = self.specs[self.jobs[j].spec].rw.is_random();
-        let max_open = self.specs[self.jobs[j].spec].max_open_zones as usize;
-        let lbs = self.geo.lbs_sectors();
-        let tries = if random { 16 } else { (last - first + 2) as usize };
-        for _ in 0..tries {
-            let z = if random {
-                let mut z = self.jobs[j].rng.random_range(first..=last);
-                let zbd = self.zbd.as_mut().expect("zbd");
-                if max_open > 0 && !zbd.open.contains(&z) {
-                    if zbd.open.len() >= max_open {
-                        z = zbd.open[self.jobs[j].rng.random_range(0..zbd.open.len())];
-                    } else {
-                        zbd.open.push(z);
-                    }
-                }
-                ZoneNo(z)
-            } else {
-                let job = &mut self.jobs[j];
-                if job.next_seq >= job.region_end {
-                    job.next_seq = job.region_start;
-                }
-                self.geo.zone_no(Sector(job.next_seq))
-            };
-            let cap = self.geo.zone_capacity(z);
-            let zbd = self.zbd.as_mut().expect("zbd");
-            let (wp, out, resetting) = (zbd.wp[z.idx()], zbd.writes_out[z.idx()], zbd.resetting[z.idx()]);
-            if resetting || wp + u64::from(lbs) > cap {
-                if !resetting && out == 0 {
-                    return Next::Reset(z);
-                }
-                if !random {
-                    let job = &mut self.jobs[j];
-                    job.next_seq = self.geo.zone_start(z).0 + self.geo.zone_len(z);
-                }
-                continue;
+        let max_open = match self.spec(j).max_open_zones {
+            0 => self.geo.max_open() as usize,
+            n => n as usize,
+        };
+        let z = if self.spec(j).rw.is_random() {
+            self.jobs[j].rng.random_range(first..=last)
+        } else {
+            let job = &mut self.jobs[j];
+            if job.next_seq >= job.region_end {
+                job.next_seq = job.region_start;
             }
-            let len = (u64::from(bs).min(cap - wp) as u32) / lbs * lbs;
-            let at = self.geo.zone_start(z) + wp;
-            if !random {
-                self.jobs[j].next_seq = at.0 + u64::from(len);
+            self.geo.zone_no(Sector(job.next_seq)).0
+        };
+        let zbd = self.zbd.as_mut().expect("zbd");
+        if max_open > 0 && !zbd.open.contains(&z) {
+            if zbd.open.len() >= max_open {
+                let pick = self.jobs[j].rng.random_range(0..zbd.open.len());
+                return Next::Zone(ZoneNo(zbd.open[pick]));
             }
-            return Next::Io(Op::Write, at, len);
+            zbd.open.push(z);
         }
-        Next::Wait
+        Next::Zone(ZoneNo(z))
     }
 
-    fn next_zbd_read(&mut self, j: usize, bs: u32) -> Next {
+    /// The zone a read goes to: one holding data (fio's `zbd_find_zone()`).
+    fn next_read_zone(&mut self, j: usize) -> Next {
         let (first, last) = self.zone_range(j);
-        let random = self.specs[self.jobs[j].spec].rw.is_random();
-        let lbs = u64::from(self.geo.lbs_sectors());
-        let tries = if random { 32 } else { (last - first + 2) as usize };
-        for _ in 0..tries {
-            let z = if random {
-                ZoneNo(self.jobs[j].rng.random_range(first..=last))
-            } else {
-                let job = &mut self.jobs[j];
+        let random = self.spec(j).rw.is_random();
+        let zbd = self.zbd.as_ref().expect("zbd");
+        if random {
+            for _ in 0..32 {
+                let z = self.jobs[j].rng.random_range(first..=last);
+                if zbd.wp[z as usize] > 0 {
+                    return Next::Zone(ZoneNo(z));
+                }
+            }
+        } else {
+            let job = &mut self.jobs[j];
+            for _ in first..=last + 1 {
                 if job.next_seq >= job.region_end {
                     job.next_seq = job.region_start;
                 }
-                self.geo.zone_no(Sector(job.next_seq))
-            };
-            let wp = self.zbd.as_ref().expect("zbd").wp[z.idx()];
-            let start = self.geo.zone_start(z).0;
-            if wp == 0 || (!random && self.jobs[j].next_seq >= start + wp) {
-                if !random {
-                    self.jobs[j].next_seq = start + self.geo.zone_len(z);
+                let z = self.geo.zone_no(Sector(job.next_seq));
+                let start = self.geo.zone_start(z).0;
+                if job.next_seq < start + zbd.wp[z.idx()] {
+                    return Next::Zone(z);
                 }
-                continue;
+                job.next_seq = start + self.geo.zone_len(z);
             }
-            let len = u64::from(bs).min(wp);
-            let at = if random {
-                let slots = (wp - len) / lbs + 1;
-                start + self.jobs[j].rng.random_range(0..slots) * lbs
-            } else {
-                let at = self.jobs[j].next_seq;
-                let len = len.min(start + wp - at);
-                self.jobs[j].next_seq = at + len;
-                return Next::Io(Op::Read, Sector(at), len as u32);
-            };
-            return Next::Io(Op::Read, Sector(at), len as u32);
         }
         // Nothing written to read: fio ends such a job.
         if self.jobs[j].inflight == 0 { Next::Stop } else { Next::Wait }
+    }
+
+    /// Job `j`'s I/O (or reset) to zone `z` completed.
+    fn zone_io_done(&mut self, j: usize, z: ZoneNo, reset: bool, c: &SimCompletion, sim: &Sim) {
+        let zbd = self.zbd.as_mut().expect("zbd");
+        if reset {
+            // Keep the lock: the write that found the zone full goes there now.
+            self.jobs[j].state = JobState::Granted(z);
+            return;
+        }
+        let lock = &mut zbd.locks[z.idx()];
+        assert_eq!(lock.owner, Some(j), "zone {z} I/O completed for a job not holding its lock");
+        lock.count -= 1;
+        if c.result.is_err() && c.op == Op::Write && lock.count == 0 {
+            // As fio after an error: take the write pointer from the device.
+            if let Some(zs) = sim.device().zones() {
+                let zone = zs.zone(z);
+                zbd.wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
+            }
+        }
+        self.maybe_release(z)
     }
 }
 
@@ -566,10 +754,14 @@ impl Workload for FioJobs {
         for j in 0..self.jobs.len() {
             self.fill(j, sim);
         }
+        while let Some(w) = self.woken.pop() {
+            self.fill(w, sim);
+        }
     }
 
     fn on_complete(&mut self, sim: &mut Sim, c: SimCompletion) {
         let j = (c.token & !RESET_FLAG) as usize;
+        let reset = c.token & RESET_FLAG != 0;
         let job = &mut self.jobs[j];
         job.inflight -= 1;
         job.tally.end_ns = sim.now_ns();
@@ -577,24 +769,37 @@ impl Workload for FioJobs {
             job.tally.errors += 1;
             job.tally.first_error.get_or_insert(s);
         }
-        if c.token & RESET_FLAG != 0 {
-            let z = self.geo.zone_no(c.sector);
-            self.zbd.as_mut().expect("zbd").resetting[z.idx()] = false;
-        } else {
+        if !reset && c.result.is_ok() {
             let bytes = u64::from(c.nr_sectors) << SECTOR_SHIFT;
-            if c.result.is_ok() {
-                match c.op {
-                    Op::Read => job.tally.read.record(bytes, c.latency_ns),
-                    _ => job.tally.write.record(bytes, c.latency_ns),
-                }
-            }
-            if c.op == Op::Write {
-                self.write_done(sim, c);
+            match c.op {
+                Op::Read => job.tally.read.record(bytes, c.latency_ns),
+                _ => job.tally.write.record(bytes, c.latency_ns),
             }
         }
-        // Refill every job: a completion may unblock a job waiting on a zone.
-        for k in 0..self.jobs.len() {
-            self.fill(k, sim);
+        if self.zbd.is_some() && self.spec(j).zonemode == ZoneMode::Zbd {
+            let z = self.geo.zone_no(c.sector);
+            if !self.geo.zone_is_conv(z) {
+                self.zone_io_done(j, z, reset, &c, sim);
+            }
+        }
+        // A quiescing job whose I/O has drained goes on to what it waited for.
+        if let JobState::Quiescing(z, then) = self.jobs[j].state {
+            if self.jobs[j].inflight == 0 {
+                match then {
+                    Then::Reset => self.submit_reset(j, z, sim),
+                    Then::Lock => {
+                        self.jobs[j].state = JobState::Running;
+                        if self.acquire(j, z) {
+                            self.jobs[j].state = JobState::Granted(z);
+                            self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = true;
+                        }
+                    }
+                }
+            }
+        }
+        self.fill(j, sim);
+        while let Some(w) = self.woken.pop() {
+            self.fill(w, sim);
         }
     }
 
@@ -603,28 +808,13 @@ impl Workload for FioJobs {
         for k in 0..self.jobs.len() {
             self.fill(k, sim);
         }
+        while let Some(w) = self.woken.pop() {
+            self.fill(w, sim);
+        }
         sim.stats().bios > before
     }
 
     fn is_done(&self) -> bool {
         self.jobs.iter().all(|j| j.stopped && j.inflight == 0)
-    }
-}
-
-impl FioJobs {
-    fn write_done(&mut self, sim: &Sim, c: SimCompletion) {
-        let Some(zbd) = &mut self.zbd else { return };
-        let z = self.geo.zone_no(c.sector);
-        if self.geo.zone_is_conv(z) {
-            return;
-        }
-        zbd.writes_out[z.idx()] -= 1;
-        if c.result.is_err() && zbd.writes_out[z.idx()] == 0 {
-            // As fio after an error: take the write pointer from the device.
-            if let Some(zs) = sim.device().zones() {
-                let zone = zs.zone(z);
-                zbd.wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
-            }
-        }
     }
 }

@@ -39,7 +39,8 @@ pub fn geometry(f: impl FnOnce(&mut GeometryParams)) -> Geometry {
 
 impl Harness {
     pub fn new(geo: &Geometry, policy: IssuePolicy, recovery: WpRecovery) -> Harness {
-        let cfg = EngineConfig { policy, wp_recovery: recovery, queue_depth: 64, max_bios: 1 << 16 };
+        let cfg =
+            EngineConfig { policy, wp_recovery: recovery, queue_depth: 64, max_bios: 1 << 16, ..Default::default() };
         Harness {
             engine: Engine::new_empty(geo, cfg),
             dev: MemDevice::new(geo, false),
