@@ -9,5 +9,5 @@ mod engine;
 mod plug;
 pub mod split;
 
-pub use engine::{Action, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery};
+pub use engine::{Action, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery, validate_bio};
 pub use split::SplitLimits;

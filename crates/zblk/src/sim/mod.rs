@@ -9,6 +9,7 @@ pub mod faults;
 pub mod model;
 pub mod pattern;
 pub mod random;
+pub mod stack;
 pub mod stats;
 pub mod workload;
 
