@@ -208,6 +208,11 @@ impl StackSim {
         self.sink = Some(sink);
     }
 
+    /// Removes the trace sink (dropping it, which flushes what it buffers).
+    pub fn clear_trace_sink(&mut self) {
+        self.sink = None;
+    }
+
     /// The seek histograms of every device (tracing must be on).
     pub fn seeks(&self) -> Option<&SeekTracker> {
         self.seeks.as_ref()

@@ -283,19 +283,22 @@ pub fn bar(ratio: f64, width: usize) -> String {
 }
 
 /// Seek histograms of every device of a stack, fed with trace events: a disk's from
-/// the requests its engine issues (`D`), a stacked device's from the BIOs entering
-/// it (`Q`).
+/// the requests its engine issues (`D`); a stacked device's from the BIOs that
+/// arrive at it, before it splits them: remapped to it from the device above (`A`),
+/// or submitted to it as the top device (its `Q` at offset 0 of the submitted BIO;
+/// the `Q` of a split remainder is not an arrival).
 #[derive(Clone, Debug)]
 pub struct SeekTracker {
     hists: Vec<SeekHist>,
     disk: Vec<bool>,
+    top: DevId,
 }
 
 impl SeekTracker {
     /// Empty histograms for the devices of `stack`.
     pub fn new(stack: &Stack) -> SeekTracker {
         let disk: Vec<bool> = stack.devices().map(|(_, i)| i.kind == DevKind::Disk).collect();
-        SeekTracker { hists: vec![SeekHist::new(); disk.len()], disk }
+        SeekTracker { hists: vec![SeekHist::new(); disk.len()], disk, top: stack.top() }
     }
 
     /// Takes an event into account.
@@ -303,7 +306,8 @@ impl SeekTracker {
         let d = e.dev.idx();
         let counted = match e.action {
             TraceAction::Issue => self.disk[d],
-            TraceAction::Queue => !self.disk[d],
+            TraceAction::Remap { .. } => !self.disk[d],
+            TraceAction::Queue => !self.disk[d] && e.dev == self.top && e.bio_offset == 0,
             _ => false,
         };
         if counted && e.op.has_range() {
