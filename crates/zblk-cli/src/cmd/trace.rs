@@ -253,8 +253,8 @@ fn summary(sim: &StackSim, w: &SeqJobs, hist: bool) -> String {
     );
     let st = sim.stack().stats();
     s.push_str(&format!(
-        "# stack: {} splits, {} remaps, {} disk BIOs, {} requests\n",
-        st.splits, st.remaps, st.disk_bios, st.requests
+        "# stack: {} splits, {} remaps, {} disk BIOs ({} failed as unaligned writes), {} requests\n",
+        st.splits, st.remaps, st.disk_bios, st.unaligned, st.requests
     ));
     if hist {
         let seeks = sim.seeks().expect("tracing on");

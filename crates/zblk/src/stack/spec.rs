@@ -349,7 +349,7 @@ mod tests {
         let cases = [
             ("", "expected a device"),
             ("striped[nullb]", "chunk=SIZE is required"),
-            ("striped:chunk=64k nullb", "expected '['"),
+            ("linear:max_sectors=8", "expected '['"),
             ("striped:chunk=1000[nullb]", "not a non-zero number of sectors"),
             ("striped:chunk=64k,foo=1[nullb]", "unknown parameter 'foo'"),
             ("striped:chunk=64k[nullb@1m]", "only linear members"),
