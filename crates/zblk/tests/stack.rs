@@ -268,3 +268,15 @@ fn regular_stack_refuses_zone_operations() {
     assert_eq!(one(&mut s, Bio::write(Sector(32760), 16, 0)), Ok(Sector(32760)));
     assert_eq!(one(&mut s, Bio::flush(0)), Ok(Sector(0)));
 }
+
+#[test]
+fn a_bio_for_a_device_not_in_the_stack_is_refused() {
+    let mut st = stack(DOMAIN_EXAMPLE, SplitOrder::Head);
+    st.submit(zblk::stack::DevId(99), Bio::read(Sector(0), 8, 42), 0);
+    let c = st.poll_action();
+    assert!(
+        matches!(c, Some(StackAction::Complete(zblk::Completion { user_data: 42, result: Err(Status::Invalid) }))),
+        "{c:?}"
+    );
+    assert_eq!(st.stats().invalid, 1);
+}

@@ -73,6 +73,14 @@ pub enum StackError {
         /// What its parameters say is wrong.
         source: crate::params::ParamError,
     },
+    /// A member that is not a device of this stack.
+    #[error("{dev}: member {member:?} is not a device of this stack")]
+    UnknownMember {
+        /// The device.
+        dev: String,
+        /// The unknown id.
+        member: DevId,
+    },
     /// A stacked device without members.
     #[error("{dev}: no member devices")]
     NoMembers {
@@ -273,8 +281,11 @@ impl StackBuilder {
     }
 
     /// The block size all of `members` share, or the error naming the one that
-    /// differs.
+    /// differs (or that does not exist).
     fn common_lbs(&self, dev: &str, members: &[DevId]) -> Result<u32, StackError> {
+        if let Some(&member) = members.iter().find(|m| m.idx() >= self.devs.len()) {
+            return Err(StackError::UnknownMember { dev: dev.to_string(), member });
+        }
         let first = self.info(members[0]);
         for &m in &members[1..] {
             let info = self.info(m);
@@ -603,6 +614,9 @@ mod tests {
         assert!(matches!(b.striped(&[a, z], 128, None), Err(StackError::ZoneModel { .. })));
         assert!(matches!(b.striped(&[a], 96, None), Err(StackError::Chunk { .. })));
         assert!(matches!(b.striped(&[], 128, None), Err(StackError::NoMembers { .. })));
+        assert!(matches!(b.striped(&[a, DevId(99)], 128, None), Err(StackError::UnknownMember { .. })));
+        let t = LinearTarget { dev: DevId(99), offset: Sector(0), len_sectors: None };
+        assert!(matches!(b.linear(&[t], None), Err(StackError::UnknownMember { .. })));
         assert!(matches!(b.striped(&[c], 4, None), Err(StackError::Chunk { .. })));
         assert!(matches!(b.striped(&[a], 128, Some(100_000)), Err(StackError::MaxSectors { .. })));
         let three: Vec<DevId> = (0..3).map(|_| b.disk(&geo("size=64,zone_size=4"), EngineConfig::default())).collect();

@@ -287,7 +287,9 @@ impl Stack {
     /// Submits `bio` to device `dev` on behalf of `submitter` (a number naming the
     /// submitting context, for traces). The whole BIO list is processed before this
     /// returns; the completion comes as a [`StackAction::Complete`], never from
-    /// inside `submit`.
+    /// inside `submit`. A BIO the device cannot take (out of range, misaligned, an
+    /// operation it does not support, a device not of this stack) completes with
+    /// the status saying so.
     pub fn submit(&mut self, dev: DevId, bio: Bio, submitter: u32) {
         assert!(self.list.is_empty(), "submit re-entered");
         self.stats.bios += 1;
@@ -296,7 +298,8 @@ impl Stack {
                 .push_back(StackAction::Complete(Completion { user_data: bio.user_data, result: Err(Status::Again) }));
             return;
         }
-        if let Err(status) = self.validate(dev, &bio) {
+        let checked = if dev.idx() < self.devs.len() { self.validate(dev, &bio) } else { Err(Status::Invalid) };
+        if let Err(status) = checked {
             self.stats.invalid += 1;
             self.actions.push_back(StackAction::Complete(Completion { user_data: bio.user_data, result: Err(status) }));
             return;
