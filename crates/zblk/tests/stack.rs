@@ -1,7 +1,7 @@
-//! Stacked devices, scenario by scenario: the split order example of DOMAIN.md,
-//! zoned writes through linear and striped devices at high queue depth, zone
-//! operations, appends and flushes through a stack, data landing where the mapping
-//! says.
+//! Stacked devices, scenario by scenario: a 2 MiB read split at max_sectors 1 MiB
+//! and at a 512 KiB chunk, zoned writes through linear and striped devices at high
+//! queue depth, zone operations, appends and flushes through a stack, data landing
+//! where the mapping says.
 
 use zblk::bio::{Bio, Op, Status};
 use zblk::sim::pattern::{self, Decoded};
@@ -54,11 +54,11 @@ fn disk_order_kib(st: &Stack, events: &[TraceEvent], action: fn(&TraceAction) ->
         .collect()
 }
 
-const DOMAIN_EXAMPLE: &str = "striped:chunk=512k[2*nullb:size=64,zoned=0,max_sectors=2048]";
+const SPLIT_EXAMPLE: &str = "striped:chunk=512k[2*nullb:size=64,zoned=0,max_sectors=2048]";
 
 #[test]
-fn domain_example_head_order_is_ascending() {
-    let mut st = stack(DOMAIN_EXAMPLE, SplitOrder::Head);
+fn two_mib_read_head_order_is_ascending() {
+    let mut st = stack(SPLIT_EXAMPLE, SplitOrder::Head);
     assert_eq!(st.info(st.top()).limits.max_sectors, 2048, "max_sectors 1 MiB stacked from the disks");
     let ev = run_sync(&mut st, &[Bio::read(Sector(0), 4096, 0)]);
     let remapped = disk_order_kib(&st, &ev, |a| matches!(a, TraceAction::Remap { .. }));
@@ -69,16 +69,16 @@ fn domain_example_head_order_is_ascending() {
 }
 
 #[test]
-fn domain_example_tail_order_is_not() {
-    let mut st = stack(DOMAIN_EXAMPLE, SplitOrder::Tail);
+fn two_mib_read_tail_order_is_not() {
+    let mut st = stack(SPLIT_EXAMPLE, SplitOrder::Tail);
     let ev = run_sync(&mut st, &[Bio::read(Sector(0), 4096, 0)]);
     assert_eq!(disk_order_kib(&st, &ev, |a| matches!(a, TraceAction::Remap { .. })), vec![0, 1024, 512, 1536]);
     assert_eq!(disk_order_kib(&st, &ev, |a| *a == TraceAction::Issue), vec![0, 1024, 512, 1536]);
 }
 
 #[test]
-fn domain_example_trace_lines() {
-    let mut st = stack(DOMAIN_EXAMPLE, SplitOrder::Head);
+fn two_mib_read_trace_lines() {
+    let mut st = stack(SPLIT_EXAMPLE, SplitOrder::Head);
     let ev = run_sync(&mut st, &[Bio::read(Sector(0), 4096, 0)]);
     let mut w = zblk::stack::TraceWriter::new(&st);
     let lines: Vec<String> = ev.iter().map(|e| w.line(e)).collect();
@@ -271,7 +271,7 @@ fn regular_stack_refuses_zone_operations() {
 
 #[test]
 fn a_bio_for_a_device_not_in_the_stack_is_refused() {
-    let mut st = stack(DOMAIN_EXAMPLE, SplitOrder::Head);
+    let mut st = stack(SPLIT_EXAMPLE, SplitOrder::Head);
     st.submit(zblk::stack::DevId(99), Bio::read(Sector(0), 8, 42), 0);
     let c = st.poll_action();
     assert!(
