@@ -91,9 +91,11 @@ impl SplitOrderArg {
 fn stack_help() -> String {
     let mut s = String::from(
         "Stacks:\n  \
-         striped:chunk=SIZE[,max_sectors=N][MEMBER; MEMBER; ...]   RAID0 over the members\n  \
-         linear[,max_sectors=N][MEMBER; ...]                      concatenation (dm-linear)\n  \
-         a MEMBER is [COUNT*]SPEC, and for linear SPEC[@OFFSET[+LENGTH]] maps a range of it;\n  \
+         striped:chunk=SIZE[MEMBER; MEMBER; ...]      RAID0 over the members, one chunk each in turn\n  \
+         linear[MEMBER; MEMBER; ...]                  concatenation of the members (dm-linear)\n  \
+         both take max_sectors=N after ':' (striped:chunk=64k,max_sectors=1024[...], linear:max_sectors=1024[...]);\n  \
+         a MEMBER is SPEC or COUNT*SPEC (COUNT copies); a linear member SPEC@OFFSET or SPEC@OFFSET+LENGTH\n  \
+         maps only that byte range of it;\n  \
          a disk is a device spec as --dev takes it, e.g. nullb:size=1024,zoned=0,max_sectors=2048\n\
          Example: striped:chunk=512k[linear[2*nullb:size=256,zoned=0]; linear[2*nullb:size=256,zoned=0]]\n\n\
          Output lines (blkparse's default shape): device (major,minor), cpu, sequence, time (s, simulated),\n\

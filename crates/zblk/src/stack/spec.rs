@@ -84,6 +84,9 @@ pub type DiskResolver<'a> = &'a mut dyn FnMut(&str) -> Result<DeviceParams, Stri
 /// The most copies `count*` may make.
 const MAX_COUNT: u32 = 1024;
 
+/// The most disks a specification may build (each has an engine and a device).
+pub const MAX_DISKS: usize = 4096;
+
 struct Parser<'a, 'r> {
     text: &'a str,
     pos: usize,
@@ -108,10 +111,26 @@ impl StackSpec {
     /// they are rotational and zoned (the kernel's `zoned_qd1_writes` default),
     /// unless `policy` says otherwise.
     pub fn build(&self, cfg: StackConfig, policy: Option<IssuePolicy>) -> Result<BuiltStack, StackError> {
+        let disks = self.nr_disks();
+        if disks > MAX_DISKS {
+            return Err(StackError::Geometry {
+                dev: "stack".to_string(),
+                why: format!("{disks} disks, more than {MAX_DISKS}"),
+            });
+        }
         let mut b = StackBuilder::new();
         let mut disks = Vec::new();
         let top = self.add(&mut b, &mut disks, policy)?;
         Ok(BuiltStack { stack: b.build(top, cfg), disks })
+    }
+
+    /// How many disks the tree has (saturating).
+    pub fn nr_disks(&self) -> usize {
+        match self {
+            StackSpec::Disk(_) => 1,
+            StackSpec::Linear { targets, .. } => targets.iter().fold(0usize, |n, t| n.saturating_add(t.dev.nr_disks())),
+            StackSpec::Striped { members, .. } => members.iter().fold(0usize, |n, m| n.saturating_add(m.nr_disks())),
+        }
     }
 
     fn add(
@@ -294,6 +313,12 @@ impl Parser<'_, '_> {
                 }
             }
         }
+        // Bounded before copying, so that nested counts cannot make a huge tree.
+        let total =
+            out.iter().fold(dev.nr_disks().saturating_mul(count as usize), |n, t| n.saturating_add(t.dev.nr_disks()));
+        if total > MAX_DISKS {
+            return Err(self.err(format!("{kind}: more than {MAX_DISKS} disks")));
+        }
         for _ in 0..count {
             out.push(TargetSpec { dev: dev.clone(), offset_bytes, len_bytes });
         }
@@ -363,6 +388,17 @@ mod tests {
             let e = parse(text).unwrap_err();
             assert!(e.to_string().contains(want), "{text}: {e}");
         }
+        let many = parse("linear[1024*linear[1024*linear[1024*nullb:size=1,zoned=0]]]").unwrap_err();
+        assert!(many.to_string().contains("more than 4096 disks"), "{many}");
+        let spec = StackSpec::Linear {
+            max_sectors: None,
+            targets: vec![
+                TargetSpec { dev: StackSpec::Disk(DeviceParams::default()), offset_bytes: 0, len_bytes: None };
+                5000
+            ],
+        };
+        let e = spec.build(StackConfig::default(), None).unwrap_err();
+        assert!(e.to_string().contains("more than 4096"), "{e}");
         let chunk = parse("striped:chunk=96k[2*nullb:zoned=0]").unwrap();
         let e = chunk.build(StackConfig::default(), None).unwrap_err();
         assert!(e.to_string().contains("power of two"), "{e}");
