@@ -29,6 +29,9 @@ enum Command {
     Corebench(cmd::corebench::CorebenchArgs),
     /// Run a published experiment on simulated devices, all policies side by side.
     Sweep(cmd::sweep::SweepArgs),
+    /// Trace every I/O of every device of a simulated stack, blkparse-style, with
+    /// seek histograms.
+    Trace(cmd::trace::TraceArgs),
 }
 
 /// A command failed: the message is printed as `zblk: <message>`.
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(&a),
         Command::Corebench(a) => cmd::corebench::run(&a),
         Command::Sweep(a) => cmd::sweep::run(&a),
+        Command::Trace(a) => cmd::trace::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

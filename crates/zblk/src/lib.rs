@@ -9,6 +9,9 @@
 //! - [`dev`]: devices that execute requests (in-memory, ...).
 //! - [`sim`]: a deterministic simulator driving the engine in virtual time, with
 //!   device timing models, fio-like workloads and a checker.
+//! - [`stack`]: stacked devices (striped, linear) over member devices, the
+//!   submission path that splits and remaps BIOs down to each disk's engine, and
+//!   I/O traces with seek histograms.
 //! - [`geometry`], [`zone`], [`bio`], [`units`], [`params`]: the vocabulary.
 //!
 //! `docs/ARCHITECTURE.md` explains the layout and the engine's call-order contract.
@@ -19,6 +22,7 @@ pub mod dev;
 pub mod geometry;
 pub mod params;
 pub mod sim;
+pub mod stack;
 pub mod units;
 pub mod zone;
 

@@ -3,3 +3,5 @@
 pub mod bench;
 pub mod corebench;
 pub mod sweep;
+pub mod sweep_split;
+pub mod trace;

@@ -24,9 +24,15 @@ pub struct SweepArgs {
 
 /// The experiments.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum Experiment {}
+pub enum Experiment {
+    /// Split order on a striped device: sequential reads with split remainders at
+    /// the head or the tail of the BIO list, member seeks and throughput.
+    Split,
+}
 
 /// Runs `zblk sweep`.
 pub fn run(a: &SweepArgs) -> Result<(), CliError> {
-    match a.experiment {}
+    match a.experiment {
+        Experiment::Split => super::sweep_split::run(a),
+    }
 }

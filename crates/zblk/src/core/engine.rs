@@ -505,39 +505,7 @@ impl Engine {
     /// `blk_check_zone_append()` do. Every failure is [`Status::Invalid`] except
     /// zone operations on a regular device ([`Status::NotSupported`]).
     pub fn validate(&self, bio: &Bio) -> Result<(), Status> {
-        let geo = &self.geo;
-        if bio.op == Op::Flush {
-            return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
-        }
-        if bio.op.is_zone_mgmt() || bio.op == Op::ZoneAppend {
-            if !geo.is_zoned() {
-                return Err(Status::NotSupported);
-            }
-            if bio.op == Op::ZoneResetAll {
-                return Ok(());
-            }
-            if !geo.is_zone_start(bio.sector) || geo.zone_is_conv(geo.zone_no(bio.sector)) {
-                return Err(Status::Invalid);
-            }
-        }
-        if bio.op.is_zone_mgmt() {
-            return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
-        }
-        let n = u64::from(bio.nr_sectors);
-        let in_range = bio.sector.0.checked_add(n).is_some_and(|end| end <= geo.nr_sectors());
-        if n == 0 || !in_range || !geo.is_block_aligned(bio.sector, n) {
-            return Err(Status::Invalid);
-        }
-        if bio.op == Op::ZoneAppend {
-            let z = geo.zone_no(bio.sector);
-            if bio.nr_sectors > geo.append_limit_sectors() || n > geo.zone_capacity(z) {
-                return Err(Status::Invalid);
-            }
-        }
-        if bio.op == Op::Discard && geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(bio.end() - 1)) {
-            return Err(Status::Invalid);
-        }
-        Ok(())
+        validate_bio(&self.geo, bio)
     }
 
     fn new_frag(&mut self, b: usize, bio: &Bio, bio_offset: u32, nr_sectors: u32, kind: Kind) -> usize {
@@ -1382,4 +1350,42 @@ impl Engine {
             assert_eq!(held, queued + waiting, "ZWL fragments lost");
         }
     }
+}
+
+/// Checks a BIO against a device geometry, as `submit_bio_noacct()` and
+/// `blk_check_zone_append()` do: what [`Engine::validate`] checks, for callers that
+/// submit to a device without an engine of its own (a stacked, bio-based device).
+pub fn validate_bio(geo: &Geometry, bio: &Bio) -> Result<(), Status> {
+    if bio.op == Op::Flush {
+        return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
+    }
+    if bio.op.is_zone_mgmt() || bio.op == Op::ZoneAppend {
+        if !geo.is_zoned() {
+            return Err(Status::NotSupported);
+        }
+        if bio.op == Op::ZoneResetAll {
+            return Ok(());
+        }
+        if !geo.is_zone_start(bio.sector) || geo.zone_is_conv(geo.zone_no(bio.sector)) {
+            return Err(Status::Invalid);
+        }
+    }
+    if bio.op.is_zone_mgmt() {
+        return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
+    }
+    let n = u64::from(bio.nr_sectors);
+    let in_range = bio.sector.0.checked_add(n).is_some_and(|end| end <= geo.nr_sectors());
+    if n == 0 || !in_range || !geo.is_block_aligned(bio.sector, n) {
+        return Err(Status::Invalid);
+    }
+    if bio.op == Op::ZoneAppend {
+        let z = geo.zone_no(bio.sector);
+        if bio.nr_sectors > geo.append_limit_sectors() || n > geo.zone_capacity(z) {
+            return Err(Status::Invalid);
+        }
+    }
+    if bio.op == Op::Discard && geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(bio.end() - 1)) {
+        return Err(Status::Invalid);
+    }
+    Ok(())
 }

@@ -10,5 +10,7 @@ mod plug;
 pub mod split;
 mod zwl;
 
-pub use engine::{Action, AttrError, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery};
+pub use engine::{
+    Action, AttrError, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery, validate_bio,
+};
 pub use split::SplitLimits;

@@ -11,6 +11,7 @@ pub mod hdd;
 pub mod model;
 pub mod pattern;
 pub mod random;
+pub mod stack;
 pub mod stats;
 pub mod workload;
 

@@ -1,0 +1,127 @@
+//! `zblk trace` and `zblk sweep split` as a user runs them.
+
+use std::process::{Command, Output};
+
+fn zblk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const EXAMPLE: &str = "striped:chunk=512k[4*nullb:size=64,zoned=0,max_sectors=2048]";
+
+#[test]
+fn trace_prints_blkparse_lines_and_histograms() {
+    let o = zblk(&["trace", "--stack", EXAMPLE, "--bs", "2M", "--size", "8M", "--seek-hist"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.starts_with("# zblk trace: simulated"), "{out}");
+    assert!(out.contains("  9,0    0        1     0.000000000     0  Q   R 0 + 4096 [job0]"), "{out}");
+    assert!(out.contains("  9,0    0        2     0.000000000     0  X   R 0 / 2048 [job0]"), "{out}");
+    assert!(out.contains("  8,0    0        1     0.000000000     0  A   R 0 + 1024 <- (9,0) 0"), "{out}");
+    // Every D line has the blkparse shape: device, cpu, seq, time, pid, action, RWBS,
+    // sector + length [comm].
+    let d: Vec<&str> = out.lines().filter(|l| l.get(42..45) == Some(" D ")).collect();
+    assert_eq!(d.len(), 16, "{out}");
+    for l in &d {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!((f[1], f[5], f[6], f[8]), ("0", "D", "R", "+"), "{l}");
+        assert!(f[3].contains('.') && f[9] == "1024" && f[10] == "[job0]", "{l}");
+    }
+    assert!(out.contains("## sda (8,0): seek distances between requests issued (simulated)"), "{out}");
+    assert!(out.contains("zero-distance seeks: 100.0% of 3"), "{out}");
+    assert!(out.contains("MB/s (simulated)"), "{out}");
+}
+
+#[test]
+fn trace_tail_order_seeks_and_writes_fail_on_zones() {
+    let o = zblk(&[
+        "trace",
+        "--stack",
+        "striped:chunk=64k[8*nullb:size=64,zoned=0,max_sectors=2048]",
+        "--bs",
+        "4480k",
+        "--size",
+        "35M",
+        "--split_order",
+        "tail",
+        "--seek-hist",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains(" D "), "--quiet printed events");
+    assert!(out.contains("<= 64KiB"), "{out}");
+    let o = zblk(&[
+        "trace",
+        "--stack",
+        "linear[nullb:size=64,zone_size=4@8m; nullb:size=64,zone_size=4]",
+        "--rw",
+        "write",
+        "--bs",
+        "64k",
+        "--bs_max",
+        "3m",
+        "--iodepth",
+        "64",
+        "--size",
+        "16M",
+        "--split_order",
+        "tail",
+        "--check",
+        "--actions",
+        "C",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("unaligned writes), first: unaligned write (EIO)"), "{out}");
+    // The members' zone write plugs refuse the misordered pieces before the disks
+    // see them: every completion that reaches a disk succeeded.
+    let events: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!events.is_empty() && events.iter().all(|l| l.get(42..45) == Some(" C ") && l.ends_with("[0]")), "{out}");
+}
+
+#[test]
+fn bad_stacks_and_options_are_named() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["--stack", "striped:chunk=96k[2*nullb:zoned=0]"], "chunk 192 sectors: must be a power of two"),
+        (&["--stack", "striped:chunk=64k[nullb:zoned=0; nullb:zoned=0,blocksize=4096]"], "4096-byte blocks"),
+        (&["--stack", "linear[nullb:size=64,zone_size=4@1m]"], "not on zone boundaries"),
+        (&["--stack", "striped:chunk=64k[2*nullb:zoned=0"], "expected ';' or ']'"),
+        (&["--stack", "linear[bogus]"], "unknown preset 'bogus'"),
+        (&["--stack", "linear[nullb:size=16,zoned=0]", "--size", "32M"], "runs past the end of dm-0"),
+        (&["--stack", "linear[nullb:size=16,zoned=0]", "--bs", "1000"], "--bs: 1000"),
+    ];
+    for (args, want) in cases {
+        let o = zblk(&[&["trace"], args].concat());
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn sweep_split_json_rows() {
+    let o = zblk(&["sweep", "split", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let rows = rows.as_array().expect("an array of rows");
+    assert_eq!(rows.len(), 2);
+    for (row, order) in rows.iter().zip(["head", "tail"]) {
+        assert_eq!(row["experiment"], "split");
+        assert_eq!(row["order"], order);
+        assert_eq!(row["simulated"], true);
+        for k in ["mb_s", "zero_seek_fraction", "seeks"] {
+            assert!(row[k].is_number(), "{k} in {row}");
+        }
+    }
+    assert!(rows[0]["mb_s"].as_f64() >= rows[1]["mb_s"].as_f64().map(|t| 1.5 * t));
+    let o = zblk(&["sweep", "split"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("All numbers are simulated"), "{}", stdout(&o));
+}
