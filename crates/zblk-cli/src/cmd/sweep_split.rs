@@ -10,11 +10,11 @@
 use super::sweep::SweepArgs;
 use super::trace::build_sim;
 use crate::CliError;
-use std::collections::VecDeque;
 use std::fmt::Write as _;
-use zblk::bio::{Op, Request};
+use zblk::bio::Op;
 use zblk::params::DeviceParams;
 use zblk::sim::DeviceModel;
+use zblk::sim::hdd::{HddModel, HddParams};
 use zblk::sim::stack::{SeqJob, SeqJobs};
 use zblk::stack::{DevKind, SeekHist, SplitOrder, StackSpec};
 use zblk::units::{SECTOR_SHIFT, SECTOR_SIZE, Sector, format_bytes_exact};
@@ -75,10 +75,11 @@ fn spec(s: &Setup) -> Result<StackSpec, CliError> {
     super::trace::parse_stack(&text)
 }
 
-/// The members' timing: where the experiment's disks come from. A plain (regular)
-/// hard disk model is what the experiment needs; this one is the experiment's own.
-fn member_model(_dev: zblk::stack::DevId, _p: &DeviceParams, _seed: u64) -> Box<dyn DeviceModel> {
-    Box::new(SeekModel::new())
+/// The members' timing: the HDD model with a conventional (CMR) 7200 rpm disk's
+/// parameters (`HddParams::cmr_hdd`): seeks, rotation, NCQ reordering, read-ahead.
+fn member_model(_dev: zblk::stack::DevId, p: &DeviceParams, seed: u64) -> Box<dyn DeviceModel> {
+    let disk = HddParams { layout_seed: seed, ..HddParams::cmr_hdd(p.geometry.capacity_bytes) };
+    Box::new(HddModel::new(disk))
 }
 
 /// Runs the experiment with split order `order`.
@@ -186,87 +187,6 @@ pub fn report(s: &Setup, rows: &[Row]) -> String {
     o
 }
 
-/// A regular hard disk as simply as it can be put: one request at a time in arrival
-/// order (no command reordering); a request that starts where the previous one
-/// ended streams at the media rate; any other pays a seek (a settle time plus a
-/// term growing with the square root of the distance) and half a revolution of
-/// rotational latency on average.
-#[derive(Debug, Default)]
-struct SeekModel {
-    queue: VecDeque<Request>,
-    busy: Option<(u64, Request)>,
-    /// End of the last request served: where the head is.
-    head: Option<Sector>,
-}
-
-impl SeekModel {
-    const MEDIA_BYTES_PER_S: f64 = 250e6;
-    const SETTLE_NS: f64 = 1e6;
-    const FULL_STROKE_NS: f64 = 15e6;
-    const FULL_STROKE_BYTES: f64 = 8e12;
-    const HALF_REV_NS: f64 = 60e9 / 7200.0 / 2.0;
-
-    fn new() -> SeekModel {
-        SeekModel::default()
-    }
-
-    fn service_ns(&self, req: &Request) -> u64 {
-        let transfer = u64::from(req.nr_sectors) as f64 * SECTOR_SIZE as f64 * 1e9 / Self::MEDIA_BYTES_PER_S;
-        let position = match self.head {
-            Some(h) if h == req.sector => 0.0,
-            Some(h) => {
-                let d = h.0.abs_diff(req.sector.0) as f64 * SECTOR_SIZE as f64;
-                Self::SETTLE_NS + Self::FULL_STROKE_NS * (d / Self::FULL_STROKE_BYTES).sqrt() + Self::HALF_REV_NS
-            }
-            None => Self::HALF_REV_NS,
-        };
-        (transfer + position).round() as u64
-    }
-
-    fn start_next(&mut self, at_ns: u64) {
-        if let Some(req) = self.queue.pop_front() {
-            let t = at_ns + self.service_ns(&req);
-            self.head = Some(req.end());
-            self.busy = Some((t, req));
-        }
-    }
-}
-
-impl DeviceModel for SeekModel {
-    fn submit(&mut self, now_ns: u64, req: &Request) {
-        self.queue.push_back(*req);
-        if self.busy.is_none() {
-            self.start_next(now_ns);
-        }
-    }
-
-    fn next_event_ns(&self) -> Option<u64> {
-        self.busy.map(|(t, _)| t)
-    }
-
-    fn advance(&mut self, now_ns: u64, done: &mut Vec<Request>) {
-        while let Some((t, req)) = self.busy {
-            if t > now_ns {
-                break;
-            }
-            done.push(req);
-            self.busy = None;
-            self.start_next(t);
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "regular hard disk, seek-charging model: one request at a time in arrival order, {} MB/s media rate, \
-             {:.1} ms settle + up to {:.0} ms seek + {:.2} ms half revolution for a non-contiguous request",
-            Self::MEDIA_BYTES_PER_S / 1e6,
-            Self::SETTLE_NS / 1e6,
-            Self::FULL_STROKE_NS / 1e6,
-            Self::HALF_REV_NS / 1e6
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,35 +206,5 @@ mod tests {
         let text = report(&s, &[head, tail]);
         assert!(text.contains("simulated"));
         assert!(text.contains("<= 64KiB"), "{text}");
-    }
-
-    /// Two requests of 128 sectors, at 0 and at 1 GiB, as an engine issues them.
-    fn requests() -> Vec<Request> {
-        use zblk::core::{Action, Engine, EngineConfig};
-        let mut p = DeviceParams::default();
-        p.apply("size=4096,zoned=0").unwrap();
-        let mut e = Engine::new_empty(&p.validate().unwrap(), EngineConfig::default());
-        e.submit(zblk::bio::Bio::read(Sector(0), 128, 0));
-        e.submit(zblk::bio::Bio::read(Sector(1 << 21), 128, 1));
-        std::iter::from_fn(|| e.poll_action())
-            .filter_map(|a| if let Action::Issue(r) = a { Some(r) } else { None })
-            .collect()
-    }
-
-    #[test]
-    fn seek_model_charges_only_non_contiguous_requests() {
-        let reqs = requests();
-        let mut m = SeekModel::new();
-        m.head = Some(Sector(0));
-        let seq = m.service_ns(&reqs[0]);
-        let far = m.service_ns(&reqs[1]);
-        assert_eq!(seq, 262_144, "128 sectors at 250 MB/s");
-        assert!(far > seq + 5_000_000, "{far}");
-        m.submit(0, &reqs[0]);
-        m.submit(0, &reqs[1]);
-        let mut done = Vec::new();
-        m.advance(u64::MAX, &mut done);
-        assert_eq!(done, reqs, "served in arrival order");
-        assert_eq!(m.next_event_ns(), None);
     }
 }

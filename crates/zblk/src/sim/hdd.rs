@@ -531,6 +531,17 @@ impl HddModel {
                     self.cmds[i].stage = Stage::Transferring;
                     self.transfers.push((end, id, Transfer::ToHost));
                 }
+                Op::Read if self.media_op.is_none() && self.streaming_hit(&c.req).is_some() => {
+                    // The read-ahead is streaming into this read: the media keeps
+                    // going until it has all of it, with no seek and no rotation.
+                    let ready = self.streaming_hit(&c.req).expect("checked");
+                    self.stats.read_hits += 1;
+                    self.cmds[i].stage = Stage::OnMedia;
+                    self.media_op = Some(MediaOp::ForCmd(id));
+                    self.media_free_at = ready.max(self.now);
+                    self.head_byte = c.req.end().bytes();
+                    self.head_time = self.media_free_at;
+                }
                 Op::Read => self.cmds[i].stage = Stage::NeedMedia,
                 op => {
                     // Zone operations, discard: command processing only. A reset
@@ -560,6 +571,19 @@ impl HddModel {
         let avail = ((until - ra.t0).max(0.0) * ra.rate) as u64;
         let avail = avail.min(self.p.readahead_bytes);
         ra.start <= s && e <= ra.start + avail
+    }
+
+    /// When the read-ahead, still streaming, will have all of `req`: it starts
+    /// inside what has been read ahead and ends within the read-ahead window.
+    fn streaming_hit(&self, req: &Request) -> Option<f64> {
+        let ra = self.readahead?;
+        if ra.stopped_at.is_some() {
+            return None;
+        }
+        let (s, e) = (req.sector.bytes(), req.end().bytes());
+        let streamed = ((self.now - ra.t0).max(0.0) * ra.rate) as u64;
+        let inside = s >= ra.start && s <= ra.start + streamed && e - ra.start <= self.p.readahead_bytes;
+        inside.then(|| ra.t0 + (e - ra.start) as f64 / ra.rate)
     }
 
     /// A reset throws away the zone's dirty data (it is being erased).
@@ -690,6 +714,13 @@ impl HddModel {
                 let i = self.cmd_index(id).expect("media op for a known command");
                 let c = self.cmds[i];
                 if c.req.op == Op::Read {
+                    let end = c.req.end().bytes();
+                    if self.readahead.is_some_and(|ra| ra.stopped_at.is_none() && ra.start <= end) {
+                        // Streamed from the read-ahead: it keeps streaming on.
+                    } else {
+                        self.readahead =
+                            Some(Readahead { start: end, t0: self.now, rate: self.rate(end), stopped_at: None });
+                    }
                     let end = self.link_transfer(Self::bytes(&c.req), self.now);
                     self.transfers.push((end, id, Transfer::ToHost));
                 } else {
