@@ -1,31 +1,18 @@
-//! Simulated device specifications: `PRESET[:name=value,...]`, a preset followed by
-//! null_blk-style parameters that override it (`nullb:zone_size=64,memory_backed=1`).
+//! Simulated device specifications on the command line: `PRESET[:name=value,...]`
+//! (see `zblk::sim::presets`).
 
 use crate::CliError;
-use zblk::params::{DeviceParams, PARAMS};
-
-/// The presets and what they are.
-pub const PRESETS: &[(&str, &str)] =
-    &[("nullb", "null_blk's defaults, zoned: 250 GB, 256 MB zones, native zone append, 10 us completions")];
+use zblk::params::PARAMS;
+use zblk::sim::presets::{DeviceSpec, PRESETS};
 
 /// Parses a device specification.
-pub fn parse(spec: &str) -> Result<DeviceParams, CliError> {
-    let (preset, settings) = spec.split_once(':').unwrap_or((spec, ""));
-    let mut params = match preset {
-        "nullb" | "null_blk" => DeviceParams::default(),
-        other => {
-            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-            return Err(CliError(format!("--dev: unknown preset '{other}' (known: {})", names.join(", "))));
-        }
-    };
-    params.apply(settings).map_err(|e| CliError(format!("--dev: {e}")))?;
-    params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
-    Ok(params)
+pub fn parse(spec: &str) -> Result<DeviceSpec, CliError> {
+    DeviceSpec::parse(spec).map_err(|e| CliError(format!("--dev: {e}")))
 }
 
 /// Help text listing presets and parameters.
 pub fn help() -> String {
-    let mut s = String::from("Presets:\n");
+    let mut s = String::from("Presets (--dev PRESET[:name=value,...]):\n");
     for (name, what) in PRESETS {
         s.push_str(&format!("  {name:<24} {what}\n"));
     }
@@ -33,5 +20,6 @@ pub fn help() -> String {
     for (name, what) in PARAMS {
         s.push_str(&format!("  {name:<24} {what}\n"));
     }
+    s.push_str(&format!("  {:<24} {}\n", "write_cache", "disk presets: 1 write-back cache (default), 0 write-through"));
     s
 }

@@ -9,8 +9,9 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use zblk::geometry::Geometry;
 use zblk::params::DeviceParams;
+use zblk::sim::presets::DeviceSpec;
 use zblk::sim::stats::DirSummary;
-use zblk::sim::{BenchReport, JobSpec, Sim, SimConfig, run_jobs_on};
+use zblk::sim::{BenchReport, JobSpec, SimConfig, run_jobs_on};
 
 /// Progress on stderr while a long simulation runs (only on a terminal).
 pub struct Progress {
@@ -40,8 +41,14 @@ impl Progress {
     }
 
     /// Runs `jobs` on a simulation built from `cfg`, showing progress.
-    pub fn run(self, cfg: &SimConfig, jobs: &[JobSpec], group: bool) -> Result<BenchReport, CliError> {
-        let mut sim = Sim::new(cfg).map_err(|e| CliError(format!("--dev: {e}")))?;
+    pub fn run(
+        self,
+        spec: &DeviceSpec,
+        cfg: &SimConfig,
+        jobs: &[JobSpec],
+        group: bool,
+    ) -> Result<BenchReport, CliError> {
+        let mut sim = spec.sim(cfg).map_err(|e| CliError(format!("--dev: {e}")))?;
         if let Some(bar) = &self.bar {
             let bar = bar.clone();
             let time_based = self.runtime_ns.is_some();

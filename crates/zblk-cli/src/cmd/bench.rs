@@ -11,7 +11,8 @@ use zblk::sim::{FaultConfig, JobSpec, Rw, SimConfig, ZoneMode};
 #[command(after_help = devspec_help())]
 pub struct BenchArgs {
     /// Simulated device: a preset, then null_blk-style parameters overriding it,
-    /// e.g. `nullb:zone_size=64,zone_append_max_sectors=0,completion_dist=uniform`.
+    /// e.g. `nullb:zone_size=64,zone_append_max_sectors=0,completion_dist=uniform`
+    /// or `smr-30tb:write_cache=0`.
     #[arg(long, default_value = "nullb", value_name = "SPEC")]
     pub dev: String,
     /// Job name.
@@ -51,12 +52,22 @@ pub struct BenchArgs {
     /// Write with forced unit access.
     #[arg(long)]
     pub fua: bool,
+    /// When a job's I/O is done, flush the device's write cache; the job's time
+    /// includes the flush, so the rate is what the media sustains.
+    #[arg(long = "end_fsync", value_parser = clap::value_parser!(u8).range(0..=1), default_value_t = 0)]
+    pub end_fsync: u8,
+    /// Host turnaround between a completion and the next submission (e.g. 18us).
+    /// Default: the fitted value for the disk presets (docs/calibration.md), 0 otherwise.
+    #[arg(long = "host-latency", value_parser = parse::duration_ns)]
+    pub host_latency: Option<u64>,
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]
     pub group_reporting: bool,
-    /// Zone write issue policy: zwp (per-zone plugging), qd1 (single issuer),
-    /// passthrough (no plugging). Default: qd1 on a rotational zoned device, zwp
-    /// otherwise (the kernel's zoned_qd1_writes default).
+    /// Zone write issue policy: zwp (per-zone plugging), qd1 (single issuer, FIFO),
+    /// batch (single issuer draining the deepest plug first), zwl (legacy zone write
+    /// locking under an mq-deadline-like scheduler), passthrough (no plugging).
+    /// Default: qd1 on a rotational zoned device, zwp otherwise (the kernel's
+    /// zoned_qd1_writes default).
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
     /// The queue attribute: 1 selects the single issuer (qd1), 0 per-zone plugging.
@@ -111,6 +122,8 @@ pub enum ZoneModeArg {
 pub enum PolicyArg {
     Zwp,
     Qd1,
+    Batch,
+    Zwl,
     Passthrough,
 }
 
@@ -135,6 +148,8 @@ impl PolicyArg {
         match self {
             PolicyArg::Zwp => IssuePolicy::Zwp,
             PolicyArg::Qd1 => IssuePolicy::Qd1,
+            PolicyArg::Batch => IssuePolicy::Batch,
+            PolicyArg::Zwl => IssuePolicy::Zwl,
             PolicyArg::Passthrough => IssuePolicy::Passthrough,
         }
     }
@@ -151,7 +166,7 @@ pub fn choose_policy(
         return Err(CliError::msg("--zoned_qd1_writes: the device is not zoned (the attribute is always 0)"));
     }
     match (policy, qd1) {
-        (Some(p), Some(q)) if (p == PolicyArg::Qd1) != (q == 1) => {
+        (Some(p), Some(q)) if p.policy().single_issuer() != (q == 1) => {
             Err(CliError::msg(format!("--policy {} contradicts --zoned_qd1_writes {q}", p.policy().name())))
         }
         (Some(p), _) => Ok(p.policy()),
@@ -164,9 +179,10 @@ pub fn choose_policy(
 
 /// Runs `zblk bench`.
 pub fn run(a: &BenchArgs) -> Result<(), CliError> {
-    let device = devspec::parse(&a.dev)?;
+    let spec = devspec::parse(&a.dev)?;
+    let device = spec.params.clone();
     let geo = device.validate().map_err(CliError::msg)?;
-    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), device.rotational)?;
+    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational())?;
     let zonemode = match a.zonemode {
         Some(ZoneModeArg::Zbd) => ZoneMode::Zbd,
         Some(ZoneModeArg::None) => ZoneMode::None,
@@ -192,6 +208,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         zonemode,
         max_open_zones: a.max_open_zones,
         fua: a.fua,
+        end_fsync: a.end_fsync == 1,
     };
     let wp_recovery = match a.wp_recovery {
         RecoveryArg::Report => WpRecovery::Report,
@@ -203,10 +220,10 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         seed: a.seed,
         check: a.check,
         faults: FaultConfig { write_error_ppm: a.write_error_ppm, ..FaultConfig::default() },
-        host_latency_ns: 0,
+        host_latency_ns: a.host_latency.unwrap_or(spec.host_latency_ns()),
     };
     let progress = crate::fio_out::Progress::start(&job, &geo);
-    let report = progress.run(&cfg, &[job], a.group_reporting)?;
+    let report = progress.run(&spec, &cfg, &[job], a.group_reporting)?;
     let json = a.json || a.output_format == Some(OutputFormat::Json);
     if json {
         println!("{}", fio_out::json(&report, &device));

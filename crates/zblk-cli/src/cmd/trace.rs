@@ -108,7 +108,8 @@ fn stack_help() -> String {
 
 /// Parses a stack specification, its disks as `--dev` takes them.
 pub fn parse_stack(text: &str) -> Result<StackSpec, CliError> {
-    let mut resolve = |t: &str| devspec::parse(t).map_err(|e| e.0.trim_start_matches("--dev: ").to_string());
+    let mut resolve =
+        |t: &str| devspec::parse(t).map(|d| d.params).map_err(|e| e.0.trim_start_matches("--dev: ").to_string());
     StackSpec::parse(text, &mut resolve).map_err(|e| CliError(format!("--stack: {e}")))
 }
 

@@ -96,6 +96,9 @@ pub struct JobSpec {
     pub max_open_zones: u32,
     /// `fua`: writes with forced unit access.
     pub fua: bool,
+    /// `end_fsync`: when its I/O is done, the job flushes the device cache and its
+    /// runtime ends when the flush completes (the rate is then sustained, not cached).
+    pub end_fsync: bool,
 }
 
 impl Default for JobSpec {
@@ -113,6 +116,7 @@ impl Default for JobSpec {
             zonemode: ZoneMode::Zbd,
             max_open_zones: 0,
             fua: false,
+            end_fsync: false,
         }
     }
 }
@@ -246,6 +250,7 @@ pub struct JobResult {
 }
 
 const RESET_FLAG: u64 = 1 << 63;
+const FLUSH_FLAG: u64 = 1 << 62;
 
 /// What a job did, mergeable for group reporting.
 #[derive(Clone, Debug, Default)]
@@ -320,6 +325,8 @@ struct Job {
     io_limit_bytes: u64,
     inflight: u32,
     stopped: bool,
+    /// The end-of-job flush was submitted.
+    fsynced: bool,
     state: JobState,
     tally: Tally,
 }
@@ -394,6 +401,7 @@ impl FioJobs {
                     io_limit_bytes: spec.io_size_bytes.unwrap_or(spec.region_bytes(geo)),
                     inflight: 0,
                     stopped: false,
+                    fsynced: false,
                     state: JobState::Running,
                     tally: Tally { jobs: 1, ..Tally::default() },
                 });
@@ -436,6 +444,13 @@ impl FioJobs {
     fn fill(&mut self, j: usize, sim: &mut Sim) {
         loop {
             let job = &self.jobs[j];
+            if job.stopped && !job.fsynced && job.inflight == 0 {
+                // end_fsync: everything written is flushed before the job ends.
+                self.jobs[j].fsynced = true;
+                self.jobs[j].inflight += 1;
+                sim.submit(Bio::flush(0), (j as u64) | FLUSH_FLAG, 0);
+                return;
+            }
             if job.stopped || job.inflight >= self.spec(j).iodepth {
                 return;
             }
@@ -466,6 +481,7 @@ impl FioJobs {
 
     fn stop(&mut self, j: usize) {
         self.jobs[j].stopped = true;
+        self.jobs[j].fsynced |= !self.spec(j).end_fsync;
         if let JobState::Granted(z) = self.jobs[j].state {
             // Granted a zone it will not use: give the lock back.
             self.jobs[j].state = JobState::Running;
@@ -760,8 +776,9 @@ impl Workload for FioJobs {
     }
 
     fn on_complete(&mut self, sim: &mut Sim, c: SimCompletion) {
-        let j = (c.token & !RESET_FLAG) as usize;
+        let j = (c.token & !(RESET_FLAG | FLUSH_FLAG)) as usize;
         let reset = c.token & RESET_FLAG != 0;
+        let flush = c.token & FLUSH_FLAG != 0;
         let job = &mut self.jobs[j];
         job.inflight -= 1;
         job.tally.end_ns = sim.now_ns();
@@ -769,14 +786,14 @@ impl Workload for FioJobs {
             job.tally.errors += 1;
             job.tally.first_error.get_or_insert(s);
         }
-        if !reset && c.result.is_ok() {
+        if !reset && !flush && c.result.is_ok() {
             let bytes = u64::from(c.nr_sectors) << SECTOR_SHIFT;
             match c.op {
                 Op::Read => job.tally.read.record(bytes, c.latency_ns),
                 _ => job.tally.write.record(bytes, c.latency_ns),
             }
         }
-        if self.zbd.is_some() && self.spec(j).zonemode == ZoneMode::Zbd {
+        if self.zbd.is_some() && self.spec(j).zonemode == ZoneMode::Zbd && !flush {
             let z = self.geo.zone_no(c.sector);
             if !self.geo.zone_is_conv(z) {
                 self.zone_io_done(j, z, reset, &c, sim);
@@ -815,6 +832,6 @@ impl Workload for FioJobs {
     }
 
     fn is_done(&self) -> bool {
-        self.jobs.iter().all(|j| j.stopped && j.inflight == 0)
+        self.jobs.iter().all(|j| j.stopped && j.inflight == 0 && j.fsynced)
     }
 }
