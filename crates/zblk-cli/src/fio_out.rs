@@ -157,7 +157,24 @@ pub fn text(r: &BenchReport, device: &DeviceParams) -> String {
         "engine: {} BIOs, {} requests, {} split, {} plugged, {} refused before the device, {} aborted, {} zone reports, {} plugs (peak {})",
         e.bios, e.requests, e.splits, e.plugged, e.refused, e.aborted, e.reports, e.plugs_allocated, e.plugs_peak
     );
+    if !r.model.is_empty() {
+        let items: Vec<String> = r.model.iter().map(|(k, v)| format!("{k}={}", trim_num(*v))).collect();
+        let _ = writeln!(out, "device model (simulated): {}", items.join(" "));
+    }
+    if e.issuer_visits > 0 {
+        let writes = r.jobs.iter().map(|j| j.write.ios).sum::<u64>();
+        let _ = writeln!(
+            out,
+            "single issuer: {} zone visits, {:.2} writes per visit",
+            e.issuer_visits,
+            writes as f64 / e.issuer_visits as f64
+        );
+    }
     out
+}
+
+fn trim_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{v:.0}") } else { format!("{v:.3}") }
 }
 
 fn fmt_ns(ns: u64) -> String {
@@ -222,6 +239,7 @@ pub fn json(r: &BenchReport, device: &DeviceParams) -> String {
             "virtual_time_ns": r.virtual_ns,
             "engine": r.engine,
             "sim": r.sim,
+            "model": r.model.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         },
         "jobs": jobs,
     });

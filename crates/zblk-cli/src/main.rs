@@ -5,6 +5,7 @@ mod cmd;
 mod devspec;
 mod fio_out;
 mod parse;
+mod plot;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -31,6 +31,15 @@ pub fn duration_ns(text: &str) -> Result<u64, String> {
     Ok(ns as u64)
 }
 
+/// As [`duration_ns`], but `0` (with or without a unit) is allowed.
+pub fn duration_or_zero_ns(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<f64>() == Ok(0.0) {
+        return Ok(0);
+    }
+    duration_ns(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +53,9 @@ mod tests {
         assert!(duration_ns("10x").is_err());
         assert!(duration_ns("").is_err());
         assert!(duration_ns("0").is_err());
+        assert_eq!(duration_or_zero_ns("0"), Ok(0));
+        assert_eq!(duration_or_zero_ns("0us"), Ok(0));
+        assert_eq!(duration_or_zero_ns("40us"), Ok(40_000));
+        assert!(duration_or_zero_ns("-1").is_err());
     }
 }

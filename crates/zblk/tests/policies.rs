@@ -257,3 +257,84 @@ fn zone_write_locking_keeps_one_write_per_zone_on_the_simulator() {
     assert_eq!(done.len(), 129);
     assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
 }
+
+#[test]
+fn batching_issuer_sweeps_zones_of_equal_depth_in_lba_order() {
+    let mut h = harness(IssuePolicy::Batch, |c| c.batch_max_bypass = 8);
+    h.submit(Bio::write(Sector(4 * Z1), 8, 0)); // zone 4 on the device: the sweep is there
+    for (i, z) in [1u64, 6, 2, 7].into_iter().enumerate() {
+        h.submit(Bio::write(Sector(z * Z1), 8, 10 + i as u64)); // one write each
+    }
+    h.run_all();
+    assert!(h.done.iter().all(|c| c.result.is_ok()));
+    let order: Vec<u64> = h.history.iter().map(|r| r.sector.0 / Z1).collect();
+    // Ahead of zone 4 first (6, 7), then round to the start (1, 2): C-SCAN.
+    assert_eq!(order, vec![4, 6, 7, 1, 2]);
+    // The FIFO single issuer takes them as they were listed.
+    let mut q = harness(IssuePolicy::Qd1, |_| {});
+    q.submit(Bio::write(Sector(4 * Z1), 8, 0));
+    for (i, z) in [1u64, 6, 2, 7].into_iter().enumerate() {
+        q.submit(Bio::write(Sector(z * Z1), 8, 10 + i as u64));
+    }
+    q.run_all();
+    let order: Vec<u64> = q.history.iter().map(|r| r.sector.0 / Z1).collect();
+    assert_eq!(order, vec![4, 1, 6, 2, 7]);
+}
+
+#[test]
+fn batching_issuer_anticipates_the_drained_zones_next_write() {
+    let mut h = harness(IssuePolicy::Batch, |c| {
+        c.batch_max_bypass = 2;
+        c.batch_anticipate_ns = 40_000;
+    });
+    h.auto_expire = false;
+    h.submit(Bio::write(Sector(4 * Z1), 8, 0)); // zone 4 on the device
+    h.submit(Bio::write(Sector(Z1), 8, 1)); // zones 1 and 2 wait
+    h.submit(Bio::write(Sector(2 * Z1), 8, 2));
+    assert!(h.anticipations.is_empty());
+    h.run(0).unwrap();
+    // Zone 4 drained while others wait: the issuer holds the device for zone 4.
+    assert_eq!(h.anticipations.len(), 1);
+    assert!(h.issued.is_empty(), "nothing goes while anticipating: {:?}", h.issued);
+    // The zone's next write arrives in time and goes at once (a hit) ...
+    h.submit(Bio::write(Sector(4 * Z1 + 8), 8, 3));
+    assert_eq!(h.issued.len(), 1);
+    assert_eq!(h.issued[0].sector, Sector(4 * Z1 + 8));
+    // ... and the stale token of the first window changes nothing.
+    let stale = h.anticipations[0];
+    h.expire(stale);
+    assert_eq!(h.issued.len(), 1);
+    h.run(0).unwrap();
+    // A second window; a second hit passes zones 1 and 2 over twice: the bound.
+    let t = h.anticipations.pop().expect("second anticipation");
+    h.submit(Bio::write(Sector(4 * Z1 + 16), 8, 4));
+    assert_eq!(h.issued[0].sector, Sector(4 * Z1 + 16));
+    h.expire(t);
+    h.run(0).unwrap();
+    assert!(h.anticipations.is_empty(), "zones passed over twice: no more anticipation");
+    // The sweep goes on past zone 4, wrapping to zone 1, then zone 2.
+    h.run_all();
+    assert!(h.done.iter().all(|c| c.result.is_ok()));
+    let order: Vec<u64> = h.history.iter().map(|r| r.sector.0 / Z1).collect();
+    assert_eq!(order, vec![4, 4, 4, 1, 2]);
+    let st = h.engine.stats();
+    assert_eq!((st.anticipations, st.anticipation_hits), (2, 2));
+}
+
+#[test]
+fn batching_issuer_moves_on_when_the_anticipation_expires() {
+    let mut h = harness(IssuePolicy::Batch, |c| c.batch_anticipate_ns = 40_000);
+    h.auto_expire = false;
+    h.submit(Bio::write(Sector(4 * Z1), 8, 0));
+    h.submit(Bio::write(Sector(Z1), 8, 1));
+    h.run(0).unwrap();
+    let t = h.anticipations.pop().expect("anticipation");
+    assert!(h.issued.is_empty());
+    h.expire(t);
+    assert_eq!(h.issued.len(), 1);
+    assert_eq!(h.issued[0].sector, Sector(Z1));
+    h.run(0).unwrap();
+    // Nothing else waits: no anticipation when the device would idle anyway.
+    assert!(h.anticipations.is_empty());
+    assert_eq!(h.engine.stats().anticipation_hits, 0);
+}

@@ -137,6 +137,7 @@ fn write_error_fails_queued_writes_resyncs_and_new_writes_succeed() {
             zblk::core::Action::Complete(c) => h.done.push(c),
             zblk::core::Action::ReportZone(z) => h.reports.push(z),
             zblk::core::Action::Issue(r) => panic!("issued {r:?} with the write pointer unknown"),
+            zblk::core::Action::Anticipate { .. } => panic!("no anticipation under per-zone plugging"),
         }
     }
     assert_eq!(h.result(0), Some(Err(Status::IoErr)));

@@ -37,6 +37,7 @@ fn run_sync(st: &mut Stack, bios: &[Bio]) -> Vec<TraceEvent> {
                 StackAction::Issue { dev, req } => st.complete(dev, req.id, Ok(req.sector)),
                 StackAction::Complete(c) => assert!(c.result.is_ok(), "{c:?}"),
                 StackAction::ReportZone { .. } => panic!("no zone reports expected"),
+                StackAction::Anticipate { dev, token, .. } => st.anticipation_expired(dev, token),
             }
         }
         st.take_events(&mut events);

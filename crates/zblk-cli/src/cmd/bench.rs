@@ -70,6 +70,14 @@ pub struct BenchArgs {
     /// zoned_qd1_writes default).
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
+    /// batch policy: how many times a waiting zone may be passed over by deeper or
+    /// nearer zones before it goes first.
+    #[arg(long = "batch-max-bypass", default_value_t = EngineConfig::default().batch_max_bypass)]
+    pub batch_max_bypass: u32,
+    /// batch policy: after draining a zone while others wait, keep the device for
+    /// the zone's next write this long (e.g. 40us; 0: never).
+    #[arg(long = "batch-anticipate", value_parser = parse::duration_or_zero_ns, default_value = "50us")]
+    pub batch_anticipate: u64,
     /// The queue attribute: 1 selects the single issuer (qd1), 0 per-zone plugging.
     #[arg(long = "zoned_qd1_writes", value_parser = clap::value_parser!(u8).range(0..=1))]
     pub zoned_qd1_writes: Option<u8>,
@@ -216,7 +224,13 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     };
     let cfg = SimConfig {
         device: device.clone(),
-        engine: EngineConfig { policy, wp_recovery, ..EngineConfig::default() },
+        engine: EngineConfig {
+            policy,
+            wp_recovery,
+            batch_max_bypass: a.batch_max_bypass,
+            batch_anticipate_ns: a.batch_anticipate,
+            ..EngineConfig::default()
+        },
         seed: a.seed,
         check: a.check,
         faults: FaultConfig { write_error_ppm: a.write_error_ppm, ..FaultConfig::default() },

@@ -33,9 +33,10 @@ pub enum IssuePolicy {
     Qd1,
     /// zblk's single issuer (`batch`): as `qd1`, but the next plug to drain is the one
     /// with the most data waiting (the largest batch per zone visit, so the fewest
-    /// head switches per byte), unless a plug has been passed over
-    /// `batch_max_bypass` times: then the oldest goes first. The bound keeps a shallow
-    /// plug's writes from waiting behind more than that many visits.
+    /// head switches per byte); among equals, the nearest zone ahead of the last one
+    /// drained (a C-SCAN sweep, so the switches that remain are short seeks). A plug
+    /// passed over `batch_max_bypass` times goes first: the bound keeps a shallow
+    /// plug's writes from waiting behind more than that many other plugs' drains.
     Batch,
     /// Legacy zone write locking (`zwl`): no plugs; a request-level zone lock inside
     /// an mq-deadline-like scheduler with a limited number of tags. See
@@ -117,8 +118,15 @@ pub struct EngineConfig {
     /// Zone write locking: scheduler tags (mq-deadline's `nr_requests`); 0 means twice
     /// the queue depth, the kernel's default.
     pub zwl_sched_tags: u32,
-    /// The batching issuer: how many plug visits a listed plug may be passed over.
+    /// The batching issuer: how many times a listed plug may see another plug,
+    /// listed after it, drained first.
     pub batch_max_bypass: u32,
+    /// The batching issuer: when a plug drains while other plugs wait, keep the
+    /// zone's turn this long (ns) for the next write to the same zone, as the
+    /// anticipatory I/O scheduler waits for a process's next read (0: never). A
+    /// submitter that writes a zone again right after its completion then extends
+    /// the batch instead of costing a head switch. See [`Action::Anticipate`].
+    pub batch_anticipate_ns: u64,
 }
 
 impl Default for EngineConfig {
@@ -129,7 +137,8 @@ impl Default for EngineConfig {
             queue_depth: 64,
             max_bios: 1 << 20,
             zwl_sched_tags: 0,
-            batch_max_bypass: 4,
+            batch_max_bypass: 8,
+            batch_anticipate_ns: 50_000,
         }
     }
 }
@@ -148,6 +157,16 @@ pub enum Action {
     /// Report this zone from the device and hand the answer to
     /// [`Engine::zone_report`] (or [`Engine::zone_report_failed`]).
     ReportZone(ZoneNo),
+    /// The batching issuer holds the device for the zone it just drained: call
+    /// [`Engine::anticipation_expired`] with `token` once `ns` nanoseconds have
+    /// passed, unless the engine has moved on by then (a stale token is ignored).
+    /// The engine has no clock; its driver owns time.
+    Anticipate {
+        /// Which anticipation this is.
+        token: u64,
+        /// How long to wait.
+        ns: u64,
+    },
 }
 
 /// Counters of what the engine has done.
@@ -178,6 +197,13 @@ pub struct EngineStats {
     pub plugs_allocated: u64,
     /// Most plugs alive at once.
     pub plugs_peak: u64,
+    /// Single issuer: plugs taken off the head of its list to drain (zone visits);
+    /// zone writes per visit is the batch the disk sees between head switches.
+    pub issuer_visits: u64,
+    /// Batching issuer: anticipation windows opened after a plug drained.
+    pub anticipations: u64,
+    /// Of which a write to the same zone arrived in time and extended the batch.
+    pub anticipation_hits: u64,
 }
 
 /// A read-only view of a zone write plug, for checkers and tools.
@@ -317,8 +343,13 @@ pub struct Engine {
     /// The plug at the head of the issuer list is being drained (the batching issuer
     /// chooses the next one only when this is false).
     in_service: bool,
-    /// Plug visits of the single issuer so far (the batching issuer's clock).
-    visits: u64,
+    /// The zone the batching issuer visited last (where its sweep is).
+    last_visited: u32,
+    /// The batching issuer keeps the device for this zone until the token's
+    /// anticipation expires or a write to the zone arrives.
+    anticipating: Option<(ZoneNo, u64)>,
+    /// The last anticipation token handed out.
+    anticipation_token: u64,
     /// Zone write locking's scheduler, under that policy.
     zwl: Option<ZwlSched>,
     /// A queue attribute change waiting for the queue to drain (the kernel freezes
@@ -354,7 +385,9 @@ impl Engine {
             barriers: VecDeque::new(),
             barrier_out: false,
             in_service: false,
-            visits: 0,
+            last_visited: 0,
+            anticipating: None,
+            anticipation_token: 0,
             zwl: (cfg.policy == IssuePolicy::Zwl).then(|| ZwlSched::new(zwl_tags(&cfg))),
             freeze: None,
             frozen: VecDeque::new(),
@@ -719,6 +752,7 @@ impl Engine {
         assert!(self.issuer.is_empty() && self.zone_writes == 0 && self.appends_out == 0, "work across a switch");
         self.cfg.policy = policy;
         self.in_service = false;
+        self.anticipating = None;
         self.zwl = (policy == IssuePolicy::Zwl).then(|| ZwlSched::new(zwl_tags(&self.cfg)));
         if !policy.plugs() {
             // Without plugs the host keeps no write pointers: forget partial zones.
@@ -863,7 +897,7 @@ impl Engine {
                 let plug = &mut self.plugs[p];
                 if !plug.listed && !plug.queue.is_empty() {
                     plug.listed = true;
-                    plug.listed_at = self.visits;
+                    plug.bypassed = 0;
                     self.issuer.push_back(p);
                 }
             }
@@ -880,6 +914,8 @@ impl Engine {
             if self.issuer.front() == Some(&p) {
                 self.issuer.pop_front();
                 self.in_service = false;
+                let zone = self.plugs[p].zone;
+                self.maybe_anticipate(zone);
             } else {
                 self.issuer.retain(|&q| q != p);
             }
@@ -900,6 +936,19 @@ impl Engine {
             if self.issuer.is_empty() {
                 break;
             }
+            if let Some((zone, _)) = self.anticipating {
+                // Only the anticipated zone may go; it continues its visit.
+                let Some(i) = self.issuer.iter().position(|&q| self.plugs[q].zone == zone) else { break };
+                self.anticipating = None;
+                self.stats.anticipation_hits += 1;
+                let q = self.issuer.remove(i).expect("index in range");
+                // Every plug waiting is passed over once more.
+                for &w in &self.issuer {
+                    self.plugs[w].bypassed += 1;
+                }
+                self.issuer.push_front(q);
+                self.in_service = true;
+            }
             if !self.in_service {
                 self.choose_next_plug();
             }
@@ -916,29 +965,74 @@ impl Engine {
     }
 
     /// Puts the plug the issuer drains next at the head of its list: the oldest
-    /// (`qd1`), or for `batch` the one with the most sectors waiting unless the oldest
-    /// has been passed over `batch_max_bypass` times.
+    /// (`qd1`), or for `batch` the one with the most sectors waiting, the nearest
+    /// zone ahead of the last one visited among equals (a C-SCAN sweep: short seeks,
+    /// every zone reached within one pass), unless the oldest has been passed over
+    /// `batch_max_bypass` times.
     fn choose_next_plug(&mut self) {
-        self.visits += 1;
+        self.stats.issuer_visits += 1;
         self.in_service = true;
         if self.cfg.policy != IssuePolicy::Batch {
             return;
         }
-        let oldest = self.issuer[0];
-        if self.visits - self.plugs[oldest].listed_at > u64::from(self.cfg.batch_max_bypass) {
-            return;
+        let max = self.cfg.batch_max_bypass;
+        let best = match self.issuer.iter().position(|&p| self.plugs[p].bypassed >= max) {
+            // A plug passed over too often goes first (the oldest such).
+            Some(i) => i,
+            None => {
+                let nr_zones = u64::from(self.geo.nr_zones());
+                let last = u64::from(self.last_visited);
+                let key = |p: PlugIdx| -> (u64, std::cmp::Reverse<u64>) {
+                    let waiting = self.plugs[p].queue.iter().map(|&f| u64::from(self.frags[f].nr_sectors)).sum();
+                    let ahead = (u64::from(self.plugs[p].zone.0) + nr_zones - last) % nr_zones;
+                    (waiting, std::cmp::Reverse(ahead))
+                };
+                (0..self.issuer.len()).max_by_key(|&i| key(self.issuer[i])).expect("non-empty list")
+            }
+        };
+        for i in 0..best {
+            let p = self.issuer[i];
+            self.plugs[p].bypassed += 1;
         }
-        let waiting =
-            |p: PlugIdx| -> u64 { self.plugs[p].queue.iter().map(|&f| u64::from(self.frags[f].nr_sectors)).sum() };
-        let (best, _) = self
-            .issuer
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| (i, waiting(p)))
-            .fold((0, 0), |acc, (i, w)| if w > acc.1 { (i, w) } else { acc });
         if best != 0 {
             let p = self.issuer.remove(best).expect("index in range");
             self.issuer.push_front(p);
+        }
+        self.last_visited = self.plugs[self.issuer[0]].zone.0;
+    }
+
+    /// The batching issuer just drained `zone`'s plug by a completion: if other
+    /// plugs wait, hold the device for the zone's next write a little (see
+    /// `EngineConfig::batch_anticipate_ns`). Never during a barrier or a freeze,
+    /// which wait for the device to drain, not for new writes, and never once a
+    /// waiting plug has been passed over `batch_max_bypass` times: a write that
+    /// extends the visit passes every waiting plug over once more.
+    fn maybe_anticipate(&mut self, zone: ZoneNo) {
+        let ns = self.cfg.batch_anticipate_ns;
+        let max = self.cfg.batch_max_bypass;
+        if self.cfg.policy != IssuePolicy::Batch
+            || ns == 0
+            || self.issuer.is_empty()
+            || self.barrier_active()
+            || self.freeze.is_some()
+            || self.issuer.iter().any(|&w| self.plugs[w].bypassed >= max)
+        {
+            return;
+        }
+        self.anticipation_token += 1;
+        let token = self.anticipation_token;
+        self.anticipating = Some((zone, token));
+        self.stats.anticipations += 1;
+        self.actions.push_back(Action::Anticipate { token, ns });
+    }
+
+    /// The time asked for by [`Action::Anticipate`] with `token` has passed: if the
+    /// issuer still waits for that zone, it moves on to the next plug.
+    pub fn anticipation_expired(&mut self, token: u64) {
+        if self.anticipating.is_some_and(|(_, t)| t == token) {
+            self.anticipating = None;
+            self.run_issuer();
+            self.try_barrier();
         }
     }
 

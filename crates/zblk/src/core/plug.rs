@@ -39,8 +39,9 @@ pub(crate) struct Plug {
     pub report_pending: bool,
     /// The plug is on the single issuer's list.
     pub listed: bool,
-    /// The single issuer's visit count when the plug was listed.
-    pub listed_at: u64,
+    /// Batching issuer: times another plug was drained before this one since it
+    /// was listed.
+    pub bypassed: u32,
     /// Native zone appends of this zone on the device. While any is out, the write
     /// pointer moves where the host cannot follow: writes, resets and finishes wait.
     pub appends_out: u32,
@@ -83,7 +84,7 @@ impl PlugTable {
             need_wp_update: false,
             report_pending: false,
             listed: false,
-            listed_at: 0,
+            bypassed: 0,
             appends_out: 0,
         });
         self.by_zone.insert(zone.0, idx);

@@ -128,6 +128,8 @@ pub struct Sim {
     stats: SimStats,
     /// Completions on their way to the workload: (delivery time, completion).
     delayed: VecDeque<(u64, SimCompletion)>,
+    /// The engine's anticipation timers: (due time, token), earliest first.
+    timers: VecDeque<(u64, u64)>,
     host_latency_ns: u64,
     /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.
     trace: bool,
@@ -171,6 +173,7 @@ impl Sim {
             buf: Vec::new(),
             stats: SimStats::default(),
             delayed: VecDeque::new(),
+            timers: VecDeque::new(),
             host_latency_ns: cfg.host_latency_ns,
             trace: std::env::var_os("ZBLK_SIM_TRACE").is_some(),
             progress: None,
@@ -223,6 +226,11 @@ impl Sim {
     /// The timing model's description.
     pub fn model_description(&self) -> String {
         self.model.describe()
+    }
+
+    /// The timing model's counters (see [`DeviceModel::counters`]).
+    pub fn model_counters(&self) -> Vec<(&'static str, f64)> {
+        self.model.counters()
     }
 
     /// Counters.
@@ -293,6 +301,11 @@ impl Sim {
                         }
                         Err(s) => self.engine.zone_report_failed(z, s),
                     }
+                }
+                Action::Anticipate { token, ns } => {
+                    let at = self.now_ns + ns;
+                    let i = self.timers.partition_point(|&(t, _)| t <= at);
+                    self.timers.insert(i, (at, token));
                 }
             }
         }
@@ -403,7 +416,8 @@ impl Sim {
     /// Moves virtual time to the model's next event and completes what completes
     /// then. Returns false when the model has nothing pending.
     fn advance(&mut self) -> bool {
-        let next_delivery = self.delayed.front().map(|d| d.0);
+        let next_delivery =
+            [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0)].into_iter().flatten().min();
         let t = match (self.model.next_event_ns(), next_delivery) {
             (None, None) => return false,
             (Some(a), Some(b)) => a.min(b),
@@ -417,6 +431,13 @@ impl Sim {
         }
         self.done = done;
         self.deliver_due();
+        while let Some(&(at, token)) = self.timers.front() {
+            if at > self.now_ns {
+                break;
+            }
+            self.timers.pop_front();
+            self.engine.anticipation_expired(token);
+        }
         true
     }
 

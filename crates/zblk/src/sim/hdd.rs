@@ -426,6 +426,23 @@ impl HddModel {
         self.p.od_rate * self.radius(b) * 1e-9
     }
 
+    /// The sustained media rate over `len` bytes from `start`, MB/s: the bytes over the
+    /// time the head needs to transfer them (track-to-track moves within a zone are
+    /// hidden by the track skew, as in the model).
+    pub fn sustained_mb_s(&self, start: u64, len: u64) -> f64 {
+        assert!(len > 0, "an empty region has no rate");
+        const STEPS: u64 = 256;
+        let step = len.div_ceil(STEPS).max(1);
+        let mut ns = 0.0;
+        let mut b = start;
+        while b < start + len {
+            let n = step.min(start + len - b);
+            ns += n as f64 / self.rate(b + n / 2);
+            b += n;
+        }
+        len as f64 / ns * 1e9 / 1e6
+    }
+
     /// Seek + settle + rotational wait to start a media access at byte `b` at or after
     /// time `t`, from the current head position.
     fn positioning(&self, b: u64, t: f64, write: bool) -> (f64, f64) {
@@ -839,9 +856,6 @@ impl DeviceModel for HddModel {
     }
 
     fn describe(&self) -> String {
-        if std::env::var_os("ZBLK_HDD_STATS").is_some() {
-            eprintln!("{:?}", self.stats);
-        }
         format!(
             "simulated {} ({:.0} TB, {} rpm, {:.0}-{:.0} MB/s, write cache {})",
             self.p.name,
@@ -851,5 +865,203 @@ impl DeviceModel for HddModel {
             self.p.id_rate / 1e6,
             if self.p.write_cache { "on" } else { "off" }
         )
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        let s = &self.stats;
+        vec![
+            ("media_ops", s.media_ops as f64),
+            ("seeks", s.seeks as f64),
+            ("seek_s", s.seek_ns / 1e9),
+            ("rotation_s", s.rotation_ns / 1e9),
+            ("media_transfer_s", s.transfer_ns / 1e9),
+            ("destaged_bytes", s.destaged_bytes as f64),
+            ("cached_writes", s.cached_writes as f64),
+            ("merged_writes", s.merged_writes as f64),
+            ("read_hits", s.read_hits as f64),
+            ("max_dirty_bytes", s.max_dirty_bytes as f64),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bio::ReqId;
+    use crate::units::Sector;
+
+    const MIB: u64 = 1 << 20;
+    /// Rounding of virtual time to whole nanoseconds, per command.
+    const HOST_SLACK_NS: f64 = 1e3;
+
+    fn req(id: u64, op: Op, byte: u64, bytes: u64) -> Request {
+        Request {
+            id: ReqId(id),
+            op,
+            sector: Sector(byte / SECTOR_SIZE),
+            nr_sectors: (bytes / SECTOR_SIZE) as u32,
+            flags: BioFlags::NONE,
+            user_data: 0,
+            bio_offset: 0,
+        }
+    }
+
+    /// Runs `reqs` keeping `qd` in flight, each next one submitted when one
+    /// completes; returns each request's completion time (ns) by id.
+    fn run_qd(m: &mut HddModel, reqs: &[Request], qd: usize) -> Vec<u64> {
+        let mut done_at = vec![0u64; reqs.len()];
+        let mut next = 0;
+        let mut now = 0u64;
+        let mut inflight = 0;
+        let mut done = Vec::new();
+        while next < reqs.len() || inflight > 0 {
+            while inflight < qd && next < reqs.len() {
+                m.submit(now, &reqs[next]);
+                next += 1;
+                inflight += 1;
+            }
+            now = m.next_event_ns().expect("requests in flight");
+            m.advance(now, &mut done);
+            for r in done.drain(..) {
+                done_at[r.id.raw() as usize] = now;
+                inflight -= 1;
+            }
+        }
+        done_at
+    }
+
+    fn disk(write_cache: bool) -> HddModel {
+        HddModel::new(HddParams { write_cache, ..HddParams::smr_30tb() })
+    }
+
+    #[test]
+    fn seek_curve_matches_its_datasheet_figures() {
+        let p = HddParams::smr_30tb();
+        let m = HddModel::new(p.clone());
+        for (curve, track, avg, full) in [
+            (m.seek, p.seek_track_ns, p.seek_avg_ns, p.seek_full_ns),
+            (m.write_seek, p.write_seek_track_ns, p.write_seek_avg_ns, p.write_seek_full_ns),
+        ] {
+            assert!((curve.time(1.0) - full).abs() < 1.0, "full stroke");
+            assert!((curve.time(curve.one_track) - track).abs() < 1.0, "single track");
+            // Mean over random pairs of positions: distance density 2(1 - d).
+            let n = 200_000;
+            let mean: f64 = (0..n)
+                .map(|i| {
+                    let d = (i as f64 + 0.5) / n as f64;
+                    curve.time(d) * 2.0 * (1.0 - d) / n as f64
+                })
+                .sum();
+            assert!((mean / avg - 1.0).abs() < 0.01, "average seek {mean} vs {avg}");
+            // Monotonic and continuous at the knee.
+            let k = curve.knee;
+            assert!((curve.time(k - 1e-9) - curve.time(k + 1e-9)).abs() < 1e3);
+            let mut last = 0.0;
+            for i in 1..1000 {
+                let t = curve.time(i as f64 / 1000.0);
+                assert!(t >= last, "seek time falls at {i}");
+                last = t;
+            }
+        }
+    }
+
+    #[test]
+    fn media_rate_falls_from_outer_to_inner_diameter() {
+        let m = disk(true);
+        let cap = m.params().capacity_bytes;
+        let od = m.sustained_mb_s(0, 256 * MIB);
+        let id = m.sustained_mb_s(cap - 256 * MIB, 256 * MIB);
+        assert!((od / (OD_RATE / 1e6) - 1.0).abs() < 0.001, "OD {od}");
+        assert!((id / (OD_RATE * 0.45 / 1e6) - 1.0).abs() < 0.01, "ID {id}");
+        let mid = m.sustained_mb_s(cap / 2, 256 * MIB);
+        assert!(id < mid && mid < od);
+    }
+
+    #[test]
+    fn write_through_at_qd1_loses_a_revolution_per_command() {
+        // Without a cache, each sequential write reaches the media after the head
+        // has passed its first sector: it waits almost a whole revolution.
+        let mut m = disk(false);
+        let reqs: Vec<Request> = (0..64).map(|i| req(i, Op::Write, i * MIB, MIB)).collect();
+        let t = run_qd(&mut m, &reqs, 1);
+        let per = (t[63] - t[31]) as f64 / 32.0;
+        let xfer = MIB as f64 / (OD_RATE * 1e-9);
+        let rev = 60e9 / 7200.0;
+        assert!(per > xfer + 0.8 * rev && per < xfer + 1.1 * rev, "{per} ns per write");
+    }
+
+    #[test]
+    fn write_cache_acknowledges_on_insert_and_flush_waits_for_the_media() {
+        let mut m = disk(true);
+        let mut reqs: Vec<Request> = (0..16).map(|i| req(i, Op::Write, i * MIB, MIB)).collect();
+        reqs.push(req(16, Op::Flush, 0, 0));
+        let t = run_qd(&mut m, &reqs, 1);
+        // 16 MiB fit in the cache: each write costs its link transfer, not the media.
+        let link = MIB as f64 / 600e6 * 1e9;
+        assert!((t[15] as f64) < 16.0 * (link + 20e3 + HOST_SLACK_NS), "writes took {} ns", t[15]);
+        // The flush completes only once all 16 MiB are on the media.
+        let media = 16.0 * MIB as f64 / (OD_RATE * 1e-9);
+        assert!(t[16] as f64 >= media, "flush at {} ns, media needs {media} ns", t[16]);
+        assert_eq!(m.stats.destaged_bytes, 16 * MIB);
+    }
+
+    #[test]
+    fn fua_write_completes_after_the_media() {
+        let mut m = disk(true);
+        let mut fua = req(0, Op::Write, 0, MIB);
+        fua.flags = BioFlags::FUA;
+        let t = run_qd(&mut m, &[fua], 1);
+        assert!(t[0] as f64 >= MIB as f64 / (OD_RATE * 1e-9), "FUA completed at {} ns", t[0]);
+        let t = run_qd(&mut disk(true), &[req(0, Op::Write, 0, MIB)], 1);
+        assert!((t[0] as f64) < MIB as f64 / (OD_RATE * 1e-9), "cached write at {} ns", t[0]);
+    }
+
+    #[test]
+    fn full_cache_throttles_writes_to_the_media_rate() {
+        let mut m = disk(true);
+        let n = 1024u64; // 1 GiB, far more than the cache
+        let reqs: Vec<Request> = (0..n).map(|i| req(i, Op::Write, i * MIB, MIB)).collect();
+        let t = run_qd(&mut m, &reqs, 4);
+        let late = (t[n as usize - 1] - t[n as usize / 2]) as f64 / (n / 2 - 1) as f64;
+        let media = MIB as f64 / (m.rate((n / 2) * MIB));
+        assert!((late / media - 1.0).abs() < 0.02, "{late} ns per MiB vs media {media}");
+    }
+
+    #[test]
+    fn ncq_reordering_speeds_up_random_reads() {
+        let cap = HddParams::smr_30tb().capacity_bytes;
+        let reqs: Vec<Request> =
+            (0..400).map(|i| req(i, Op::Read, (unit_hash(7, i) * (cap / 4096) as f64) as u64 * 4096, 4096)).collect();
+        let t1 = *run_qd(&mut disk(true), &reqs, 1).iter().max().unwrap();
+        let t32 = *run_qd(&mut disk(true), &reqs, 32).iter().max().unwrap();
+        // QD1: seek + half a revolution each (~12 ms); QD32: shortest positioning
+        // time first, more than twice the IOPS.
+        let per1 = t1 as f64 / 400.0;
+        assert!(per1 > 10e6 && per1 < 15e6, "QD1 random read {per1} ns");
+        assert!(t32 * 2 < t1, "QD32 {t32} ns vs QD1 {t1} ns");
+    }
+
+    #[test]
+    fn zone_reset_drops_the_zones_dirty_data() {
+        let mut m = disk(true);
+        let zone = 256 * MIB;
+        let mut reqs: Vec<Request> = (0..32).map(|i| req(i, Op::Write, zone + i * MIB, MIB)).collect();
+        reqs.push(req(32, Op::ZoneReset, zone, 0));
+        reqs.push(req(33, Op::Flush, 0, 0));
+        run_qd(&mut m, &reqs, 1);
+        // Whatever had not reached the media when the reset came never does.
+        assert!(m.stats.destaged_bytes < 32 * MIB, "destaged {}", m.stats.destaged_bytes);
+    }
+
+    #[test]
+    fn the_same_layout_seed_replays_exactly() {
+        let reqs: Vec<Request> =
+            (0..200).map(|i| req(i, Op::Write, (i % 7) * 256 * MIB + (i / 7) * MIB, MIB)).collect();
+        let a = run_qd(&mut disk(true), &reqs, 8);
+        let b = run_qd(&mut disk(true), &reqs, 8);
+        assert_eq!(a, b);
+        let other = HddModel::new(HddParams { layout_seed: 99, ..HddParams::smr_30tb() });
+        let mut other = other;
+        assert_ne!(a, run_qd(&mut other, &reqs, 8), "the layout seed moves zone origins");
     }
 }

@@ -15,6 +15,7 @@ pub mod random;
 pub mod ssd;
 pub mod stack;
 pub mod stats;
+pub mod sweeps;
 pub mod workload;
 
 pub use checker::Checker;
@@ -44,6 +45,8 @@ pub struct BenchReport {
     pub engine: EngineStats,
     /// Simulator counters.
     pub sim: SimStats,
+    /// The timing model's counters (seeks, rotation, ... for a disk).
+    pub model: Vec<(&'static str, f64)>,
 }
 
 /// A refused benchmark set-up.
@@ -76,5 +79,6 @@ pub fn run_jobs_on(sim: &mut Sim, jobs: &[JobSpec], group: bool) -> Result<Bench
         jobs: w.results(group),
         engine: sim.engine_stats(),
         sim: sim.stats(),
+        model: sim.model_counters(),
     })
 }

@@ -22,6 +22,11 @@ pub trait DeviceModel {
     fn advance(&mut self, now_ns: u64, done: &mut Vec<Request>);
     /// A one-line description, for reports.
     fn describe(&self) -> String;
+    /// What the model did, as named counters (e.g. a disk's seeks and time spent
+    /// rotating), for reports. None by default.
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
 }
 
 /// The null device's timing: every request completes after a latency drawn from a

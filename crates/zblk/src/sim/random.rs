@@ -61,6 +61,7 @@ pub fn random_config(seed: u64) -> SimConfig {
         max_bios: 1 << 16,
         zwl_sched_tags: if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=8) },
         batch_max_bypass: rng.random_range(0..=8),
+        batch_anticipate_ns: if rng.random_bool(0.5) { 0 } else { rng.random_range(1_000..=50_000) },
     };
     let faults = if rng.random_bool(0.5) {
         FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 }

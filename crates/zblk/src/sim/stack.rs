@@ -116,6 +116,8 @@ pub struct StackSim {
     disk_of: Vec<Option<usize>>,
     tops: Slab<TopRec>,
     completions: VecDeque<StackCompletion>,
+    /// Engines' anticipation timers: (due time, disk, token), earliest first.
+    timers: VecDeque<(u64, DevId, u64)>,
     events: Vec<TraceEvent>,
     sink: Option<TraceSink>,
     seeks: Option<SeekTracker>,
@@ -161,6 +163,7 @@ impl StackSim {
             disk_of,
             tops: Slab::new(),
             completions: VecDeque::new(),
+            timers: VecDeque::new(),
             events: Vec::new(),
             sink: None,
             seeks,
@@ -317,6 +320,11 @@ impl StackSim {
                         Err(s) => self.stack.zone_report_failed(dev, zone, s),
                     }
                 }
+                StackAction::Anticipate { dev, token, ns } => {
+                    let at = self.now_ns + ns;
+                    let i = self.timers.partition_point(|&(t, _, _)| t <= at);
+                    self.timers.insert(i, (at, dev, token));
+                }
             }
             self.drain_events();
         }
@@ -360,8 +368,19 @@ impl StackSim {
     /// Moves time to the earliest model event and completes what completes then,
     /// disk by disk in creation order. Returns false when no model has anything.
     fn advance(&mut self) -> bool {
-        let Some(t) = self.disks.iter().filter_map(|d| d.model.next_event_ns()).min() else { return false };
+        let next_timer = self.timers.front().map(|t| t.0);
+        let Some(t) = self.disks.iter().filter_map(|d| d.model.next_event_ns()).chain(next_timer).min() else {
+            return false;
+        };
         self.now_ns = self.now_ns.max(t);
+        while let Some(&(at, dev, token)) = self.timers.front() {
+            if at > self.now_ns {
+                break;
+            }
+            self.timers.pop_front();
+            self.stack.anticipation_expired(dev, token);
+            self.pump();
+        }
         for i in 0..self.disks.len() {
             if self.disks[i].model.next_event_ns().is_none_or(|n| n > self.now_ns) {
                 continue;

@@ -95,6 +95,17 @@ pub enum StackAction {
         /// The zone.
         zone: ZoneNo,
     },
+    /// Disk `dev`'s batching issuer waits for a zone's next write: call
+    /// [`Stack::anticipation_expired`] with `token` after `ns` nanoseconds (see
+    /// [`Action::Anticipate`]).
+    Anticipate {
+        /// The disk.
+        dev: DevId,
+        /// Which anticipation.
+        token: u64,
+        /// How long.
+        ns: u64,
+    },
 }
 
 /// Counters of what the stack has done.
@@ -480,6 +491,7 @@ impl Stack {
                 }
                 Action::Complete(c) => self.piece_done(c.user_data as usize, c.result),
                 Action::ReportZone(zone) => self.actions.push_back(StackAction::ReportZone { dev, zone }),
+                Action::Anticipate { token, ns } => self.actions.push_back(StackAction::Anticipate { dev, token, ns }),
             }
         }
     }
@@ -532,6 +544,12 @@ impl Stack {
     /// Disk `dev` could not report zone `z` (see [`Engine::zone_report_failed`]).
     pub fn zone_report_failed(&mut self, dev: DevId, z: ZoneNo, status: Status) {
         self.engine_mut(dev).zone_report_failed(z, status);
+        self.pump_disk(dev);
+    }
+
+    /// The time asked for by [`StackAction::Anticipate`] has passed.
+    pub fn anticipation_expired(&mut self, dev: DevId, token: u64) {
+        self.engine_mut(dev).anticipation_expired(token);
         self.pump_disk(dev);
     }
 

@@ -22,6 +22,10 @@ pub struct Harness {
     pub reports: Vec<ZoneNo>,
     /// Answer report requests automatically.
     pub auto_report: bool,
+    /// Anticipation tokens the engine handed out and the harness has not expired.
+    pub anticipations: Vec<u64>,
+    /// Expire anticipations at once (as if no write came in time).
+    pub auto_expire: bool,
 }
 
 pub fn geometry(f: impl FnOnce(&mut GeometryParams)) -> Geometry {
@@ -49,6 +53,8 @@ impl Harness {
             done: Vec::new(),
             reports: Vec::new(),
             auto_report: true,
+            anticipations: Vec::new(),
+            auto_expire: true,
         }
     }
 
@@ -71,6 +77,13 @@ impl Harness {
                 }
                 Action::Complete(c) => self.done.push(c),
                 Action::ReportZone(z) => self.reports.push(z),
+                Action::Anticipate { token, .. } => self.anticipations.push(token),
+            }
+        }
+        if self.auto_expire {
+            while let Some(t) = self.anticipations.pop() {
+                self.engine.anticipation_expired(t);
+                self.pump();
             }
         }
         if self.auto_report {
@@ -81,6 +94,13 @@ impl Harness {
             }
         }
         self.engine.check_invariants();
+    }
+
+    /// The anticipation with `token` expired.
+    pub fn expire(&mut self, token: u64) {
+        self.anticipations.retain(|&t| t != token);
+        self.engine.anticipation_expired(token);
+        self.pump();
     }
 
     pub fn submit(&mut self, bio: Bio) {
