@@ -37,6 +37,13 @@ pub struct GeometryParams {
     pub max_append_sectors: u32,
     /// `max_sectors`: largest request the device accepts, in sectors.
     pub max_sectors: u32,
+    /// `write_zeroes_max_bytes`: largest WRITE_ZEROES the device accepts; 0: the
+    /// device has no WRITE_ZEROES (callers fall back to writing zero buffers).
+    pub write_zeroes_max_bytes: u64,
+    /// `write_zeroes_unmap_max_hw_bytes`: the device deallocates on WRITE_ZEROES
+    /// (SCSI UNMAP bit, NVMe DEAC) up to this size: 0 (it cannot) or, as the kernel
+    /// requires, `write_zeroes_max_bytes`.
+    pub write_zeroes_unmap_max_hw_bytes: u64,
 }
 
 impl Default for GeometryParams {
@@ -54,9 +61,15 @@ impl Default for GeometryParams {
             max_active: 0,
             max_append_sectors: DEFAULT_MAX_SECTORS,
             max_sectors: DEFAULT_MAX_SECTORS,
+            write_zeroes_max_bytes: DEFAULT_WRITE_ZEROES_BYTES,
+            write_zeroes_unmap_max_hw_bytes: DEFAULT_WRITE_ZEROES_BYTES,
         }
     }
 }
+
+/// The default `write_zeroes_max_bytes` (and unmap limit) of the emulated devices:
+/// 32 MiB, as many NVMe drives report.
+pub const DEFAULT_WRITE_ZEROES_BYTES: u64 = 32 << 20;
 
 /// A refused geometry, naming the parameter at fault (by its null_blk name).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +99,8 @@ pub struct Geometry {
     max_open: u32,
     max_active: u32,
     max_append_sectors: u32,
+    max_write_zeroes_sectors: u32,
+    max_hw_wzeroes_unmap_sectors: u32,
 }
 
 impl Geometry {
@@ -121,11 +136,35 @@ impl Geometry {
             max_open: 0,
             max_active: 0,
             max_append_sectors: 0,
+            max_write_zeroes_sectors: 0,
+            max_hw_wzeroes_unmap_sectors: 0,
         };
+        g.validate_write_zeroes(p)?;
         if p.zoned {
             g.validate_zones(p)?;
         }
         Ok(g)
+    }
+
+    fn validate_write_zeroes(&mut self, p: &GeometryParams) -> Result<(), GeometryError> {
+        let lbs = u64::from(p.lbs_bytes);
+        let wz = p.write_zeroes_max_bytes;
+        if wz % lbs != 0 || (wz >> SECTOR_SHIFT) > u64::from(u32::MAX - u32::MAX % self.lbs_sectors()) {
+            return Err(refuse(
+                "write_zeroes_max_bytes",
+                format!("must be a multiple of the block size ({lbs} bytes) below 2 TiB, got {wz}"),
+            ));
+        }
+        let unmap = p.write_zeroes_unmap_max_hw_bytes;
+        if unmap != 0 && unmap != wz {
+            return Err(refuse(
+                "write_zeroes_unmap_max_hw_bytes",
+                format!("must be 0 (no unmap) or write_zeroes_max_bytes ({wz}), got {unmap}"),
+            ));
+        }
+        self.max_write_zeroes_sectors = (wz >> SECTOR_SHIFT) as u32;
+        self.max_hw_wzeroes_unmap_sectors = (unmap >> SECTOR_SHIFT) as u32;
+        Ok(())
     }
 
     fn validate_zones(&mut self, p: &GeometryParams) -> Result<(), GeometryError> {
@@ -219,6 +258,17 @@ impl Geometry {
     /// Largest request the device accepts, in sectors (the queue's `max_sectors`).
     pub fn max_sectors(&self) -> u32 {
         self.max_sectors
+    }
+
+    /// Largest WRITE_ZEROES in sectors (`write_zeroes_max_bytes`); 0: none.
+    pub fn max_write_zeroes_sectors(&self) -> u32 {
+        self.max_write_zeroes_sectors
+    }
+
+    /// Largest WRITE_ZEROES the device may deallocate instead of writing, in sectors
+    /// (`write_zeroes_unmap_max_hw_bytes`); 0: it always writes zeroes.
+    pub fn max_hw_wzeroes_unmap_sectors(&self) -> u32 {
+        self.max_hw_wzeroes_unmap_sectors
     }
 
     /// Whether the device is zoned (host-managed).
@@ -371,6 +421,25 @@ mod tests {
         assert_eq!(g.append_limit_sectors(), DEFAULT_MAX_SECTORS);
         let g = Geometry::new(&GeometryParams { lbs_bytes: 4096, max_append_sectors: 12, ..params() }).unwrap();
         assert_eq!(g.max_append_sectors(), 8);
+    }
+
+    #[test]
+    fn write_zeroes_limits() {
+        let g = Geometry::new(&params()).unwrap();
+        assert_eq!(g.max_write_zeroes_sectors(), 65536);
+        assert_eq!(g.max_hw_wzeroes_unmap_sectors(), 65536);
+        let none = GeometryParams { write_zeroes_max_bytes: 0, write_zeroes_unmap_max_hw_bytes: 0, ..params() };
+        assert_eq!(Geometry::new(&none).unwrap().max_write_zeroes_sectors(), 0);
+        let e = Geometry::new(&GeometryParams { write_zeroes_unmap_max_hw_bytes: 4096, ..params() }).unwrap_err();
+        assert_eq!(e.param, "write_zeroes_unmap_max_hw_bytes");
+        let e = Geometry::new(&GeometryParams {
+            lbs_bytes: 4096,
+            write_zeroes_max_bytes: 6144,
+            write_zeroes_unmap_max_hw_bytes: 0,
+            ..params()
+        })
+        .unwrap_err();
+        assert_eq!(e.param, "write_zeroes_max_bytes");
     }
 
     #[test]

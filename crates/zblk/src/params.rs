@@ -55,6 +55,8 @@ impl Default for DeviceParams {
                 max_active: 0,
                 max_append_sectors: DEFAULT_MAX_SECTORS,
                 max_sectors: DEFAULT_MAX_SECTORS,
+                write_zeroes_max_bytes: crate::geometry::DEFAULT_WRITE_ZEROES_BYTES,
+                write_zeroes_unmap_max_hw_bytes: crate::geometry::DEFAULT_WRITE_ZEROES_BYTES,
             },
             memory_backed: false,
             rotational: false,
@@ -94,6 +96,14 @@ pub const PARAMS: &[(&str, &str)] = &[
     ("zone_max_active", "limit on open + closed zones; 0: none"),
     ("zone_append_max_sectors", "largest native zone append, sectors; 0: no native append (emulated)"),
     ("max_sectors", "largest request, sectors"),
+    (
+        "write_zeroes_max_bytes",
+        "largest WRITE_ZEROES, bytes (or with a suffix: 32M); 0: none (zero buffers are written)",
+    ),
+    (
+        "write_zeroes_unmap_max_hw_bytes",
+        "the device deallocates on WRITE_ZEROES (UNMAP/DEAC): 0, or write_zeroes_max_bytes",
+    ),
     ("memory_backed", "1: store data, 0: drop it"),
     ("rotational", "1: a hard disk (zoned_qd1_writes defaults to 1)"),
     ("hw_queue_depth", "requests the device accepts at once"),
@@ -123,6 +133,11 @@ fn parse_mb(key: &str, value: &str) -> Result<u64, ParamError> {
         return mb.checked_mul(1 << 20).ok_or_else(|| err(format!("{value} MB is too large")));
     }
     parse_size(value).map_err(|e| err(e.to_string()))
+}
+
+/// A size in bytes (sysfs' `*_bytes` attributes), or with a suffix.
+fn parse_bytes(key: &str, value: &str) -> Result<u64, ParamError> {
+    parse_size(value).map_err(|e| ParamError { param: key.to_string(), message: e.to_string() })
 }
 
 impl DeviceParams {
@@ -165,6 +180,14 @@ impl DeviceParams {
             "zone_max_active" => g.max_active = parse_u(key, value)?,
             "zone_append_max_sectors" => g.max_append_sectors = parse_u(key, value)?,
             "max_sectors" => g.max_sectors = parse_u(key, value)?,
+            "write_zeroes_max_bytes" => {
+                g.write_zeroes_max_bytes = parse_bytes(key, value)?;
+                // A device that unmaps keeps unmapping up to its new limit.
+                if g.write_zeroes_unmap_max_hw_bytes != 0 {
+                    g.write_zeroes_unmap_max_hw_bytes = g.write_zeroes_max_bytes;
+                }
+            }
+            "write_zeroes_unmap_max_hw_bytes" => g.write_zeroes_unmap_max_hw_bytes = parse_bytes(key, value)?,
             "memory_backed" => self.memory_backed = parse_bool(key, value)?,
             "rotational" => self.rotational = parse_bool(key, value)?,
             "hw_queue_depth" => {

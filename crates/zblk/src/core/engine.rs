@@ -15,7 +15,7 @@ use super::split::SplitLimits;
 use super::zwl::ZwlSched;
 use crate::bio::{Bio, BioFlags, Completion, Op, ReqId, Request, Status};
 use crate::geometry::Geometry;
-use crate::units::{Sector, ZoneNo};
+use crate::units::{SECTOR_SIZE, Sector, ZoneNo};
 use crate::zone::{ZoneCond, ZoneInfo, ZoneType};
 use slab::Slab;
 use std::collections::VecDeque;
@@ -89,6 +89,46 @@ pub enum AttrError {
     /// Only 0 and 1 are valid.
     #[error("zoned_qd1_writes: {0} is not 0 or 1")]
     BadValue(u64),
+    /// `write_zeroes_unmap_max_bytes` above what the device can do.
+    #[error("write_zeroes_unmap_max_bytes: {value} is above the hardware limit write_zeroes_unmap_max_hw_bytes ({hw})")]
+    AboveHardware {
+        /// The value asked for.
+        value: u64,
+        /// `write_zeroes_unmap_max_hw_bytes`.
+        hw: u64,
+    },
+    /// `write_zeroes_unmap_max_bytes` other than 0 or the hardware limit.
+    #[error("write_zeroes_unmap_max_bytes: {value} is neither 0 (disable unmap) nor the hardware limit ({hw})")]
+    BadUnmapLimit {
+        /// The value asked for.
+        value: u64,
+        /// `write_zeroes_unmap_max_hw_bytes`.
+        hw: u64,
+    },
+}
+
+/// How a WRITE_ZEROES makes its range read as zeroes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ZeroingMethod {
+    /// The device deallocates the range (SCSI UNMAP bit, NVMe DEAC): no media writes.
+    Unmap,
+    /// The device writes zeroes (WRITE_ZEROES with NOUNMAP): full media writes, no
+    /// data over the link.
+    WriteZeroes,
+    /// The device has no WRITE_ZEROES: the caller writes buffers of zeroes.
+    ZeroBuffers,
+}
+
+impl ZeroingMethod {
+    /// `unmap`, `write-zeroes` or `zero-buffers`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZeroingMethod::Unmap => "unmap",
+            ZeroingMethod::WriteZeroes => "write-zeroes",
+            ZeroingMethod::ZeroBuffers => "zero-buffers",
+        }
+    }
 }
 
 /// What the engine does when a zone write fails and its write pointer is no longer
@@ -321,6 +361,11 @@ pub struct Engine {
     geo: Geometry,
     cfg: EngineConfig,
     limits: SplitLimits,
+    /// WRITE_ZEROES is split at `write_zeroes_max_bytes` instead of `max_sectors`.
+    wz_limits: SplitLimits,
+    /// The user's `write_zeroes_unmap_max_bytes`, in sectors: 0 (unmap disabled) or
+    /// the hardware limit.
+    wzeroes_unmap_sectors: u32,
     cond: Vec<CondCache>,
     plugs: PlugTable,
     bios: Slab<BioSlot>,
@@ -372,6 +417,8 @@ impl Engine {
             geo: geo.clone(),
             cfg,
             limits: SplitLimits::of(geo),
+            wz_limits: SplitLimits::of_write_zeroes(geo),
+            wzeroes_unmap_sectors: geo.max_hw_wzeroes_unmap_sectors(),
             cond: Vec::with_capacity(zones.len()),
             plugs: PlugTable::default(),
             bios: Slab::new(),
@@ -544,6 +591,11 @@ impl Engine {
     fn new_frag(&mut self, b: usize, bio: &Bio, bio_offset: u32, nr_sectors: u32, kind: Kind) -> usize {
         self.bios[b].remaining += 1;
         self.next_gen = self.next_gen.wrapping_add(1);
+        let mut flags = bio.flags;
+        if bio.op == Op::WriteZeroes && self.wzeroes_unmap_sectors == 0 {
+            // Unmap is disabled (or the device cannot): the device must write zeroes.
+            flags = flags | BioFlags::NOUNMAP;
+        }
         self.frags.insert(Frag {
             bio: b,
             op: bio.op,
@@ -551,7 +603,7 @@ impl Engine {
             sector: bio.sector + u64::from(bio_offset),
             nr_sectors,
             bio_offset,
-            flags: bio.flags,
+            flags,
             state: FragState::WaitTag,
             plug: None,
             append: bio.op == Op::ZoneAppend,
@@ -564,10 +616,11 @@ impl Engine {
     /// dispatch.
     fn submit_ranged(&mut self, b: usize, bio: &Bio) {
         let plugged = bio.op.is_zone_write() && self.geo.is_zoned() && self.cfg.policy.plugs();
-        if self.limits.needs_split(bio.sector, bio.nr_sectors) {
+        let limits = if bio.op == Op::WriteZeroes { self.wz_limits } else { self.limits };
+        if limits.needs_split(bio.sector, bio.nr_sectors) {
             self.stats.splits += 1;
         }
-        for (off, n) in self.limits.pieces(bio.sector, bio.nr_sectors) {
+        for (off, n) in limits.pieces(bio.sector, bio.nr_sectors) {
             let sector = bio.sector + u64::from(off);
             if plugged && !self.geo.zone_is_conv(self.geo.zone_no(sector)) {
                 let f = self.new_frag(b, bio, off, n, Kind::ZoneWrite);
@@ -736,6 +789,41 @@ impl Engine {
         }
         self.freeze = Some(policy);
         self.maybe_unfreeze();
+    }
+
+    /// The queue attribute `write_zeroes_unmap_max_bytes`: how large a WRITE_ZEROES
+    /// the device may deallocate instead of writing; 0 when unmap is disabled or the
+    /// device cannot unmap.
+    pub fn write_zeroes_unmap_max_bytes(&self) -> u64 {
+        u64::from(self.wzeroes_unmap_sectors) * SECTOR_SIZE
+    }
+
+    /// Writes `write_zeroes_unmap_max_bytes`: 0 disables unmapped write zeroes (every
+    /// WRITE_ZEROES then carries NOUNMAP and the device writes zeroes), the hardware
+    /// limit enables them again. As the kernel, other values are refused. Applies to
+    /// BIOs submitted from now on.
+    pub fn set_write_zeroes_unmap_max_bytes(&mut self, bytes: u64) -> Result<(), AttrError> {
+        let hw = u64::from(self.geo.max_hw_wzeroes_unmap_sectors()) * SECTOR_SIZE;
+        if bytes > hw {
+            return Err(AttrError::AboveHardware { value: bytes, hw });
+        }
+        if bytes != 0 && bytes != hw {
+            return Err(AttrError::BadUnmapLimit { value: bytes, hw });
+        }
+        self.wzeroes_unmap_sectors = (bytes / SECTOR_SIZE) as u32;
+        Ok(())
+    }
+
+    /// How a WRITE_ZEROES submitted now makes its range read as zeroes.
+    /// `nounmap`: the caller forbids deallocation (REQ_NOUNMAP).
+    pub fn zeroing_method(&self, nounmap: bool) -> ZeroingMethod {
+        if self.geo.max_write_zeroes_sectors() == 0 {
+            ZeroingMethod::ZeroBuffers
+        } else if nounmap || self.wzeroes_unmap_sectors == 0 {
+            ZeroingMethod::WriteZeroes
+        } else {
+            ZeroingMethod::Unmap
+        }
     }
 
     /// Whether an attribute change is waiting for the queue to drain.
@@ -1480,6 +1568,10 @@ pub fn validate_bio(geo: &Geometry, bio: &Bio) -> Result<(), Status> {
     }
     if bio.op == Op::Discard && geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(bio.end() - 1)) {
         return Err(Status::Invalid);
+    }
+    if bio.op == Op::WriteZeroes && geo.max_write_zeroes_sectors() == 0 {
+        // As submit_bio_noacct(): the caller falls back to writing zero buffers.
+        return Err(Status::NotSupported);
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod split;
 mod zwl;
 
 pub use engine::{
-    Action, AttrError, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery, validate_bio,
+    Action, AttrError, Engine, EngineConfig, EngineStats, IssuePolicy, PlugView, WpRecovery, ZeroingMethod,
+    validate_bio,
 };
 pub use split::SplitLimits;

@@ -28,6 +28,18 @@ impl SplitLimits {
         }
     }
 
+    /// The limits of WRITE_ZEROES on a device: `write_zeroes_max_bytes` (it carries
+    /// no data, so `max_sectors` does not apply), zone boundaries. Only meaningful
+    /// when the device has WRITE_ZEROES.
+    pub fn of_write_zeroes(geo: &crate::geometry::Geometry) -> SplitLimits {
+        let max = geo.max_write_zeroes_sectors();
+        SplitLimits {
+            max_sectors: if max == 0 { geo.max_sectors() } else { max },
+            chunk_sectors: geo.zone_sectors(),
+            lbs_sectors: geo.lbs_sectors(),
+        }
+    }
+
     /// The largest piece that may start at `sector`: the kernel's `get_max_io_size()`.
     pub fn max_piece_at(&self, sector: Sector) -> u32 {
         let mut max = u64::from(self.max_sectors);

@@ -4,7 +4,7 @@
 //! geometry's `max_append_sectors`).
 
 use super::{BlockDevice, IoBuf};
-use crate::bio::{Op, Request, Status};
+use crate::bio::{BioFlags, Op, Request, Status};
 use crate::geometry::Geometry;
 use crate::units::{SECTOR_SIZE, Sector, ZoneNo};
 use crate::zone::{ZoneInfo, ZoneSet};
@@ -88,6 +88,20 @@ impl MemDevice {
         }
     }
 
+    /// Writes zeroes over `[sector, sector + nr_sectors)`, allocating its pages.
+    fn fill_zeroes(&mut self, sector: Sector, nr_sectors: u64) {
+        let end = sector.0 + nr_sectors;
+        let mut s = sector.0;
+        while s < end {
+            let page = s / SECTORS_PER_PAGE;
+            let page_end = ((page + 1) * SECTORS_PER_PAGE).min(end);
+            let a = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
+            let b = a + ((page_end - s) * SECTOR_SIZE) as usize;
+            self.pages.entry(page).or_insert_with(|| Box::new([0; PAGE_BYTES]))[a..b].fill(0);
+            s = page_end;
+        }
+    }
+
     /// Makes `[sector, sector + nr_sectors)` read as zeroes, returning whole pages to
     /// the allocator and zeroing the partial pages at the edges.
     fn zero_range(&mut self, sector: Sector, nr_sectors: u64) {
@@ -148,7 +162,12 @@ impl MemDevice {
                     assert_eq!(data.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "write buffer size");
                     self.copy_in(at, data);
                 }
-                // WRITE_ZEROES, or a driver that carries no data.
+                // WRITE_ZEROES with NOUNMAP: zeroes are written, pages stay allocated.
+                _ if req.op == Op::WriteZeroes && req.flags.contains(BioFlags::NOUNMAP) => {
+                    self.fill_zeroes(at, u64::from(req.nr_sectors))
+                }
+                // Unmapped WRITE_ZEROES (deallocate: pages go back to the allocator),
+                // or a driver that carries no data.
                 _ => self.zero_range(at, u64::from(req.nr_sectors)),
             }
         }
@@ -218,7 +237,16 @@ impl BlockDevice for MemDevice {
             Op::Read => self.read(req, buf),
             Op::Write => self.write(req, buf, false),
             Op::ZoneAppend => self.write(req, buf, true),
-            Op::WriteZeroes => self.write(req, IoBuf::None, false),
+            Op::WriteZeroes => {
+                let max = self.geo.max_write_zeroes_sectors();
+                if max == 0 {
+                    return Err(Status::NotSupported);
+                }
+                if req.nr_sectors > max {
+                    return Err(Status::Invalid);
+                }
+                self.write(req, IoBuf::None, false)
+            }
             Op::Discard => {
                 self.check_range(req)?;
                 if let Some(zs) = &self.zones {
@@ -317,6 +345,44 @@ mod tests {
             let expect = if (3..5).contains(&s) || (6..15).contains(&s) { 0 } else { 7 };
             assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == expect), "sector {s}");
         }
+    }
+
+    #[test]
+    fn write_zeroes_unmaps_or_writes_as_asked() {
+        let mut d = MemDevice::new(&geo(0), true);
+        // Conventional zone 0: 64 KiB of data, then zero 3.5 KiB from sector 9 (not
+        // page aligned at either edge) and 40 KiB from sector 24.
+        d.execute(&req(Op::Write, 0, 128), IoBuf::Write(&[5u8; 65536])).unwrap();
+        assert_eq!(d.resident_bytes(), 65536);
+        d.execute(&Request { flags: BioFlags::NOUNMAP, ..req(Op::WriteZeroes, 9, 7) }, IoBuf::None).unwrap();
+        assert_eq!(d.resident_bytes(), 65536, "NOUNMAP writes zeroes, memory stays");
+        d.execute(&req(Op::WriteZeroes, 24, 80), IoBuf::None).unwrap();
+        // Pages 3..=12 lie whole inside [24, 104): returned to the allocator.
+        assert_eq!(d.resident_bytes(), 65536 - 10 * 4096, "unmap returns whole pages");
+        let mut out = vec![0xffu8; 65536];
+        d.execute(&req(Op::Read, 0, 128), IoBuf::Read(&mut out)).unwrap();
+        for s in 0..128usize {
+            let zero = (9..16).contains(&s) || (24..104).contains(&s);
+            let want = if zero { 0 } else { 5 };
+            assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == want), "sector {s}");
+        }
+        // NOUNMAP on unwritten space allocates zero pages.
+        d.execute(&Request { flags: BioFlags::NOUNMAP, ..req(Op::WriteZeroes, 1024, 16) }, IoBuf::None).unwrap();
+        assert_eq!(d.resident_bytes(), 65536 - 10 * 4096 + 8192);
+        // Beyond the device's limit, or on a device without WRITE_ZEROES.
+        let big = d.geometry().max_write_zeroes_sectors() + 1;
+        assert_eq!(d.execute(&req(Op::WriteZeroes, 0, big), IoBuf::None), Err(Status::Invalid));
+        let none = Geometry::new(&GeometryParams {
+            capacity_bytes: 4 << 20,
+            zone_size_bytes: 1 << 20,
+            nr_conv: 1,
+            write_zeroes_max_bytes: 0,
+            write_zeroes_unmap_max_hw_bytes: 0,
+            ..GeometryParams::default()
+        })
+        .unwrap();
+        let mut d = MemDevice::new(&none, true);
+        assert_eq!(d.execute(&req(Op::WriteZeroes, 0, 8), IoBuf::None), Err(Status::NotSupported));
     }
 
     #[test]

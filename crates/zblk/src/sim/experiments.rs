@@ -87,6 +87,8 @@ pub fn smr_device(disk: &HddParams, max_open: u32) -> DeviceParams {
     p.rotational = true;
     p.hw_queue_depth = disk.ncq_depth;
     p.completion_dist = LatencyDist::Fixed;
+    // SATA disks zero by writing (WRITE SAME without unmap on an SMR zone).
+    p.geometry.write_zeroes_unmap_max_hw_bytes = 0;
     p
 }
 

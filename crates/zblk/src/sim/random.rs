@@ -33,6 +33,9 @@ pub fn random_config(seed: u64) -> SimConfig {
     let lbs_sectors = lbs_bytes / 512;
     let max_sectors = [1, 2, 4, 8, 32][rng.random_range(0..5)] * lbs_sectors;
     let max_append_sectors = if rng.random_bool(0.5) { 0 } else { max_sectors };
+    // WRITE_ZEROES: none, smaller or larger than max_sectors; unmapping or not.
+    let write_zeroes_max_bytes = [0, 1, 4, 64][rng.random_range(0..4)] * u64::from(lbs_bytes);
+    let write_zeroes_unmap_max_hw_bytes = if rng.random_bool(0.5) { write_zeroes_max_bytes } else { 0 };
     let geometry = GeometryParams {
         lbs_bytes,
         capacity_bytes,
@@ -44,6 +47,8 @@ pub fn random_config(seed: u64) -> SimConfig {
         max_active,
         max_append_sectors,
         max_sectors,
+        write_zeroes_max_bytes,
+        write_zeroes_unmap_max_hw_bytes,
     };
     let device = DeviceParams {
         geometry,

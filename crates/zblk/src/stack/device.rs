@@ -401,6 +401,8 @@ impl StackBuilder {
             zoned,
             max_sectors: limits.max_sectors,
             max_append_sectors: 0,
+            write_zeroes_max_bytes: u64::from(limits.max_write_zeroes_sectors) << SECTOR_SHIFT,
+            write_zeroes_unmap_max_hw_bytes: u64::from(limits.max_hw_wzeroes_unmap_sectors) << SECTOR_SHIFT,
             ..GeometryParams::default()
         };
         if zoned {
@@ -468,7 +470,14 @@ impl StackBuilder {
         let mut placed = Vec::with_capacity(targets.len());
         let mut start = 0u64;
         let (mut nr_conv, mut seen_seq) = (0u32, false);
-        let mut p = GeometryParams { lbs_bytes, zoned, max_sectors: limits.max_sectors, ..GeometryParams::default() };
+        let mut p = GeometryParams {
+            lbs_bytes,
+            zoned,
+            max_sectors: limits.max_sectors,
+            write_zeroes_max_bytes: u64::from(limits.max_write_zeroes_sectors) << SECTOR_SHIFT,
+            write_zeroes_unmap_max_hw_bytes: u64::from(limits.max_hw_wzeroes_unmap_sectors) << SECTOR_SHIFT,
+            ..GeometryParams::default()
+        };
         p.max_append_sectors = u32::MAX;
         for (i, t) in targets.iter().enumerate() {
             let g = self.info(t.dev).geometry.clone();
@@ -551,6 +560,25 @@ mod tests {
     }
 
     #[test]
+    fn write_zeroes_and_unmap_pass_through_only_if_every_member_has_them() {
+        let mut b = StackBuilder::new();
+        let unmaps = geo("size=64,zoned=0");
+        let writes = geo("size=64,zoned=0,write_zeroes_unmap_max_hw_bytes=0");
+        let none = geo("size=64,zoned=0,write_zeroes_max_bytes=0");
+        let u: Vec<DevId> = (0..2).map(|_| b.disk(&unmaps, EngineConfig::default())).collect();
+        let w = b.disk(&writes, EngineConfig::default());
+        let n = b.disk(&none, EngineConfig::default());
+        let all_unmap = b.striped(&u, 128, None).unwrap();
+        assert_eq!(b.info(all_unmap).geometry.max_hw_wzeroes_unmap_sectors(), unmaps.max_write_zeroes_sectors());
+        let mixed = b.striped(&[u[0], w], 128, None).unwrap();
+        let g = &b.info(mixed).geometry;
+        assert_eq!((g.max_write_zeroes_sectors(), g.max_hw_wzeroes_unmap_sectors()), (65536, 0));
+        let t = |d: DevId| LinearTarget { dev: d, offset: Sector(0), len_sectors: None };
+        let lin = b.linear(&[t(u[1]), t(n)], None).unwrap();
+        assert_eq!(b.info(lin).geometry.max_write_zeroes_sectors(), 0);
+    }
+
+    #[test]
     fn striped_mapping_and_limits() {
         let mut b = StackBuilder::new();
         let g = geo("size=64,zoned=0,max_sectors=2048");
@@ -558,7 +586,16 @@ mod tests {
         let s = b.striped(&d, 128, None).unwrap();
         let info = b.info(s);
         assert_eq!(info.name, "md0");
-        assert_eq!(info.limits, Limits { max_sectors: 2048, chunk_sectors: 128, lbs_sectors: 1 });
+        let wz = g.max_write_zeroes_sectors();
+        let want = Limits {
+            max_sectors: 2048,
+            chunk_sectors: 128,
+            lbs_sectors: 1,
+            max_write_zeroes_sectors: wz,
+            max_hw_wzeroes_unmap_sectors: wz,
+        };
+        assert_eq!(info.limits, want);
+        assert_eq!(info.geometry.max_write_zeroes_sectors(), wz, "write zeroes passes through");
         assert_eq!(info.geometry.nr_sectors(), 4 * (64 << 11));
         let drv = &b.devs[s.idx()].driver;
         assert_eq!(drv.map(Sector(0)), (d[0], Sector(0), 128));

@@ -381,7 +381,7 @@ impl Stack {
     /// driver's boundary, then remap what is left to the member.
     fn submit_ranged(&mut self, mut e: Entry) {
         let limits = self.devs[e.dev.idx()].info.limits;
-        let n = limits.generic_split().max_piece_at(e.sector);
+        let n = limits.generic_split_for(e.op).max_piece_at(e.sector);
         if e.nr_sectors > n {
             e = self.split(e, n);
         }
