@@ -6,7 +6,9 @@
 //! write pointer recovery, single-issuer QD=1 writes for rotational disks.
 //!
 //! - [`core`]: the sans-IO engine (no clock, no threads, no I/O).
-//! - [`dev`]: devices that execute requests (in-memory, ...).
+//! - [`dev`]: devices that execute requests (in-memory, file-backed zoned images).
+//! - [`runtime`]: the real-time driver: threads, io_uring, blocking and asynchronous
+//!   APIs over a file-backed image.
 //! - [`sim`]: a deterministic simulator driving the engine in virtual time, with
 //!   device timing models, fio-like workloads and a checker.
 //! - [`geometry`], [`zone`], [`bio`], [`units`], [`params`]: the vocabulary.
@@ -18,6 +20,7 @@ pub mod core;
 pub mod dev;
 pub mod geometry;
 pub mod params;
+pub mod runtime;
 pub mod sim;
 pub mod units;
 pub mod zone;

@@ -501,7 +501,7 @@ impl FileImage {
     /// sequential zone is *accepted* here (the zone's write pointer moves, the zone
     /// opens); [`FileImage::finish`] records it as completed.
     pub fn prepare(&self, req: &Request) -> Result<Plan, Status> {
-        if self.read_only && !matches!(req.op, Op::Read) {
+        if self.read_only && req.op != Op::Read {
             return Err(Status::NotSupported);
         }
         match req.op {
@@ -671,29 +671,60 @@ impl FileImage {
     // ---------------------------------------------------------------- execution
 
     /// Executes `req` synchronously with `buf` (which must match the request's
-    /// length for reads and writes): the blocking path, used for every request by
-    /// the thread-pool driver and for FLUSH, FUA/PREFLUSH writes and zone management
-    /// by every driver.
+    /// length for reads and writes): [`FileImage::prepare`], then
+    /// [`FileImage::perform`].
     pub fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        if self.read_only && req.op != Op::Read {
-            return Err(Status::NotSupported);
-        }
+        let plan = self.prepare(req)?;
+        self.perform(req, plan, buf)
+    }
+
+    /// Carries out a prepared request synchronously: the blocking path, used for
+    /// every request by the thread-pool driver, and by every driver for FLUSH,
+    /// FUA/PREFLUSH writes, write zeroes, discards and zone management.
+    pub fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
         let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
-        match req.op {
-            Op::Read => {
-                let plan = self.prepare(req)?;
-                let Plan::Read { file_offset, valid_sectors } = plan else { unreachable!("read plan") };
-                let IoBuf::Read(out) = buf else { return Ok(req.sector) };
+        match plan {
+            Plan::Read { file_offset, valid_sectors } => {
+                let IoBuf::Read(out) = buf else { return self.finish(req, plan, Ok(())) };
                 assert_eq!(out.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "read buffer size");
                 let r = self.media.read_at(out, file_offset);
                 zero_past(out, valid_sectors);
                 self.finish(req, plan, r)
             }
-            Op::Write | Op::ZoneAppend | Op::WriteZeroes => {
+            Plan::Write { file_offset, .. } => {
+                if req.flags.contains(BioFlags::PREFLUSH) {
+                    if let Err(e) = self.commit_io() {
+                        let _ = self.finish(req, plan, Err(e));
+                        return Err(Status::IoErr);
+                    }
+                }
+                let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
+                let r = match buf {
+                    IoBuf::Write(data) => {
+                        assert_eq!(data.len() as u64, len, "write buffer size");
+                        self.media.write_at(data, file_offset)
+                    }
+                    // A caller without data: the range reads back as zeroes.
+                    _ => self.media.punch_hole(file_offset, len),
+                };
+                let at = self.finish(req, plan, r)?;
+                if req.flags.contains(BioFlags::FUA) {
+                    io(self.commit_io())?;
+                }
+                Ok(at)
+            }
+            Plan::Blocking => self.perform_blocking(req),
+        }
+    }
+
+    fn perform_blocking(&self, req: &Request) -> Result<Sector, Status> {
+        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        match req.op {
+            Op::WriteZeroes => {
                 if req.flags.contains(BioFlags::PREFLUSH) {
                     io(self.commit_io())?;
                 }
-                let r = self.execute_write(req, buf)?;
+                let r = self.execute_write(req, IoBuf::None)?;
                 if req.flags.contains(BioFlags::FUA) {
                     io(self.commit_io())?;
                 }
@@ -708,25 +739,17 @@ impl FileImage {
                 Ok(req.sector)
             }
             Op::Flush => io(self.commit_io()).map(|()| req.sector),
-            _ => self.zone_mgmt(req),
+            op if op.is_zone_mgmt() => self.zone_mgmt(req),
+            op => unreachable!("{op} is not a blocking operation"),
         }
     }
 
-    fn execute_write(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        let zeroes = req.op == Op::WriteZeroes;
-        let req_w = if zeroes { Request { op: Op::Write, ..*req } } else { *req };
+    /// WRITE_ZEROES: accepted as a write; the range is punched out of the file.
+    fn execute_write(&self, req: &Request, _buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let req_w = Request { op: Op::Write, ..*req };
         let plan = self.prepare(&req_w)?;
         let Plan::Write { file_offset, .. } = plan else { unreachable!("write plan") };
-        let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
-        let r = match buf {
-            // WRITE_ZEROES, or a caller without data: the range reads back as zeroes.
-            _ if zeroes => self.media.punch_hole(file_offset, len),
-            IoBuf::Write(data) => {
-                assert_eq!(data.len() as u64, len, "write buffer size");
-                self.media.write_at(data, file_offset)
-            }
-            _ => self.media.punch_hole(file_offset, len),
-        };
+        let r = self.media.punch_hole(file_offset, u64::from(req.nr_sectors) << SECTOR_SHIFT);
         self.finish(&req_w, plan, r)
     }
 
