@@ -2,4 +2,9 @@
 
 pub mod bench;
 pub mod corebench;
+pub mod create;
+pub mod imgbench;
+pub mod info;
+pub mod io;
 pub mod sweep;
+pub mod zones;

@@ -19,7 +19,7 @@
 //! buffer, ending with a callback ([`Runtime::submit`]) or a future
 //! ([`Runtime::submit_async`]), the buffer handed back in the [`IoDone`].
 
-// BENCH pub mod bench;
+pub mod bench;
 pub mod buf;
 mod uring;
 
@@ -72,6 +72,12 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig { engine: EngineConfig::default(), backend: Backend::Auto, workers: 0 }
     }
+}
+
+/// Whether this kernel lets this process use io_uring (a ring is set up and a NOP
+/// goes through it); the error says why not.
+pub fn io_uring_available() -> io::Result<()> {
+    Uring::new(1).map(|_| ())
 }
 
 /// A runtime that could not start.
