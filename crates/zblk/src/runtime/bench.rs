@@ -209,46 +209,54 @@ fn run_job(rt: &Runtime, spec: &JobSpec, geo: &Geometry, zbd: &Mutex<Zbd>, seed:
     let mut tally = Tally { jobs: 1, ..Tally::default() };
     let (mut inflight, mut issued, mut stopped) = (0u32, 0u64, false);
     loop {
-        while !stopped && inflight < spec.iodepth {
-            if deadline.map_or(issued >= io_limit, |d| Instant::now() >= d) {
-                stopped = true;
-                break;
-            }
-            let next = job.next(&mut zbd.lock().unwrap_or_else(|p| p.into_inner()));
-            match next {
-                Next::Io(op, sector, nr) => {
-                    let len = (u64::from(nr) << SECTOR_SHIFT) as usize;
-                    let buf = match pool.pop() {
-                        Some(b) if b.len() == len => b,
-                        Some(b) => {
-                            pool.push(b);
-                            AlignedBuf::zeroed(len)
-                        }
-                        None => AlignedBuf::zeroed(len),
-                    };
-                    let io = if op == Op::Read { Io::read(sector, buf) } else { Io::write(sector, buf) };
-                    let io = if spec.fua && op == Op::Write { io.with_flags(BioFlags::FUA) } else { io };
-                    let (tx, t) = (tx.clone(), Instant::now());
-                    rt.submit(io, move |done| {
-                        let latency = t.elapsed();
-                        let _ = tx.send(Done { op, sector, nr_sectors: nr, reset: false, latency, done });
-                    });
-                    issued += len as u64;
-                    inflight += 1;
+        let fill = || -> (u32, u64, bool, u64) {
+            let (mut inflight, mut issued, mut stopped, mut resets) = (inflight, issued, stopped, 0);
+            while !stopped && inflight < spec.iodepth {
+                if deadline.map_or(issued >= io_limit, |d| Instant::now() >= d) {
+                    stopped = true;
+                    break;
                 }
-                Next::Reset(z) => {
-                    tally.zone_resets += 1;
-                    let (tx, t, sector) = (tx.clone(), Instant::now(), geo.zone_start(z));
-                    rt.submit(Io::zone(Op::ZoneReset, sector), move |done| {
-                        let latency = t.elapsed();
-                        let _ = tx.send(Done { op: Op::ZoneReset, sector, nr_sectors: 0, reset: true, latency, done });
-                    });
-                    inflight += 1;
+                let next = job.next(&mut zbd.lock().unwrap_or_else(|p| p.into_inner()));
+                match next {
+                    Next::Io(op, sector, nr) => {
+                        let len = (u64::from(nr) << SECTOR_SHIFT) as usize;
+                        let buf = match pool.pop() {
+                            Some(b) if b.len() == len => b,
+                            Some(b) => {
+                                pool.push(b);
+                                AlignedBuf::zeroed(len)
+                            }
+                            None => AlignedBuf::zeroed(len),
+                        };
+                        let io = if op == Op::Read { Io::read(sector, buf) } else { Io::write(sector, buf) };
+                        let io = if spec.fua && op == Op::Write { io.with_flags(BioFlags::FUA) } else { io };
+                        let (tx, t) = (tx.clone(), Instant::now());
+                        rt.submit(io, move |done| {
+                            let latency = t.elapsed();
+                            let _ = tx.send(Done { op, sector, nr_sectors: nr, reset: false, latency, done });
+                        });
+                        issued += len as u64;
+                        inflight += 1;
+                    }
+                    Next::Reset(z) => {
+                        resets += 1;
+                        let (tx, t, sector) = (tx.clone(), Instant::now(), geo.zone_start(z));
+                        rt.submit(Io::zone(Op::ZoneReset, sector), move |done| {
+                            let latency = t.elapsed();
+                            let _ =
+                                tx.send(Done { op: Op::ZoneReset, sector, nr_sectors: 0, reset: true, latency, done });
+                        });
+                        inflight += 1;
+                    }
+                    Next::Wait => break,
+                    Next::Stop => stopped = true,
                 }
-                Next::Wait => break,
-                Next::Stop => stopped = true,
             }
-        }
+            (inflight, issued, stopped, resets)
+        };
+        let (i, s, st, r) = rt.batch(fill);
+        (inflight, issued, stopped) = (i, s, st);
+        tally.zone_resets += r;
         if inflight == 0 {
             if stopped {
                 break;

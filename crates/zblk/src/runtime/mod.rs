@@ -147,6 +147,10 @@ struct Shared {
 thread_local! {
     /// This thread is the io_uring completion thread: its next wait submits too.
     static REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread is inside [`Runtime::batch`]: entries queued on the ring are
+    /// submitted once, when the batch ends (as the kernel's blk_start_plug() /
+    /// blk_finish_plug() batch a task's requests).
+    static BATCH: std::cell::Cell<(u32, bool)> = const { std::cell::Cell::new((0, false)) };
 }
 
 impl Shared {
@@ -204,8 +208,11 @@ impl Shared {
                 }
             }
             if let (true, Some(u)) = (queued, &self.uring) {
-                // The completion thread's next wait submits what it queued.
-                if !REAPER.with(|r| r.get()) {
+                let (depth, _) = BATCH.with(|b| b.get());
+                if depth > 0 {
+                    BATCH.with(|b| b.set((depth, true)));
+                } else if !REAPER.with(|r| r.get()) {
+                    // (The completion thread's next wait submits what it queued.)
                     let r = u.submit();
                     assert!(r.is_ok(), "io_uring submission failed: {r:?}");
                 }
@@ -544,6 +551,26 @@ impl Runtime {
         // The buffer moves into the callback: its heap memory, which `raw` points
         // to, stays where it is until the callback hands it back.
         self.sh().submit_bio(bio, raw, Box::new(move |result| done(IoDone { result, buf })));
+    }
+
+    /// Runs `f`, which submits I/Os from this thread, and hands everything it queued
+    /// on the ring to the kernel at once when it returns: one system call for a batch
+    /// of submissions instead of one each.
+    pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        BATCH.with(|b| {
+            let (d, pending) = b.get();
+            b.set((d + 1, pending));
+        });
+        let r = f();
+        let (d, pending) = BATCH.with(|b| b.get());
+        BATCH.with(|b| b.set((d - 1, pending && d > 1)));
+        if d == 1 && pending {
+            if let Some(u) = &self.sh().uring {
+                let r = u.submit();
+                assert!(r.is_ok(), "io_uring submission failed: {r:?}");
+            }
+        }
+        r
     }
 
     /// Submits `io` and returns a future of its [`IoDone`].

@@ -27,6 +27,8 @@ struct State {
     durable: Vec<u8>,
     pending: Vec<Pending>,
     syncs: u64,
+    /// The power is off: every further operation fails without touching the file.
+    off: bool,
 }
 
 /// Media that pass everything to `inner` and keep the model of what is durable.
@@ -42,11 +44,25 @@ impl PowerCut {
     pub fn new(inner: Arc<dyn Media>, len: u64) -> io::Result<PowerCut> {
         let mut durable = vec![0u8; len as usize];
         inner.read_at(&mut durable, 0)?;
-        Ok(PowerCut { inner, state: Arc::new(Mutex::new(State { durable, pending: Vec::new(), syncs: 0 })) })
+        Ok(PowerCut {
+            inner,
+            state: Arc::new(Mutex::new(State { durable, pending: Vec::new(), syncs: 0, off: false })),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cuts the power: every later operation fails with EIO and reaches nothing.
+    /// Operations already under way finish and count as done (or not) as the model
+    /// allows.
+    pub fn power_off(&self) {
+        self.lock().off = true;
+    }
+
+    fn check_on(&self) -> io::Result<()> {
+        if self.lock().off { Err(io::Error::from_raw_os_error(5)) } else { Ok(()) }
     }
 
     /// Number of `sync_data` calls so far.
@@ -89,12 +105,14 @@ fn apply_punch(img: &mut [u8], offset: u64, len: u64) {
 
 impl Media for PowerCut {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_on()?;
         self.inner.read_at(buf, offset)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         // Recorded once done: a sync that starts later covers it; a write still in
         // progress at the cut is lost, one of the outcomes the model allows.
+        self.check_on()?;
         self.inner.write_at(buf, offset)?;
         self.lock().pending.push(Pending::Write { offset, data: buf.to_vec() });
         Ok(())
@@ -102,9 +120,14 @@ impl Media for PowerCut {
 
     fn sync_data(&self) -> io::Result<()> {
         // What completed before the sync starts is durable when it returns.
+        self.check_on()?;
         let covered = self.lock().pending.len();
         self.inner.sync_data()?;
         let mut st = self.lock();
+        if st.off {
+            // The power went while syncing: nothing is known to be durable.
+            return Err(io::Error::from_raw_os_error(5));
+        }
         let done: Vec<Pending> = st.pending.drain(..covered).collect();
         for op in &done {
             match op {
@@ -117,6 +140,7 @@ impl Media for PowerCut {
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check_on()?;
         self.inner.punch_hole(offset, len)?;
         self.lock().pending.push(Pending::Punch { offset, len });
         Ok(())
