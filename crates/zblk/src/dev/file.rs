@@ -815,6 +815,25 @@ impl FileImage {
         &self.geo
     }
 
+    /// Reads `buf.len()` bytes (whole sectors) at `sector` straight from the device,
+    /// without an engine: for checkers and tools. Past a write pointer reads zeroes.
+    pub fn read_direct(&self, sector: Sector, buf: &mut [u8]) -> Result<(), Status> {
+        if buf.len() as u64 % SECTOR_SIZE != 0 {
+            return Err(Status::Invalid);
+        }
+        let nr_sectors = u32::try_from(buf.len() as u64 / SECTOR_SIZE).map_err(|_| Status::Invalid)?;
+        let req = Request {
+            id: crate::bio::ReqId(0),
+            op: Op::Read,
+            sector,
+            nr_sectors,
+            flags: BioFlags::NONE,
+            user_data: 0,
+            bio_offset: 0,
+        };
+        self.execute(&req, IoBuf::Read(buf)).map(|_| ())
+    }
+
     /// The descriptor of the zone holding `sector`, as a report shows it now.
     pub fn zone_info(&self, sector: Sector) -> Result<ZoneInfo, Status> {
         let mut out = Vec::with_capacity(1);

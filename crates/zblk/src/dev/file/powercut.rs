@@ -29,6 +29,8 @@ struct State {
     syncs: u64,
     /// The power is off: every further operation fails without touching the file.
     off: bool,
+    /// Regions written through a shared mapping.
+    mapped: Vec<(u64, u64)>,
 }
 
 /// Media that pass everything to `inner` and keep the model of what is durable.
@@ -46,12 +48,25 @@ impl PowerCut {
         inner.read_at(&mut durable, 0)?;
         Ok(PowerCut {
             inner,
-            state: Arc::new(Mutex::new(State { durable, pending: Vec::new(), syncs: 0, off: false })),
+            state: Arc::new(Mutex::new(State {
+                durable,
+                pending: Vec::new(),
+                syncs: 0,
+                off: false,
+                mapped: Vec::new(),
+            })),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Declares `[offset, offset + len)` written through a shared mapping (the live
+    /// table): `fdatasync` writes such pages back too, so each sync takes the region's
+    /// current content from the file as durable.
+    pub fn track_mapped(&self, offset: u64, len: u64) {
+        self.lock().mapped.push((offset, len));
     }
 
     /// Cuts the power: every later operation fails with EIO and reaches nothing.
@@ -134,6 +149,10 @@ impl Media for PowerCut {
                 Pending::Write { offset, data } => apply_write(&mut st.durable, *offset, data),
                 Pending::Punch { offset, len } => apply_punch(&mut st.durable, *offset, *len),
             }
+        }
+        for (offset, len) in st.mapped.clone() {
+            let (o, n) = (offset as usize, len as usize);
+            self.inner.read_at(&mut st.durable[o..o + n], offset)?;
         }
         st.syncs += 1;
         Ok(())
