@@ -202,7 +202,56 @@ struct DevState {
     /// consistent with it.
     done: Vec<Entry>,
     /// The live table (None when read-only).
-    live: Option<memmap2::MmapMut>,
+    live: Option<LiveTable>,
+}
+
+/// The live table region of the file, as the device updates it.
+#[derive(Debug)]
+enum LiveTable {
+    /// A shared mapping: an update is a store, which the page cache keeps when the
+    /// process dies.
+    Map(memmap2::MmapMut),
+    /// Where the file system does not allow shared writable mappings (9p, some FUSE
+    /// file systems): a copy in memory, each update written with `pwrite`.
+    Pwrite { file: File, offset: u64, copy: Vec<u8> },
+}
+
+impl LiveTable {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            LiveTable::Map(m) => m,
+            LiveTable::Pwrite { copy, .. } => copy,
+        }
+    }
+
+    /// Makes `[at, at + len)` of the region, changed through `bytes()`, visible in the
+    /// file.
+    fn publish(&mut self, at: usize, len: usize) -> io::Result<()> {
+        match self {
+            LiveTable::Map(_) => Ok(()),
+            LiveTable::Pwrite { file, offset, copy } => file.write_all_at(&copy[at..at + len], *offset + at as u64),
+        }
+    }
+
+    /// Stores one 8-byte entry at `at`.
+    fn store(&mut self, at: usize, word: u64) -> io::Result<()> {
+        // One aligned 8-byte store: a process killed at any instruction leaves either
+        // the old entry or the new one.
+        self.bytes()[at..at + 8].copy_from_slice(&word.to_le_bytes());
+        self.publish(at, 8)
+    }
+
+    fn set_state(&mut self, state: LiveState) -> io::Result<()> {
+        LiveHeader::put_state(self.bytes(), state);
+        self.publish(0, format::TABLE_HEADER_BYTES as usize)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            LiveTable::Map(m) => m.flush(),
+            LiveTable::Pwrite { .. } => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -343,7 +392,15 @@ impl FileImage {
             let map = unsafe {
                 memmap2::MmapOptions::new().offset(layout.live_offset).len(layout.table_bytes as usize).map_mut(&file)
             };
-            Some(map.map_err(io_err(path, "map live table"))?)
+            Some(match map {
+                Ok(m) => LiveTable::Map(m),
+                Err(_) => {
+                    let mut copy = vec![0u8; layout.table_bytes as usize];
+                    file.read_exact_at(&mut copy, layout.live_offset).map_err(io_err(path, "read live table"))?;
+                    let file = file.try_clone().map_err(io_err(path, "dup"))?;
+                    LiveTable::Pwrite { file, offset: layout.live_offset, copy }
+                }
+            })
         };
         let nr = rec.entries.len();
         let image = FileImage {
@@ -395,15 +452,13 @@ impl FileImage {
         // live table, and the durable table just written says the same thing.
         let mut st = self.lock_state();
         let entries = st.done.clone();
-        let map = st.live.as_mut().expect("read-write image has a live table");
-        LiveHeader::put_state(map, LiveState::Invalid);
+        let live = st.live.as_mut().expect("read-write image has a live table");
+        live.set_state(LiveState::Invalid)?;
         for (z, e) in entries.iter().enumerate() {
-            let at = format::entry_offset(ZoneNo(z as u32));
-            map[at..at + 8].copy_from_slice(&e.pack().to_le_bytes());
+            live.store(format::entry_offset(ZoneNo(z as u32)), e.pack())?;
         }
-        LiveHeader::put_identity(map, boot);
-        LiveHeader::put_state(map, LiveState::Live);
-        Ok(())
+        LiveHeader::put_identity(live.bytes(), boot);
+        live.set_state(LiveState::Live)
     }
 
     /// Commits and marks the live table clean. Dropping the image does the same,
@@ -419,9 +474,9 @@ impl FileImage {
         }
         self.commit_io()?;
         let mut st = self.lock_state();
-        let map = st.live.as_mut().expect("read-write image has a live table");
-        LiveHeader::put_state(map, LiveState::Clean);
-        map.flush()
+        let live = st.live.as_mut().expect("read-write image has a live table");
+        live.set_state(LiveState::Clean)?;
+        live.flush()
     }
 
     /// The image's path.
@@ -614,11 +669,12 @@ impl FileImage {
         let e = entry_now(st, &self.geo, z);
         if st.done[z.idx()] != e {
             st.done[z.idx()] = e;
-            if let Some(map) = st.live.as_mut() {
-                let at = format::entry_offset(z);
-                // One aligned 8-byte store: a process killed at any instruction leaves
-                // either the old entry or the new one.
-                map[at..at + 8].copy_from_slice(&e.pack().to_le_bytes());
+            if let Some(live) = st.live.as_mut() {
+                if live.store(format::entry_offset(z), e.pack()).is_err() {
+                    // The live table can no longer follow the writes: say so in it, and
+                    // a restart falls back to the durable tables.
+                    let _ = live.set_state(LiveState::Invalid);
+                }
             }
         }
     }
