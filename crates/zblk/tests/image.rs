@@ -116,7 +116,7 @@ fn one_corrupt_zone_table_is_repaired() {
     with_state(&p);
     let l = layout();
     for slot in 0..2 {
-        flip(&p, l.table_offset[slot] + 64 + 8 * 1);
+        flip(&p, l.table_offset[slot] + 64 + 8); // zone 1's entry
         let img = open(&p).unwrap();
         let r = img.repairs().join("; ");
         assert!(r.contains("durable zone table") && r.contains("rewritten"), "slot {slot}: {r}");

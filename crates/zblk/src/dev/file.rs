@@ -3,7 +3,9 @@
 //! The image holds a superblock (geometry), two durable zone tables and a live zone
 //! table, then the data (see [`format`] for the layout). The device side behaves as
 //! null_blk with memory backing: the same [`ZoneSet`] state machine checks every
-//! request; a reset discards the zone's data (the range is punched out of the file).
+//! request, and reads past a write pointer return zeroes. A reset keeps the zone's
+//! blocks allocated (the data is hidden, not discarded: see `zone_mgmt`); a finish
+//! punches out what lies past the write pointer, and so does reopening after a crash.
 //!
 //! # Write pointers and crashes
 //!
@@ -260,6 +262,9 @@ struct Durable {
     /// The slot holding `seq`; the next commit writes the other.
     slot: usize,
     entries: Vec<Entry>,
+    /// A table write failed: the other slot may hold it, newer than `seq`, and may
+    /// surface after a power loss. The next commit must write, whatever it holds.
+    unsure: bool,
 }
 
 /// A zoned image on a regular file. Shared between threads: the device-side state
@@ -411,7 +416,12 @@ impl FileImage {
             direct: direct_raw,
             buffered_fd,
             state: Mutex::new(DevState { zones, inflight: vec![Vec::new(); nr], done: rec.entries.clone(), live }),
-            durable: Mutex::new(Durable { seq: rec.durable_seq, slot: rec.durable_slot, entries: rec.durable_entries }),
+            durable: Mutex::new(Durable {
+                seq: rec.durable_seq,
+                slot: rec.durable_slot,
+                entries: rec.durable_entries,
+                unsure: false,
+            }),
             read_only: opts.read_only,
             closed: std::sync::atomic::AtomicBool::new(false),
             rewrite_tables: rec.bad_table,
@@ -695,7 +705,7 @@ impl FileImage {
         // before the sync began, so the sync makes its data durable.
         let snap = self.lock_state().done.clone();
         self.media.sync_data()?;
-        if snap != d.entries {
+        if snap != d.entries || d.unsure {
             self.write_table(&mut d, snap)?;
         }
         Ok(())
@@ -709,15 +719,19 @@ impl FileImage {
         for &(z, e) in changes {
             entries[z.idx()] = e;
         }
-        if entries != d.entries { self.write_table(&mut d, entries) } else { Ok(()) }
+        if entries != d.entries || d.unsure { self.write_table(&mut d, entries) } else { Ok(()) }
     }
 
     fn write_table(&self, d: &mut Durable, entries: Vec<Entry>) -> io::Result<()> {
         let layout = &self.sb.layout;
         let t = Table { seq: d.seq + 1, entries };
         let slot = 1 - d.slot;
-        self.media.write_at(&t.encode(layout.table_bytes), layout.table_offset[slot])?;
-        self.media.sync_data()?;
+        let written = self
+            .media
+            .write_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+            .and_then(|()| self.media.sync_data());
+        d.unsure = written.is_err();
+        written?;
         d.seq = t.seq;
         d.slot = slot;
         d.entries = t.entries;
@@ -809,8 +823,28 @@ impl FileImage {
         self.finish(&req_w, plan, r)
     }
 
+    /// Zone management. A reset only moves the write pointer: the zone's blocks stay
+    /// allocated in the file, as a device's capacity stays (reads past a write pointer
+    /// return zeroes whatever the file holds there). Punching them out would make
+    /// every write after a reset allocate blocks and convert unwritten extents, with
+    /// that latency on the critical path of a zone whose writes go one at a time
+    /// (zone write plugging). A finish exposes `[wp, end)` to reads: those blocks are
+    /// punched out first.
     fn zone_mgmt(&self, req: &Request) -> Result<Sector, Status> {
         let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        if !self.geo.is_zoned() {
+            return Err(Status::NotSupported);
+        }
+        if req.op == Op::ZoneFinish && self.geo.is_zone_start(req.sector) {
+            let z = self.geo.zone_no(req.sector);
+            if !self.geo.zone_is_conv(z) {
+                let wp = self.lock_state().done[z.idx()].wp_offset.min(self.geo.zone_len(z));
+                // Before the finish is recorded anywhere: a crash after the punch and
+                // before the commit leaves zeroes past the write pointer, harmless.
+                let start = self.geo.zone_start(z) + wp;
+                io(self.media.punch_hole(self.file_offset(start), (self.geo.zone_len(z) - wp) << SECTOR_SHIFT))?;
+            }
+        }
         let mut st = self.lock_state();
         let zs = st.zones.as_mut().ok_or(Status::NotSupported)?;
         let reset: Vec<ZoneNo> = match req.op {
@@ -821,22 +855,17 @@ impl FileImage {
             }
         };
         self.refresh_all(&mut st);
-        let changes: Vec<(ZoneNo, Entry)> = match req.op {
-            Op::ZoneResetAll | Op::ZoneReset => reset.iter().map(|&z| (z, st.done[z.idx()])).collect(),
-            Op::ZoneFinish => {
-                let z = self.geo.zone_no(req.sector);
-                vec![(z, st.done[z.idx()])]
-            }
-            // OPEN and CLOSE change no write pointer: nothing to make durable.
-            _ => Vec::new(),
-        };
+        let changes: Vec<(ZoneNo, Entry)> = reset.iter().map(|&z| (z, st.done[z.idx()])).collect();
         drop(st);
-        // The reset is durable before the data goes: a power loss in between leaves
-        // an EMPTY zone with data past its write pointer (punched again at reopen),
-        // never a written zone with its data gone.
-        io(self.commit_zones(&changes))?;
-        for z in reset {
-            io(self.media.punch_hole(self.file_offset(self.geo.zone_start(z)), self.geo.zone_len(z) << SECTOR_SHIFT))?;
+        match req.op {
+            // A reset lowers write pointers only: the newest durable table with them
+            // lowered needs no data synced first.
+            Op::ZoneResetAll | Op::ZoneReset => io(self.commit_zones(&changes))?,
+            // A finish moves the write pointer past data that may not be durable yet:
+            // a full commit syncs it first.
+            Op::ZoneFinish => io(self.commit_io())?,
+            // OPEN and CLOSE change no write pointer: nothing to make durable.
+            _ => {}
         }
         Ok(req.sector)
     }
@@ -1204,7 +1233,7 @@ mod tests {
     }
 
     #[test]
-    fn reset_discards_data_and_is_durable() {
+    fn reset_hides_data_and_is_durable() {
         let dir = tempfile::tempdir().unwrap();
         let p = image(dir.path());
         let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
@@ -1215,7 +1244,11 @@ mod tests {
         img.execute(&req(Op::ZoneReset, 2048, 0), IoBuf::None).unwrap();
         assert_eq!(img.durable_seq(), seq + 1);
         let mut out = vec![9u8; 4096];
-        img.media.read_at(&mut out, img.file_offset(Sector(2048))).unwrap();
-        assert!(out.iter().all(|&b| b == 0), "reset punched the data");
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0), "past the write pointer reads zeroes");
+        // A finish exposes the zone to reads: what was there before is gone.
+        img.execute(&req(Op::ZoneFinish, 2048, 0), IoBuf::None).unwrap();
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0), "finish punched the stale data");
     }
 }
