@@ -9,7 +9,7 @@
 //! start, advanced when a write is queued); a write goes to the write pointer of its
 //! zone; a zone found full is reset first (when no write to it is in flight).
 
-use super::{AlignedBuf, Buffer, Io, IoDone, Runtime};
+use super::{AlignedBuf, Buffer, Io, IoDone, Runtime, Submitter};
 use crate::bio::{BioFlags, Op, Status};
 use crate::core::EngineStats;
 use crate::geometry::Geometry;
@@ -19,7 +19,7 @@ use crate::units::{SECTOR_SHIFT, Sector, ZoneNo};
 use crate::zone::ZoneCond;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a benchmark run on an image produced.
@@ -59,9 +59,14 @@ enum Next {
     Stop,
 }
 
-struct Job<'a> {
-    spec: &'a JobSpec,
-    geo: &'a Geometry,
+/// Where a job's next I/O goes (fio's offset generation and `zbd.c` rules).
+struct Job {
+    random: bool,
+    write: bool,
+    zonemode: ZoneMode,
+    bs: u32,
+    max_open: usize,
+    geo: Geometry,
     rng: ChaCha8Rng,
     region_start: u64,
     region_end: u64,
@@ -87,7 +92,7 @@ pub fn run_jobs(rt: &Runtime, specs: &[JobSpec], seed: u64, group: bool) -> Resu
     for s in specs {
         s.validate(&geo)?;
     }
-    let zbd = Mutex::new(Zbd {
+    let zbd = Arc::new(Mutex::new(Zbd {
         wp: rt
             .report_zones()
             .iter()
@@ -99,7 +104,7 @@ pub fn run_jobs(rt: &Runtime, specs: &[JobSpec], seed: u64, group: bool) -> Resu
         writes_out: vec![0; geo.nr_zones() as usize],
         resetting: vec![false; geo.nr_zones() as usize],
         open: Vec::new(),
-    });
+    }));
     let before = rt.engine_stats();
     let start = Instant::now();
     let mut tallies: Vec<(usize, Tally)> = Vec::new();
@@ -108,7 +113,7 @@ pub fn run_jobs(rt: &Runtime, specs: &[JobSpec], seed: u64, group: bool) -> Resu
         for (i, spec) in specs.iter().enumerate() {
             for n in 0..spec.numjobs {
                 let job_seed = seed ^ ((i as u64) << 48) ^ (u64::from(n) << 32) ^ 0x5eed;
-                let (zbd, geo) = (&zbd, &geo);
+                let (zbd, geo) = (zbd.clone(), &geo);
                 handles.push((i, s.spawn(move || run_job(rt, spec, geo, zbd, job_seed, start))));
             }
         }
@@ -189,99 +194,165 @@ impl Tally {
     }
 }
 
-fn run_job(rt: &Runtime, spec: &JobSpec, geo: &Geometry, zbd: &Mutex<Zbd>, seed: u64, t0: Instant) -> Tally {
+/// One running job: its state behind a lock, shared by the thread that starts it and
+/// the completion callbacks that keep it going. Each callback records its I/O and
+/// submits the next ones itself (from the completion thread, batched), as fio's
+/// single job thread reaps and resubmits: no thread hand-off per I/O.
+struct JobRun {
+    sub: Submitter,
+    spec: JobSpec,
+    geo: Geometry,
+    zbd: Arc<Mutex<Zbd>>,
+    t0: Instant,
+    deadline: Option<Instant>,
+    io_limit: u64,
+    st: Mutex<JobState>,
+    finished: Condvar,
+}
+
+struct JobState {
+    job: Job,
+    tally: Tally,
+    pool: Vec<AlignedBuf>,
+    inflight: u32,
+    issued: u64,
+    stopped: bool,
+}
+
+fn run_job(rt: &Runtime, spec: &JobSpec, geo: &Geometry, zbd: Arc<Mutex<Zbd>>, seed: u64, t0: Instant) -> Tally {
     let region_start = spec.offset_bytes >> SECTOR_SHIFT;
     let region_end = region_start + (spec.region_bytes(geo) >> SECTOR_SHIFT);
-    let mut job =
-        Job { spec, geo, rng: ChaCha8Rng::seed_from_u64(seed), region_start, region_end, next_seq: region_start };
-    let io_limit = spec.io_size_bytes.unwrap_or(spec.region_bytes(geo));
-    let deadline = spec.runtime_ns.map(|ns| t0 + Duration::from_nanos(ns));
-    let bs = spec.bs_bytes as usize;
+    let mut job = Job {
+        random: spec.rw.is_random(),
+        write: spec.rw.is_write(),
+        zonemode: spec.zonemode,
+        bs: (spec.bs_bytes >> SECTOR_SHIFT) as u32,
+        max_open: spec.max_open_zones as usize,
+        geo: geo.clone(),
+        rng: ChaCha8Rng::seed_from_u64(seed),
+        region_start,
+        region_end,
+        next_seq: region_start,
+    };
     // fio fills its buffers with random data once; so do we.
-    let mut pool: Vec<AlignedBuf> = (0..spec.iodepth)
+    let pool = (0..spec.iodepth)
         .map(|_| {
-            let mut b = AlignedBuf::zeroed(bs);
+            let mut b = AlignedBuf::zeroed(spec.bs_bytes as usize);
             job.rng.fill(&mut b[..]);
             b
         })
         .collect();
-    let (tx, rx) = crossbeam_channel::unbounded::<Done>();
-    let mut tally = Tally { jobs: 1, ..Tally::default() };
-    let (mut inflight, mut issued, mut stopped) = (0u32, 0u64, false);
+    let run = Arc::new(JobRun {
+        sub: rt.submitter(),
+        spec: spec.clone(),
+        geo: geo.clone(),
+        zbd,
+        t0,
+        deadline: spec.runtime_ns.map(|ns| t0 + Duration::from_nanos(ns)),
+        io_limit: spec.io_size_bytes.unwrap_or(spec.region_bytes(geo)),
+        st: Mutex::new(JobState {
+            job,
+            tally: Tally { jobs: 1, ..Tally::default() },
+            pool,
+            inflight: 0,
+            issued: 0,
+            stopped: false,
+        }),
+        finished: Condvar::new(),
+    });
     loop {
-        let fill = || -> (u32, u64, bool, u64) {
-            let (mut inflight, mut issued, mut stopped, mut resets) = (inflight, issued, stopped, 0);
-            while !stopped && inflight < spec.iodepth {
-                if deadline.map_or(issued >= io_limit, |d| Instant::now() >= d) {
-                    stopped = true;
+        JobRun::refill(&run);
+        let st = run.lock();
+        if st.stopped && st.inflight == 0 {
+            break;
+        }
+        // Woken when the job ends; a job with nothing in flight that is not done
+        // (every zone it could write busy with other jobs) tries again shortly.
+        let (st, _) = run.finished.wait_timeout(st, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner());
+        if st.stopped && st.inflight == 0 {
+            break;
+        }
+    }
+    let st = run.lock();
+    st.tally.clone()
+}
+
+impl JobRun {
+    fn lock(&self) -> std::sync::MutexGuard<'_, JobState> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Submits I/Os until `iodepth` are in flight (or the job ends).
+    fn refill(run: &Arc<JobRun>) {
+        let mut ios = Vec::new();
+        {
+            let mut st = run.lock();
+            while !st.stopped && st.inflight < run.spec.iodepth {
+                if run.deadline.map_or(st.issued >= run.io_limit, |d| Instant::now() >= d) {
+                    st.stopped = true;
                     break;
                 }
-                let next = job.next(&mut zbd.lock().unwrap_or_else(|p| p.into_inner()));
+                let next = st.job.next(&mut run.zbd.lock().unwrap_or_else(|p| p.into_inner()));
                 match next {
                     Next::Io(op, sector, nr) => {
                         let len = (u64::from(nr) << SECTOR_SHIFT) as usize;
-                        let buf = match pool.pop() {
+                        let buf = match st.pool.pop() {
                             Some(b) if b.len() == len => b,
                             Some(b) => {
-                                pool.push(b);
+                                st.pool.push(b);
                                 AlignedBuf::zeroed(len)
                             }
                             None => AlignedBuf::zeroed(len),
                         };
                         let io = if op == Op::Read { Io::read(sector, buf) } else { Io::write(sector, buf) };
-                        let io = if spec.fua && op == Op::Write { io.with_flags(BioFlags::FUA) } else { io };
-                        let (tx, t) = (tx.clone(), Instant::now());
-                        rt.submit(io, move |done| {
-                            let latency = t.elapsed();
-                            let _ = tx.send(Done { op, sector, nr_sectors: nr, reset: false, latency, done });
-                        });
-                        issued += len as u64;
-                        inflight += 1;
+                        let io = if run.spec.fua && op == Op::Write { io.with_flags(BioFlags::FUA) } else { io };
+                        ios.push((io, op, sector, nr, false));
+                        st.issued += len as u64;
+                        st.inflight += 1;
                     }
                     Next::Reset(z) => {
-                        resets += 1;
-                        let (tx, t, sector) = (tx.clone(), Instant::now(), geo.zone_start(z));
-                        rt.submit(Io::zone(Op::ZoneReset, sector), move |done| {
-                            let latency = t.elapsed();
-                            let _ =
-                                tx.send(Done { op: Op::ZoneReset, sector, nr_sectors: 0, reset: true, latency, done });
-                        });
-                        inflight += 1;
+                        st.tally.zone_resets += 1;
+                        let sector = run.geo.zone_start(z);
+                        ios.push((Io::zone(Op::ZoneReset, sector), Op::ZoneReset, sector, 0, true));
+                        st.inflight += 1;
                     }
                     Next::Wait => break,
-                    Next::Stop => stopped = true,
+                    Next::Stop => st.stopped = true,
                 }
             }
-            (inflight, issued, stopped, resets)
-        };
-        let (i, s, st, r) = rt.batch(fill);
-        (inflight, issued, stopped) = (i, s, st);
-        tally.zone_resets += r;
-        if inflight == 0 {
-            if stopped {
-                break;
-            }
-            // Every zone this job could write is busy with another job's writes.
-            std::thread::sleep(Duration::from_micros(50));
-            continue;
-        }
-        let first = rx.recv().expect("the runtime completes every I/O");
-        for d in std::iter::once(first).chain(rx.try_iter()) {
-            inflight -= 1;
-            tally.end_ns = t0.elapsed().as_nanos() as u64;
-            job.done(rt, zbd, &d, &mut tally);
-            if let Some(Buffer::Aligned(b)) = d.done.buf {
-                if b.len() == bs {
-                    pool.push(b);
-                }
+            if st.stopped && st.inflight == 0 {
+                run.finished.notify_all();
             }
         }
+        // Submitted without the job's lock: a completion may run inline.
+        run.sub.batch(|| {
+            for (io, op, sector, nr_sectors, reset) in ios {
+                let (r, t) = (run.clone(), Instant::now());
+                run.sub.submit(io, move |done| {
+                    let d = Done { op, sector, nr_sectors, reset, latency: t.elapsed(), done };
+                    JobRun::done(&r, d);
+                });
+            }
+        });
     }
-    tally
-}
 
-impl Job<'_> {
-    fn done(&mut self, rt: &Runtime, zbd: &Mutex<Zbd>, d: &Done, tally: &mut Tally) {
+    fn done(run: &Arc<JobRun>, d: Done) {
+        {
+            let mut st = run.lock();
+            st.inflight -= 1;
+            st.tally.end_ns = run.t0.elapsed().as_nanos() as u64;
+            run.record(&mut st, &d);
+            if let Some(Buffer::Aligned(b)) = d.done.buf {
+                if b.len() as u64 == run.spec.bs_bytes {
+                    st.pool.push(b);
+                }
+            }
+        }
+        JobRun::refill(run);
+    }
+
+    fn record(&self, st: &mut JobState, d: &Done) {
+        let tally = &mut st.tally;
         if let Err(s) = d.done.result {
             tally.errors += 1;
             tally.first_error.get_or_insert(s);
@@ -291,36 +362,38 @@ impl Job<'_> {
         match (d.reset, d.op, d.done.result.is_ok()) {
             (true, ..) => {
                 let z = self.geo.zone_no(d.sector);
-                zbd.lock().unwrap_or_else(|p| p.into_inner()).resetting[z.idx()] = false;
+                self.zbd.lock().unwrap_or_else(|p| p.into_inner()).resetting[z.idx()] = false;
             }
             (false, Op::Read, true) => tally.read.record(bytes, lat),
             (false, _, ok) => {
                 if ok {
                     tally.write.record(bytes, lat);
                 }
-                self.write_done(rt, zbd, d.sector, ok);
+                self.write_done(d.sector, ok);
             }
         }
     }
 
-    fn write_done(&self, rt: &Runtime, zbd: &Mutex<Zbd>, sector: Sector, ok: bool) {
+    fn write_done(&self, sector: Sector, ok: bool) {
         if self.spec.zonemode != ZoneMode::Zbd || self.geo.zone_is_conv(self.geo.zone_no(sector)) {
             return;
         }
         let z = self.geo.zone_no(sector);
-        let mut zbd = zbd.lock().unwrap_or_else(|p| p.into_inner());
+        let mut zbd = self.zbd.lock().unwrap_or_else(|p| p.into_inner());
         zbd.writes_out[z.idx()] -= 1;
         if !ok && zbd.writes_out[z.idx()] == 0 {
             // As fio after an error: take the write pointer from the device.
-            if let Ok(info) = rt.image().zone_info(sector) {
+            if let Ok(info) = self.sub.zone_info(sector) {
                 zbd.wp[z.idx()] = info.wp_offset().unwrap_or(info.capacity).min(info.capacity);
             }
         }
     }
+}
 
+impl Job {
     fn next(&mut self, zbd: &mut Zbd) -> Next {
-        let bs = (self.spec.bs_bytes >> SECTOR_SHIFT) as u32;
-        match (self.spec.zonemode, self.spec.rw.is_write()) {
+        let bs = self.bs;
+        match (self.zonemode, self.write) {
             (ZoneMode::Zbd, true) => self.next_zbd_write(zbd, bs),
             (ZoneMode::Zbd, false) => self.next_zbd_read(zbd, bs),
             (ZoneMode::None, w) => self.next_plain(bs, if w { Op::Write } else { Op::Read }),
@@ -329,7 +402,7 @@ impl Job<'_> {
 
     fn next_plain(&mut self, bs: u32, op: Op) -> Next {
         let bs64 = u64::from(bs);
-        if self.spec.rw.is_random() {
+        if self.random {
             let blocks = (self.region_end - self.region_start) / bs64;
             let b = self.rng.random_range(0..blocks);
             return Next::Io(op, Sector(self.region_start + b * bs64), bs);
@@ -350,8 +423,8 @@ impl Job<'_> {
 
     fn next_zbd_write(&mut self, zbd: &mut Zbd, bs: u32) -> Next {
         let (first, last) = self.zone_range();
-        let random = self.spec.rw.is_random();
-        let max_open = self.spec.max_open_zones as usize;
+        let random = self.random;
+        let max_open = self.max_open;
         let lbs = self.geo.lbs_sectors();
         let tries = if random { 16 } else { (last - first + 2) as usize };
         for _ in 0..tries {
@@ -402,7 +475,7 @@ impl Job<'_> {
 
     fn next_zbd_read(&mut self, zbd: &mut Zbd, bs: u32) -> Next {
         let (first, last) = self.zone_range();
-        let random = self.spec.rw.is_random();
+        let random = self.random;
         let lbs = u64::from(self.geo.lbs_sectors());
         let tries = if random { 32 } else { (last - first + 2) as usize };
         for _ in 0..tries {

@@ -154,6 +154,40 @@ thread_local! {
 }
 
 impl Shared {
+    fn submit_io(&self, io: Io, done: impl FnOnce(IoDone) + Send + 'static) {
+        let Io { op, sector, nr_sectors, flags, mut buf } = io;
+        if self.stopping.load(Ordering::Acquire) {
+            // Submitted while the runtime closes: a caller bug, answered with EIO.
+            done(IoDone { result: Err(Status::IoErr), buf });
+            return;
+        }
+        let raw = buf.as_mut().map(|b| {
+            let s = b.as_mut_slice();
+            RawBuf { ptr: s.as_mut_ptr(), len: s.len() }
+        });
+        let bio = Bio { op, sector, nr_sectors, flags, user_data: 0 };
+        // The buffer moves into the callback: its heap memory, which `raw` points
+        // to, stays where it is until the callback hands it back.
+        self.submit_bio(bio, raw, Box::new(move |result| done(IoDone { result, buf })));
+    }
+
+    fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        BATCH.with(|b| {
+            let (d, pending) = b.get();
+            b.set((d + 1, pending));
+        });
+        let r = f();
+        let (d, pending) = BATCH.with(|b| b.get());
+        BATCH.with(|b| b.set((d - 1, pending && d > 1)));
+        if d == 1 && pending {
+            if let Some(u) = &self.uring {
+                let r = u.submit();
+                assert!(r.is_ok(), "io_uring submission failed: {r:?}");
+            }
+        }
+        r
+    }
+
     fn lock_core(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -439,6 +473,42 @@ struct Waiter {
     cv: Condvar,
 }
 
+/// Submits to a [`Runtime`] without borrowing it: clonable, `'static`, usable from
+/// completion callbacks. After the runtime has closed, I/Os complete with EIO.
+#[derive(Clone)]
+pub struct Submitter {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl std::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Submitter")
+    }
+}
+
+impl Submitter {
+    /// As [`Runtime::submit`].
+    pub fn submit(&self, io: Io, done: impl FnOnce(IoDone) + Send + 'static) {
+        match self.shared.upgrade() {
+            Some(sh) => sh.submit_io(io, done),
+            None => done(IoDone { result: Err(Status::IoErr), buf: io.buf }),
+        }
+    }
+
+    /// As [`Runtime::batch`].
+    pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self.shared.upgrade() {
+            Some(sh) => sh.batch(f),
+            None => f(),
+        }
+    }
+
+    /// The descriptor of the zone holding `sector`, as the device reports it now.
+    pub fn zone_info(&self, sector: Sector) -> Result<ZoneInfo, Status> {
+        self.shared.upgrade().ok_or(Status::IoErr)?.image.zone_info(sector)
+    }
+}
+
 /// The threaded runtime over one image. See the module documentation.
 pub struct Runtime {
     shared: Option<Arc<Shared>>,
@@ -542,35 +612,20 @@ impl Runtime {
     /// Submits `io`; `done` is called once with its [`IoDone`], from whichever thread
     /// completes it (possibly this one, before `submit` returns, if it is refused).
     pub fn submit(&self, io: Io, done: impl FnOnce(IoDone) + Send + 'static) {
-        let Io { op, sector, nr_sectors, flags, mut buf } = io;
-        let raw = buf.as_mut().map(|b| {
-            let s = b.as_mut_slice();
-            RawBuf { ptr: s.as_mut_ptr(), len: s.len() }
-        });
-        let bio = Bio { op, sector, nr_sectors, flags, user_data: 0 };
-        // The buffer moves into the callback: its heap memory, which `raw` points
-        // to, stays where it is until the callback hands it back.
-        self.sh().submit_bio(bio, raw, Box::new(move |result| done(IoDone { result, buf })));
+        self.sh().submit_io(io, done);
     }
 
     /// Runs `f`, which submits I/Os from this thread, and hands everything it queued
     /// on the ring to the kernel at once when it returns: one system call for a batch
     /// of submissions instead of one each.
     pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
-        BATCH.with(|b| {
-            let (d, pending) = b.get();
-            b.set((d + 1, pending));
-        });
-        let r = f();
-        let (d, pending) = BATCH.with(|b| b.get());
-        BATCH.with(|b| b.set((d - 1, pending && d > 1)));
-        if d == 1 && pending {
-            if let Some(u) = &self.sh().uring {
-                let r = u.submit();
-                assert!(r.is_ok(), "io_uring submission failed: {r:?}");
-            }
-        }
-        r
+        self.sh().batch(f)
+    }
+
+    /// A handle that submits to this runtime from anywhere, completion callbacks
+    /// included (which cannot borrow the runtime): callbacks can chain I/Os.
+    pub fn submitter(&self) -> Submitter {
+        Submitter { shared: Arc::downgrade(self.shared.as_ref().expect("runtime is running")) }
     }
 
     /// Submits `io` and returns a future of its [`IoDone`].
@@ -711,7 +766,18 @@ impl Runtime {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        let shared = Arc::into_inner(shared).expect("every thread has ended");
+        // A submitter's call that raced with closing may still hold the runtime for
+        // a moment.
+        let mut shared = shared;
+        let shared = loop {
+            match Arc::try_unwrap(shared) {
+                Ok(s) => break s,
+                Err(s) => {
+                    shared = s;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        };
         Arc::into_inner(shared.image)
     }
 }
