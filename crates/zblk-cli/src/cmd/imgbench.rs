@@ -15,6 +15,14 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     if a.check || a.write_error_ppm > 0 {
         return Err(CliError::msg("--check and --write-error-ppm are for simulated devices, not --image"));
     }
+    // Limits on what a real run allocates (a buffer per I/O in flight, a thread per job).
+    if a.iodepth > 4096 || a.numjobs > 256 {
+        return Err(CliError::msg("--iodepth is at most 4096 and --numjobs at most 256 with --image"));
+    }
+    let buffers = a.bs.saturating_mul(u64::from(a.iodepth)).saturating_mul(u64::from(a.numjobs));
+    if buffers > 4 << 30 {
+        return Err(CliError::msg("--bs x --iodepth x --numjobs is more than 4 GiB of buffers"));
+    }
     let img = image::open(path, false)?;
     let geo = img.geo().clone();
     let job = job_spec(a, geo.is_zoned());
@@ -29,7 +37,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
         RecoveryArg::Report => WpRecovery::Report,
         RecoveryArg::Kernel => WpRecovery::Kernel,
     };
-    let qd = (job.iodepth * job.numjobs).clamp(1, 1024);
+    let qd = job.iodepth.saturating_mul(job.numjobs).clamp(1, 1024);
     let engine = EngineConfig { policy, wp_recovery, queue_depth: qd, ..EngineConfig::default() };
     let rt = image::start(img, engine, backend)?;
     eprintln!("zblk: {}: I/O with {}", path.display(), rt.backend());

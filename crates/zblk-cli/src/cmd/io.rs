@@ -98,13 +98,24 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if a.offset % SECTOR_SIZE != 0 {
         return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));
     }
+    let img = image::open(&a.image, cmd == IoCmd::Read)?;
+    let dev_bytes = img.geo().nr_sectors() * SECTOR_SIZE;
+    // Checked before any buffer is allocated: a length past the device end is the
+    // device's EINVAL, not an allocation of that size.
+    let beyond = |len: u64| a.offset.checked_add(len).is_none_or(|end| end > dev_bytes);
+    if a.length.is_some_and(beyond) {
+        return Err(CliError(format!(
+            "{name}: EINVAL: offset {} + length {} is beyond the device end ({dev_bytes} bytes)",
+            a.offset,
+            a.length.unwrap_or(0)
+        )));
+    }
     let data = if cmd == IoCmd::Read { None } else { Some(input_data(a)?) };
     let len = match (&data, a.length) {
         (Some(d), _) => d.len() as u64,
         (None, Some(l)) => l,
         (None, None) => return Err(CliError::msg("read needs --length")),
     };
-    let img = image::open(&a.image, cmd == IoCmd::Read)?;
     let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
     let rt = image::start(img, engine, Backend::Auto)?;
     let sector = Sector(a.offset / SECTOR_SIZE);
