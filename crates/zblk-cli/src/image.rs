@@ -5,9 +5,10 @@ use crate::CliError;
 use std::path::Path;
 use zblk::core::{EngineConfig, IssuePolicy};
 use zblk::dev::file::{FileImage, ImageOptions};
+use zblk::dev::linux::RawZone;
 use zblk::runtime::{Backend, Runtime, RuntimeConfig};
 use zblk::units::parse_size;
-use zblk::zone::{ZoneCond, ZoneInfo, ZoneType};
+use zblk::zone::{ZoneInfo, ZoneType};
 
 /// Opens `path`; read-only opens take a shared lock and repair nothing. What
 /// opening found or repaired goes to stderr, one line each.
@@ -43,53 +44,70 @@ pub fn sectors(text: &str) -> Result<u64, String> {
     parse_size(t).map_err(|e| e.to_string())
 }
 
-/// blkzone's short name of a zone condition (`condition_str[]` in `blkzone.c`).
-pub fn cond_short(c: ZoneCond) -> &'static str {
-    match c {
-        ZoneCond::NotWp => "nw",
-        ZoneCond::Empty => "em",
-        ZoneCond::ImpOpen => "oi",
-        ZoneCond::ExpOpen => "oe",
-        ZoneCond::Closed => "cl",
-        ZoneCond::ReadOnly => "ro",
-        ZoneCond::Full => "fu",
-        ZoneCond::Offline => "of",
+/// blkzone's short names of zone conditions, by `cond & 0xf` (`condition_str[]` in
+/// `blkzone.c`).
+const COND_SHORT: [&str; 16] =
+    ["nw", "em", "oi", "oe", "cl", "x5", "x6", "x7", "x8", "x9", "xA", "xB", "xC", "ro", "fu", "of"];
+
+/// The kernel's names of zone conditions (`blk_zone_cond_str()`), by code.
+const COND_NAME: [&str; 16] = [
+    "NOT_WP", "EMPTY", "IMP_OPEN", "EXP_OPEN", "CLOSED", "0x5", "0x6", "0x7", "0x8", "0x9", "0xA", "0xB", "0xC",
+    "READONLY", "FULL", "OFFLINE",
+];
+
+/// blkzone's names of zone types (`type_text[]`).
+const TYPE_TEXT: [&str; 4] = ["RESERVED", "CONVENTIONAL", "SEQ_WRITE_REQUIRED", "SEQ_WRITE_PREFERRED"];
+
+/// A zone of an image in the kernel's terms (what `BLKREPORTZONE` gives).
+pub fn raw(z: &ZoneInfo) -> RawZone {
+    RawZone {
+        start: z.start.0,
+        len: z.len,
+        capacity: z.capacity,
+        wp: z.wp.0,
+        ztype: z.ztype.code(),
+        cond: z.cond.code(),
+        reset: 0,
+        non_seq: 0,
     }
 }
 
-/// One zone as `blkzone report` prints it: the write pointer as an offset from the
-/// zone start (0 for conventional zones).
-pub fn report_line(z: &ZoneInfo) -> String {
-    let wptr = if z.ztype == ZoneType::Conventional { 0 } else { z.wp.since(z.start) };
+fn wptr(z: &RawZone) -> u64 {
+    // As blkzone: the write pointer as an offset, 0 for a conventional zone.
+    if z.ztype == ZoneType::Conventional.code() { 0 } else { z.wp.saturating_sub(z.start) }
+}
+
+/// One zone as `blkzone report` prints it.
+pub fn report_line(z: &RawZone) -> String {
     format!(
         "  start: 0x{:09x}, len 0x{:06x}, cap 0x{:06x}, wptr 0x{:06x} reset:{} non-seq:{}, zcond:{:2}({}) [type: {}({})]",
-        z.start.0,
+        z.start,
         z.len,
         z.capacity,
-        wptr,
-        0,
-        0,
-        z.cond.code(),
-        cond_short(z.cond),
-        z.ztype.code(),
-        z.ztype.name()
+        wptr(z),
+        z.reset,
+        z.non_seq,
+        z.cond,
+        COND_SHORT[usize::from(z.cond & 0xf)],
+        z.ztype,
+        TYPE_TEXT.get(usize::from(z.ztype)).copied().unwrap_or("?")
     )
 }
 
 /// A zone as JSON, with blkzone's field names.
-pub fn zone_json(z: &ZoneInfo) -> serde_json::Value {
-    let wptr = if z.ztype == ZoneType::Conventional { 0 } else { z.wp.since(z.start) };
+pub fn zone_json(z: &RawZone) -> serde_json::Value {
     serde_json::json!({
-        "start": z.start.0,
+        "start": z.start,
         "len": z.len,
         "cap": z.capacity,
-        "wptr": wptr,
-        "reset": 0,
-        "non_seq": 0,
-        "cond": z.cond.code(),
-        "cond_name": z.cond.name(),
-        "type": z.ztype.code(),
-        "type_name": z.ztype.name(),
+        "wptr": wptr(z),
+        "reset": z.reset,
+        "non_seq": z.non_seq,
+        "cond": z.cond,
+        "cond_name": COND_NAME[usize::from(z.cond & 0xf)],
+        "cond_short": COND_SHORT[usize::from(z.cond & 0xf)],
+        "type": z.ztype,
+        "type_name": TYPE_TEXT.get(usize::from(z.ztype)).copied().unwrap_or("?"),
     })
 }
 
@@ -97,6 +115,7 @@ pub fn zone_json(z: &ZoneInfo) -> serde_json::Value {
 mod tests {
     use super::*;
     use zblk::units::Sector;
+    use zblk::zone::ZoneCond;
 
     #[test]
     fn blkzone_line_format() {
@@ -109,11 +128,11 @@ mod tests {
             cond: ZoneCond::ImpOpen,
         };
         assert_eq!(
-            report_line(&z),
+            report_line(&raw(&z)),
             "  start: 0x000060000, len 0x020000, cap 0x018000, wptr 0x000018 reset:0 non-seq:0, zcond: 2(oi) [type: 2(SEQ_WRITE_REQUIRED)]"
         );
         let full = ZoneInfo { cond: ZoneCond::Full, wp: Sector(0x80000), ..z };
-        assert!(report_line(&full).contains("wptr 0x020000 reset:0 non-seq:0, zcond:14(fu)"));
+        assert!(report_line(&raw(&full)).contains("wptr 0x020000 reset:0 non-seq:0, zcond:14(fu)"));
     }
 
     #[test]

@@ -33,9 +33,9 @@ enum Command {
     Sweep(cmd::sweep::SweepArgs),
     /// Create a zoned image on a regular file (null_blk geometry parameters).
     Create(cmd::create::CreateArgs),
-    /// Report zones of an image, as blkzone report.
+    /// Report zones of an image or a zoned block device, as blkzone report.
     Report(cmd::zones::ZoneArgs),
-    /// Report the sum of zone capacities, as blkzone capacity.
+    /// Report the sum of zone capacities (image or device), as blkzone capacity.
     Capacity(cmd::zones::ZoneArgs),
     /// Reset a range of zones, as blkzone reset.
     Reset(cmd::zones::ZoneArgs),

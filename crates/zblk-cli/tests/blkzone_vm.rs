@@ -1,6 +1,6 @@
 //! `zblk report` on an image against util-linux `blkzone report` on a real zoned
 //! null_blk device of the same geometry, after the same operations, inside a Linux VM
-//! (`shared/tools/kernel-vm.sh`).
+//! (`shared/tools/kernel-vm.sh`); and zblk's zone commands on the device itself.
 //!
 //! Runs when the VM is ready (qemu installed and the kernel cached) or when
 //! `ZBLK_VM=1` (which may install qemu and download a kernel first); `ZBLK_VM=0`
@@ -71,6 +71,10 @@ blkzone report -v -o {z3} -c 5 $D > $S/dev-v.txt; $Z report -v -o {z3} -c 5 $I >
 blkzone capacity $D > $S/dev-cap.txt; $Z capacity $I > $S/img-cap.txt
 blkzone reset -o {z4} -l {l2} $D; $Z reset -o {z4} -l {l2} $I
 blkzone report -l {l4} -o {z3} $D > $S/dev-r.txt; $Z report -l {l4} -o {z3} $I > $S/img-r.txt
+$Z report $D > $S/zdev.txt; $Z capacity $D > $S/zdev-cap.txt
+$Z finish -o {z8} -c 1 $D; $Z finish -o {z8} -c 1 $I
+$Z reset -o {z7} -c 1 $D; $Z reset -o {z7} -c 1 $I
+blkzone report -c 12 $D > $S/dev2.txt; $Z report -c 12 $I > $S/img2.txt; $Z report -c 12 $D > $S/zdev2.txt
 "#,
         img = img.display(),
         share = share.display(),
@@ -79,6 +83,8 @@ blkzone report -l {l4} -o {z3} $D > $S/dev-r.txt; $Z report -l {l4} -o {z3} $I >
         z4 = zone(4),
         z5 = zone(5),
         z6 = zone(6),
+        z7 = zone(7),
+        z8 = zone(8),
         w6 = (zone(6) * 512) >> 20,
         w6b = zone(6) * 512,
         w7 = (zone(7) * 512) >> 20,

@@ -1,20 +1,22 @@
 //! `zblk report|capacity|reset|open|close|finish IMG`: util-linux `blkzone`'s
 //! commands, options (`-o/--offset`, `-l/--length`, `-c/--count`, `-v/--verbose`, in
-//! 512-byte sectors) and output, on a zoned image.
+//! 512-byte sectors) and output, on a zoned image (through the engine) or a Linux
+//! zoned block device (through the kernel's zone ioctls, as blkzone).
 
 use crate::{CliError, image};
 use clap::Args;
 use std::path::PathBuf;
 use zblk::bio::Op;
 use zblk::core::EngineConfig;
-use zblk::geometry::Geometry;
+use zblk::dev::file::FileImage;
+use zblk::dev::linux::{self, LinuxZoned, RawZone};
 use zblk::runtime::Backend;
 use zblk::units::Sector;
 
 /// blkzone's options.
 #[derive(Args, Debug)]
 pub struct ZoneArgs {
-    /// The image.
+    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
     pub image: PathBuf,
     /// Start sector of the zone to act on (512-byte sectors; decimal, 0x hex, or with
     /// a K/M/G suffix as blkzone takes it).
@@ -26,7 +28,7 @@ pub struct ZoneArgs {
     /// Maximum number of zones.
     #[arg(short = 'c', long, value_name = "NUMBER")]
     pub count: Option<u32>,
-    /// Accepted for blkzone compatibility (an image is never in use by the system).
+    /// On a block device, act even if it is in use (no O_EXCL), as blkzone's -f.
     #[arg(short = 'f', long)]
     pub force: bool,
     /// Display more details.
@@ -77,11 +79,50 @@ impl ZoneCmd {
     }
 }
 
-fn zone_sectors(a: &ZoneArgs, geo: &Geometry) -> Result<u64, CliError> {
-    if !geo.is_zoned() {
-        return Err(CliError(format!("{}: unable to determine zone size (not a zoned image)", a.image.display())));
+/// What the zone commands act on: an image, or a Linux zoned block device.
+enum Target {
+    Image(Box<FileImage>),
+    Device(LinuxZoned),
+}
+
+impl Target {
+    fn open(a: &ZoneArgs, write: bool) -> Result<Target, CliError> {
+        if linux::is_block_device(&a.image) {
+            return Ok(Target::Device(LinuxZoned::open(&a.image, write, a.force).map_err(CliError::msg)?));
+        }
+        let img = image::open(&a.image, !write)?;
+        if !img.geo().is_zoned() {
+            return Err(CliError(format!("{}: unable to determine zone size (not a zoned image)", a.image.display())));
+        }
+        Ok(Target::Image(Box::new(img)))
     }
-    Ok(geo.zone_sectors())
+
+    fn nr_sectors(&self) -> u64 {
+        match self {
+            Target::Image(i) => i.geo().nr_sectors(),
+            Target::Device(d) => d.nr_sectors(),
+        }
+    }
+
+    fn zone_sectors(&self) -> u64 {
+        match self {
+            Target::Image(i) => i.geo().zone_sectors(),
+            Target::Device(d) => d.zone_sectors(),
+        }
+    }
+
+    /// One report call: up to `max` zones from the zone holding `from`.
+    fn report(&self, from: u64, max: usize) -> Result<Vec<RawZone>, CliError> {
+        match self {
+            Target::Image(i) => {
+                let geo = i.geo();
+                let first = geo.zone_no(Sector(from)).idx();
+                let zones = i.zones();
+                Ok(zones[first..(first + max).min(zones.len())].iter().map(image::raw).collect())
+            }
+            Target::Device(d) => d.report(Sector(from), max).map_err(CliError::msg),
+        }
+    }
 }
 
 /// Runs one of the zone commands.
@@ -92,14 +133,14 @@ pub fn run(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
     }
 }
 
-/// Zones per batch, as blkzone asks the kernel for them (its `-v` says so per batch).
-const REPORT_BATCH: u64 = 4096;
+/// Zones per report call, as blkzone asks the kernel for them (its `-v` says so per
+/// call).
+const REPORT_BATCH: u64 = linux::REPORT_BATCH as u64;
 
 fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
-    let img = image::open(&a.image, true)?;
-    let geo = img.geo().clone();
-    let zs = zone_sectors(a, &geo)?;
-    let total = geo.nr_sectors();
+    let target = Target::open(a, false)?;
+    let zs = target.zone_sectors();
+    let total = target.nr_sectors();
     if a.offset >= total {
         return Err(CliError(format!("{}: offset is greater than or equal to device size", a.image.display())));
     }
@@ -108,20 +149,21 @@ fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
         (None, Some(l)) => l.div_ceil(zs),
         (None, None) => 1 + (total - a.offset) / zs,
     };
-    let all = img.zones();
     let mut offset = a.offset;
     let mut shown = Vec::new();
     let mut capacity_sum = 0u64;
-    while nr_zones > 0 && offset < total {
-        let first = geo.zone_no(Sector(offset)).idx();
-        let batch = &all[first..(first + nr_zones.min(REPORT_BATCH) as usize).min(all.len())];
+    'batches: while nr_zones > 0 && offset < total {
+        let batch = target.report(offset, nr_zones.min(REPORT_BATCH) as usize)?;
         if a.verbose && !a.json {
             println!("Found {} zones from 0x{:x}", batch.len(), offset);
         }
         if batch.is_empty() {
             break;
         }
-        for z in batch {
+        for z in &batch {
+            if z.len == 0 {
+                break 'batches;
+            }
             if cmd == ZoneCmd::Capacity {
                 capacity_sum += z.capacity;
             } else if a.json {
@@ -130,7 +172,7 @@ fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
                 println!("{}", image::report_line(z));
             }
             nr_zones -= 1;
-            offset = z.start.0 + z.len;
+            offset = z.start + z.len;
         }
     }
     match (cmd, a.json) {
@@ -146,10 +188,9 @@ fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
 
 fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
     let name = a.image.display();
-    let img = image::open(&a.image, false)?;
-    let geo = img.geo().clone();
-    let zs = zone_sectors(a, &geo)?;
-    let total = geo.nr_sectors();
+    let target = Target::open(a, true)?;
+    let zs = target.zone_sectors();
+    let total = target.nr_sectors();
     if a.offset & (zs - 1) != 0 {
         return Err(CliError(format!("{name}: offset {} is not aligned to zone size {zs}", a.offset)));
     }
@@ -167,13 +208,35 @@ fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
             return Err(CliError(format!("{name}: number of sectors {l} is not aligned to zone size {zs}")));
         }
     }
+    let end = a.offset + zlen;
+    let zones = match target {
+        Target::Device(d) => {
+            d.zone_mgmt(cmd.op(), Sector(a.offset), zlen).map_err(CliError::msg)?;
+            zlen.div_ceil(zs)
+        }
+        Target::Image(img) => image_action(cmd, a, *img, zlen)?,
+    };
+    if a.json {
+        let doc = serde_json::json!({ "op": cmd.name(), "from": a.offset, "to": end, "zones": zones });
+        println!("{doc}");
+    } else if a.verbose {
+        println!("{name}: successful {} of zones in range from {}, to {}", cmd.name(), a.offset, end);
+    }
+    Ok(())
+}
+
+/// A zone action on an image, through the engine. Returns the zones acted on.
+fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result<u64, CliError> {
+    let name = a.image.display();
+    let geo = img.geo().clone();
+    let total = geo.nr_sectors();
     let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
     let rt = image::start(img, engine, Backend::Auto)?;
     let end = a.offset + zlen;
     let mut zones = 0;
     let result = if cmd == ZoneCmd::Reset && a.offset == 0 && zlen == total {
         // As the kernel: a reset of the whole device is one RESET_ALL.
-        zones = geo.nr_seq_zones();
+        zones = u64::from(geo.nr_seq_zones());
         rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, s))
     } else {
         let mut r = Ok(());
@@ -194,19 +257,8 @@ fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
         r
     };
     rt.close().map_err(CliError::msg)?;
-    if let Err((at, st)) = result {
-        return Err(CliError(format!(
-            "{name}: {} of zone at sector {} failed: {}: {st}",
-            cmd.name(),
-            at.0,
-            st.errno_name()
-        )));
-    }
-    if a.json {
-        let doc = serde_json::json!({ "op": cmd.name(), "from": a.offset, "to": end, "zones": zones });
-        println!("{doc}");
-    } else if a.verbose {
-        println!("{name}: successful {} of zones in range from {}, to {}", cmd.name(), a.offset, end);
-    }
-    Ok(())
+    result.map_err(|(at, st)| {
+        CliError(format!("{name}: {} of zone at sector {} failed: {}: {st}", cmd.name(), at.0, st.errno_name()))
+    })?;
+    Ok(zones)
 }

@@ -4,6 +4,7 @@
 //! machine ([`crate::zone::ZoneSet`]), which checks the write pointer on its own.
 
 pub mod file;
+pub mod linux;
 pub mod mem;
 
 use crate::bio::{Request, Status};
