@@ -1,7 +1,7 @@
 //! The file-backed zoned device: a persistent zoned image on one regular file.
 //!
 //! The image holds a superblock (geometry), two durable zone tables and a live zone
-//! table, then the data (see [`format`] for the layout). The device side behaves as
+//! table, then the data (see [`mod@format`] for the layout). The device side behaves as
 //! null_blk with memory backing: the same [`ZoneSet`] state machine checks every
 //! request, and reads past a write pointer return zeroes. A reset keeps the zone's
 //! blocks allocated (the data is hidden, not discarded: see `zone_mgmt`); a finish
@@ -676,7 +676,7 @@ impl FileImage {
 
     /// Brings zone `z`'s recorded entry up to date and stores it in the live table.
     fn refresh(&self, st: &mut DevState, z: ZoneNo) {
-        let e = entry_now(st, &self.geo, z);
+        let e = entry_now(st, z);
         if st.done[z.idx()] != e {
             st.done[z.idx()] = e;
             if let Some(live) = st.live.as_mut() {
@@ -937,7 +937,7 @@ pub fn zero_past(buf: &mut [u8], valid_sectors: u32) {
 
 /// The entry zone `z` should have now: its completed write pointer, with a condition
 /// consistent with it.
-fn entry_now(st: &DevState, geo: &Geometry, z: ZoneNo) -> Entry {
+fn entry_now(st: &DevState, z: ZoneNo) -> Entry {
     let Some(zs) = &st.zones else { return Entry { cond: ZoneCond::NotWp, wp_offset: 0 } };
     let info = zs.zone(z);
     if info.ztype == ZoneType::Conventional {
@@ -945,7 +945,6 @@ fn entry_now(st: &DevState, geo: &Geometry, z: ZoneNo) -> Entry {
     }
     let accepted = info.wp.since(info.start);
     let done = st.inflight[z.idx()].iter().filter(|e| !e.doomed).map(|e| e.start).min().unwrap_or(accepted);
-    let _ = geo;
     let cond = if done == accepted {
         info.cond
     } else {

@@ -2,7 +2,7 @@
 //! (except the live table, which is a shared mapping, and the io_uring driver, which
 //! reads and writes the data region itself through [`FileMedia::direct_fd`]).
 //!
-//! A trait, so that tests can put a [`super::powercut::PowerCutMedia`] in between and
+//! A trait, so that tests can put a [`super::powercut::PowerCut`] in between and
 //! model a power loss by dropping the writes no `fdatasync` covered.
 
 use rustix::fs::{FallocateFlags, fallocate, fdatasync};
