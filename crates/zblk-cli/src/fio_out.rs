@@ -89,7 +89,7 @@ fn bw(bytes_per_s: f64) -> String {
     }
 }
 
-fn direction(out: &mut String, name: &str, d: &DirSummary) {
+pub(crate) fn direction(out: &mut String, name: &str, d: &DirSummary) {
     if d.ios == 0 {
         return;
     }
@@ -181,7 +181,7 @@ fn fmt_ns(ns: u64) -> String {
     if ns >= 1_000_000_000 { format!("{:.3}s", ns as f64 / 1e9) } else { format!("{:.3}ms", ns as f64 / 1e6) }
 }
 
-fn dir_json(d: &DirSummary) -> Value {
+pub(crate) fn dir_json(d: &DirSummary) -> Value {
     let percentile: serde_json::Map<String, Value> =
         d.clat.percentiles.iter().map(|(p, v)| (format!("{p:.6}"), json!(v))).collect();
     let clat = json!({

@@ -1,9 +1,11 @@
-//! `zblk`: zoned block device management, fio-like benchmarks and the published
+//! `zblk`: zoned block device management (blkzone's commands on zoned images),
+//! single I/Os, fio-like benchmarks on images or simulated devices, and the published
 //! zoned-write experiments on simulated devices.
 
 mod cmd;
 mod devspec;
 mod fio_out;
+mod image;
 mod parse;
 mod plot;
 
@@ -33,6 +35,28 @@ enum Command {
     /// Trace every I/O of every device of a simulated stack, blkparse-style, with
     /// seek histograms.
     Trace(cmd::trace::TraceArgs),
+    /// Create a zoned image on a regular file (null_blk geometry parameters).
+    Create(cmd::create::CreateArgs),
+    /// Report zones of an image or a zoned block device, as blkzone report.
+    Report(cmd::zones::ZoneArgs),
+    /// Report the sum of zone capacities (image or device), as blkzone capacity.
+    Capacity(cmd::zones::ZoneArgs),
+    /// Reset a range of zones, as blkzone reset.
+    Reset(cmd::zones::ZoneArgs),
+    /// Open a range of zones, as blkzone open.
+    Open(cmd::zones::ZoneArgs),
+    /// Close a range of zones, as blkzone close.
+    Close(cmd::zones::ZoneArgs),
+    /// Finish a range of zones (set them FULL), as blkzone finish.
+    Finish(cmd::zones::ZoneArgs),
+    /// Show an image's geometry, limits, attributes and state.
+    Info(cmd::info::InfoArgs),
+    /// Write to an image at a byte offset (data from a file, stdin or a pattern).
+    Write(cmd::io::IoArgs),
+    /// Append to a zone of an image; prints the sector written.
+    Append(cmd::io::IoArgs),
+    /// Read from an image at a byte offset.
+    Read(cmd::io::IoArgs),
 }
 
 /// A command failed: the message is printed as `zblk: <message>`.
@@ -54,6 +78,17 @@ fn main() -> ExitCode {
         Command::Corebench(a) => cmd::corebench::run(&a),
         Command::Sweep(a) => cmd::sweep::run(&a),
         Command::Trace(a) => cmd::trace::run(&a),
+        Command::Create(a) => cmd::create::run(&a),
+        Command::Report(a) => cmd::zones::run(cmd::zones::ZoneCmd::Report, &a),
+        Command::Capacity(a) => cmd::zones::run(cmd::zones::ZoneCmd::Capacity, &a),
+        Command::Reset(a) => cmd::zones::run(cmd::zones::ZoneCmd::Reset, &a),
+        Command::Open(a) => cmd::zones::run(cmd::zones::ZoneCmd::Open, &a),
+        Command::Close(a) => cmd::zones::run(cmd::zones::ZoneCmd::Close, &a),
+        Command::Finish(a) => cmd::zones::run(cmd::zones::ZoneCmd::Finish, &a),
+        Command::Info(a) => cmd::info::run(&a),
+        Command::Write(a) => cmd::io::run(cmd::io::IoCmd::Write, &a),
+        Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
+        Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

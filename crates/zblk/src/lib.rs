@@ -6,7 +6,9 @@
 //! write pointer recovery, single-issuer QD=1 writes for rotational disks.
 //!
 //! - [`core`]: the sans-IO engine (no clock, no threads, no I/O).
-//! - [`dev`]: devices that execute requests (in-memory, ...).
+//! - [`dev`]: devices that execute requests (in-memory, file-backed zoned images).
+//! - [`runtime`]: the real-time driver: threads, io_uring, blocking and asynchronous
+//!   APIs over a file-backed image.
 //! - [`sim`]: a deterministic simulator driving the engine in virtual time, with
 //!   device timing models, fio-like workloads and a checker.
 //! - [`stack`]: stacked devices (striped, linear) over member devices, the
@@ -21,6 +23,7 @@ pub mod core;
 pub mod dev;
 pub mod geometry;
 pub mod params;
+pub mod runtime;
 pub mod sim;
 pub mod stack;
 pub mod units;

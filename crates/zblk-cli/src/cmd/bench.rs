@@ -7,9 +7,18 @@ use zblk::sim::{FaultConfig, JobSpec, Rw, SimConfig, ZoneMode};
 
 /// Job options use fio's names (`--rw`, `--bs`, `--iodepth`, `--numjobs`, `--size`,
 /// `--io_size`, `--runtime`, `--offset`, `--zonemode`, `--max_open_zones`).
+/// With `--image IMG` the jobs run for real on a zoned image (wall-clock time);
+/// otherwise on a simulated device (virtual time, labelled as such).
 #[derive(Args, Debug)]
 #[command(after_help = devspec_help())]
 pub struct BenchArgs {
+    /// Run on this zoned image (see `zblk create`) instead of a simulated device.
+    #[arg(long, value_name = "IMG")]
+    pub image: Option<std::path::PathBuf>,
+    /// With --image: io_uring (the default, falling back to psync where io_uring is
+    /// not available) or psync (a thread pool doing pread/pwrite).
+    #[arg(long)]
+    pub ioengine: Option<String>,
     /// Simulated device: a preset, then null_blk-style parameters overriding it,
     /// e.g. `nullb:zone_size=64,zone_append_max_sectors=0,completion_dist=uniform`
     /// or `smr-30tb:write_cache=0`.
@@ -39,7 +48,8 @@ pub struct BenchArgs {
     /// Bytes each job transfers (default: the region size).
     #[arg(long = "io_size", value_parser = parse::size)]
     pub io_size: Option<u64>,
-    /// Run for this long (virtual time, e.g. 10s, 500ms) instead of a byte count.
+    /// Run for this long (e.g. 10s, 500ms; virtual time on a simulated device) instead
+    /// of a byte count.
     #[arg(long, value_parser = parse::duration_ns)]
     pub runtime: Option<u64>,
     /// `zbd`: writes go to zone write pointers, full zones are reset (as fio's
@@ -185,16 +195,13 @@ pub fn choose_policy(
     }
 }
 
-/// Runs `zblk bench`.
-pub fn run(a: &BenchArgs) -> Result<(), CliError> {
-    let spec = devspec::parse(&a.dev)?;
-    let device = spec.params.clone();
-    let geo = device.validate().map_err(CliError::msg)?;
-    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational())?;
+/// The job `a` describes, on a device that is zoned or not (`zonemode` defaults to
+/// zbd on a zoned device, as fio on a zoned block device).
+pub fn job_spec(a: &BenchArgs, zoned: bool) -> JobSpec {
     let zonemode = match a.zonemode {
         Some(ZoneModeArg::Zbd) => ZoneMode::Zbd,
         Some(ZoneModeArg::None) => ZoneMode::None,
-        None if geo.is_zoned() => ZoneMode::Zbd,
+        None if zoned => ZoneMode::Zbd,
         None => ZoneMode::None,
     };
     let rw = match a.rw {
@@ -203,7 +210,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         RwArg::Randread => Rw::RandRead,
         RwArg::Randwrite => Rw::RandWrite,
     };
-    let job = JobSpec {
+    JobSpec {
         name: a.name.clone(),
         rw,
         bs_bytes: a.bs,
@@ -217,7 +224,22 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         max_open_zones: a.max_open_zones,
         fua: a.fua,
         end_fsync: a.end_fsync == 1,
-    };
+    }
+}
+
+/// Runs `zblk bench`.
+pub fn run(a: &BenchArgs) -> Result<(), CliError> {
+    if let Some(img) = &a.image {
+        return crate::cmd::imgbench::run(a, img);
+    }
+    if a.ioengine.is_some() {
+        return Err(CliError::msg("--ioengine is for --image"));
+    }
+    let spec = devspec::parse(&a.dev)?;
+    let device = spec.params.clone();
+    let geo = device.validate().map_err(CliError::msg)?;
+    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational())?;
+    let job = job_spec(a, geo.is_zoned());
     let wp_recovery = match a.wp_recovery {
         RecoveryArg::Report => WpRecovery::Report,
         RecoveryArg::Kernel => WpRecovery::Kernel,

@@ -2,6 +2,11 @@
 
 pub mod bench;
 pub mod corebench;
+pub mod create;
+pub mod imgbench;
+pub mod info;
+pub mod io;
 pub mod sweep;
 pub mod sweep_split;
 pub mod trace;
+pub mod zones;

@@ -3,6 +3,8 @@
 //! Every emulated zoned device executes against the same device-side zone state
 //! machine ([`crate::zone::ZoneSet`]), which checks the write pointer on its own.
 
+pub mod file;
+pub mod linux;
 pub mod mem;
 
 use crate::bio::{Request, Status};
@@ -10,6 +12,7 @@ use crate::geometry::Geometry;
 use crate::units::Sector;
 use crate::zone::ZoneInfo;
 
+pub use file::FileImage;
 pub use mem::MemDevice;
 
 /// The data of one request, owned by the driver and lent to the device while it

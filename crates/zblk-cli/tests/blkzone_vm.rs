@@ -1,0 +1,127 @@
+//! `zblk report` on an image against util-linux `blkzone report` on a real zoned
+//! null_blk device of the same geometry, after the same operations, inside a Linux VM
+//! (`shared/tools/kernel-vm.sh`); and zblk's zone commands on the device itself.
+//!
+//! Runs when the VM is ready (qemu installed and the kernel cached) or when
+//! `ZBLK_VM=1` (which may install qemu and download a kernel first); `ZBLK_VM=0`
+//! skips it. Otherwise it skips with a message.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const NULLB: &str = "zoned=1 gb=1 zone_size=4 zone_capacity=3 zone_nr_conv=2 memory_backed=1 zone_max_open=4";
+const CREATE: &str = "size=1024,zone_size=4,zone_capacity=3,zone_nr_conv=2,zone_max_open=4";
+/// Sectors per zone (4 MiB).
+const ZONE: u64 = 8192;
+
+fn vm_script() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/kernel-vm.sh");
+    p.exists().then_some(p)
+}
+
+fn vm_ready() -> Result<PathBuf, String> {
+    let script = vm_script().ok_or("shared/tools/kernel-vm.sh not found beside the repository")?;
+    match std::env::var("ZBLK_VM").as_deref() {
+        Ok("0") => return Err("ZBLK_VM=0".to_string()),
+        Ok("1") => return Ok(script),
+        _ => {}
+    }
+    let qemu = Command::new("sh").args(["-c", "command -v qemu-system-x86_64"]).output();
+    if !qemu.is_ok_and(|o| o.status.success()) {
+        return Err("qemu-system-x86_64 is not installed (ZBLK_VM=1 installs it)".to_string());
+    }
+    let cache = std::env::var("ZBLK_KVM_DIR").unwrap_or_else(|_| "/var/tmp/zblk-kvm".to_string());
+    if !Path::new(&cache).join("k/boot").exists() {
+        return Err(format!("no kernel cached in {cache} (ZBLK_VM=1 downloads one)"));
+    }
+    Ok(script)
+}
+
+#[test]
+fn report_matches_blkzone_on_null_blk() {
+    let script = match vm_ready() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("skipped: the Linux VM is not available: {why}");
+            return;
+        }
+    };
+    let zblk = env!("CARGO_BIN_EXE_zblk");
+    let dir = tempfile::Builder::new().prefix("zblk-vm").tempdir_in("/var/tmp").unwrap();
+    let share = dir.path();
+    let img = share.join("t.img");
+    let st = Command::new(zblk).args(["create", &img.display().to_string(), "-p", CREATE]).status().unwrap();
+    assert!(st.success());
+    // The same operations on the device and on the image, then both reports.
+    let zone = |n: u64| n * ZONE;
+    let guest = format!(
+        r#"set -e
+D=/dev/nullb0; I={img}; Z={zblk}; S={share}
+dd if=/dev/zero of=$D bs=4k count=3 seek={w3} oflag=direct status=none
+$Z write $I -o {w3b} -l 12k -p 0
+blkzone open -o {z4} -c 1 $D; $Z open -o {z4} -c 1 $I
+blkzone finish -o {z5} -c 1 $D; $Z finish -o {z5} -c 1 $I
+dd if=/dev/zero of=$D bs=1M count=1 seek={w6} oflag=direct status=none
+$Z write $I -o {w6b} -l 1M -p 0
+blkzone close -o {z6} -c 1 $D; $Z close -o {z6} -c 1 $I
+dd if=/dev/zero of=$D bs=1M count=3 seek={w7} oflag=direct status=none
+$Z write $I -o {w7b} -l 3M -p 0
+blkzone report $D > $S/dev.txt; $Z report $I > $S/img.txt
+blkzone report -v -o {z3} -c 5 $D > $S/dev-v.txt; $Z report -v -o {z3} -c 5 $I > $S/img-v.txt
+blkzone capacity $D > $S/dev-cap.txt; $Z capacity $I > $S/img-cap.txt
+blkzone reset -o {z4} -l {l2} $D; $Z reset -o {z4} -l {l2} $I
+blkzone report -l {l4} -o {z3} $D > $S/dev-r.txt; $Z report -l {l4} -o {z3} $I > $S/img-r.txt
+$Z report $D > $S/zdev.txt; $Z capacity $D > $S/zdev-cap.txt
+$Z finish -o {z8} -c 1 $D; $Z finish -o {z8} -c 1 $I
+$Z reset -o {z7} -c 1 $D; $Z reset -o {z7} -c 1 $I
+blkzone report -c 12 $D > $S/dev2.txt; $Z report -c 12 $I > $S/img2.txt; $Z report -c 12 $D > $S/zdev2.txt
+"#,
+        img = img.display(),
+        share = share.display(),
+        w3 = zone(3) / 8,
+        w3b = zone(3) * 512,
+        z4 = zone(4),
+        z5 = zone(5),
+        z6 = zone(6),
+        z7 = zone(7),
+        z8 = zone(8),
+        w6 = (zone(6) * 512) >> 20,
+        w6b = zone(6) * 512,
+        w7 = (zone(7) * 512) >> 20,
+        w7b = zone(7) * 512,
+        z3 = zone(3),
+        l2 = zone(2),
+        l4 = zone(4),
+    );
+    std::fs::write(share.join("guest.sh"), guest).unwrap();
+    let out = Command::new(&script)
+        .args(["--share", &share.display().to_string(), "--nullb", NULLB, "--", "sh"])
+        .arg(share.join("guest.sh"))
+        .output()
+        .expect("run kernel-vm.sh");
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && log.contains("@@ exit 0"),
+        "VM run failed:\n{log}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (dev, img) in
+        [("dev.txt", "img.txt"), ("dev-v.txt", "img-v.txt"), ("dev-cap.txt", "img-cap.txt"), ("dev-r.txt", "img-r.txt")]
+    {
+        let d = std::fs::read_to_string(share.join(dev)).unwrap();
+        let i = std::fs::read_to_string(share.join(img)).unwrap();
+        assert!(!d.is_empty(), "{dev} is empty");
+        let (dl, il): (Vec<&str>, Vec<&str>) = (d.lines().collect(), i.lines().collect());
+        for (n, (a, b)) in dl.iter().zip(&il).enumerate() {
+            assert_eq!(b, a, "line {n}: zblk ({img}) differs from blkzone ({dev})");
+        }
+        assert_eq!(il.len(), dl.len(), "zblk ({img}) and blkzone ({dev}) print different numbers of lines");
+    }
+    let dev = std::fs::read_to_string(share.join("dev.txt")).unwrap();
+    let head: Vec<&str> = dev.lines().take(10).collect();
+    eprintln!(
+        "zblk report matches blkzone report on null_blk ({} zones); the first lines:\n{}",
+        dev.lines().count(),
+        head.join("\n")
+    );
+}

@@ -1,0 +1,138 @@
+//! The image commands as a user runs them: blkzone's report format, single I/Os with
+//! their errno on failure, JSON output, benchmarks on an image.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn zblk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = zblk(args);
+    assert!(o.status.success(), "zblk {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = zblk(args);
+    assert!(!o.status.success(), "zblk {args:?} should fail");
+    String::from_utf8(o.stderr).unwrap()
+}
+
+fn image(dir: &Path) -> String {
+    let p = dir.join("t.img").display().to_string();
+    ok(&["create", &p, "-p", "zone_size=64,zone_capacity=48,zone_nr_conv=2,zone_max_open=4"]);
+    p
+}
+
+#[test]
+fn report_lines_follow_blkzone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = image(dir.path());
+    let out = ok(&["report", "-c", "3", &p]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "  start: 0x000000000, len 0x020000, cap 0x020000, wptr 0x000000 reset:0 non-seq:0, zcond: 0(nw) [type: 1(CONVENTIONAL)]",
+            "  start: 0x000020000, len 0x020000, cap 0x020000, wptr 0x000000 reset:0 non-seq:0, zcond: 0(nw) [type: 1(CONVENTIONAL)]",
+            "  start: 0x000040000, len 0x020000, cap 0x018000, wptr 0x000000 reset:0 non-seq:0, zcond: 1(em) [type: 2(SEQ_WRITE_REQUIRED)]",
+        ]
+    );
+    assert_eq!(ok(&["capacity", &p]), "0x000190000\n");
+    ok(&["write", &p, "-o", "192M", "-l", "12k", "-p", "0xab"]);
+    ok(&["open", "-o", "0x80000", "-c", "1", &p]);
+    ok(&["finish", "-o", "0xa0000", "-c", "1", &p]);
+    let out = ok(&["report", "-v", "-o", "0x60000", "-c", "3", &p]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "Found 3 zones from 0x60000",
+            "  start: 0x000060000, len 0x020000, cap 0x018000, wptr 0x000018 reset:0 non-seq:0, zcond: 2(oi) [type: 2(SEQ_WRITE_REQUIRED)]",
+            "  start: 0x000080000, len 0x020000, cap 0x018000, wptr 0x000000 reset:0 non-seq:0, zcond: 3(oe) [type: 2(SEQ_WRITE_REQUIRED)]",
+            "  start: 0x0000a0000, len 0x020000, cap 0x018000, wptr 0x020000 reset:0 non-seq:0, zcond:14(fu) [type: 2(SEQ_WRITE_REQUIRED)]",
+        ]
+    );
+    let e = fails(&["reset", "-o", "7", &p]);
+    assert!(e.contains("offset 7 is not aligned to zone size 131072"), "{e}");
+    let e = fails(&["report", "-o", "1G", &p]);
+    assert!(e.contains("offset is greater than or equal to device size"), "{e}");
+    ok(&["reset", &p]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&["report", "--json", &p])).unwrap();
+    let zones = v["zones"].as_array().unwrap();
+    assert_eq!(zones.len(), 16);
+    assert!(zones[2..].iter().all(|z| z["cond_name"] == "EMPTY"), "{v}");
+}
+
+#[test]
+fn single_ios_and_their_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = image(dir.path());
+    // 4 KiB at the start of zone 2, then an append: prints the sector written.
+    ok(&["write", &p, "-o", "128M", "-l", "4k", "-p", "1"]);
+    assert_eq!(ok(&["append", &p, "-o", "128M", "-l", "4k", "-p", "2"]).trim(), "262152");
+    let e = fails(&["write", &p, "-o", "128M", "-l", "4k", "-p", "3"]);
+    assert!(e.contains("EIO: unaligned write"), "{e}");
+    let e = fails(&["write", &p, "-o", "100", "-l", "512", "-p", "3"]);
+    assert!(e.contains("EINVAL"), "{e}");
+    let e = fails(&["append", &p, "-o", "129M", "-l", "4k", "-p", "3"]);
+    assert!(e.contains("EINVAL"), "{e}");
+    // data from a file, read back to a file
+    let input = dir.path().join("in");
+    std::fs::write(&input, vec![9u8; 8192]).unwrap();
+    ok(&["write", &p, "-o", "8k", "-i", &input.display().to_string()]);
+    let out = dir.path().join("out");
+    ok(&["read", &p, "-o", "8k", "-l", "8k", "-O", &out.display().to_string()]);
+    assert_eq!(std::fs::read(&out).unwrap(), vec![9u8; 8192]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&["read", &p, "-o", "128M", "-l", "8k", "--json"])).unwrap();
+    assert_eq!(v["length"], 8192);
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["append", &p, "-o", "128M", "-l", "512", "-p", "4", "--json"])).unwrap();
+    assert_eq!(v["sector"], 262160);
+}
+
+#[test]
+fn errors_name_the_file_and_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.img").display().to_string();
+    let e = fails(&["report", &missing]);
+    assert!(e.contains("missing.img: no such file"), "{e}");
+    let text = dir.path().join("text");
+    std::fs::write(&text, "not an image").unwrap();
+    let e = fails(&["info", &text.display().to_string()]);
+    assert!(e.contains("text: not a zblk image"), "{e}");
+    let p = image(dir.path());
+    let e = fails(&["create", &p]);
+    assert!(e.contains("file exists"), "{e}");
+    let e = fails(&["create", &dir.path().join("x").display().to_string(), "--zone_size", "3"]);
+    assert!(e.contains("zone_size"), "{e}");
+}
+
+#[test]
+fn info_shows_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.img").display().to_string();
+    ok(&["create", &p, "--size", "256", "--zone_size", "16", "--rotational", "1", "--zone_append_max_sectors", "0"]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&["info", "--json", &p])).unwrap();
+    assert_eq!(v["queue"]["zoned_qd1_writes"], 1);
+    assert_eq!(v["queue"]["rotational"], 1);
+    assert_eq!(v["queue"]["chunk_sectors"], 32768);
+    assert_eq!(v["zone_append"], "emulated");
+    let text = ok(&["info", &p]);
+    assert!(text.contains("zoned_qd1_writes       1"), "{text}");
+}
+
+#[test]
+fn bench_on_an_image_is_not_simulated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.img").display().to_string();
+    ok(&["create", &p, "--size", "64", "--zone_size", "4"]);
+    let out = ok(&["bench", "--image", &p, "--rw", "randwrite", "--bs", "4k", "--iodepth", "8", "--io_size", "2M"]);
+    assert!(!out.to_lowercase().contains("simulated"), "{out}");
+    assert!(out.contains("write: IOPS="), "{out}");
+    let out = ok(&["bench", "--image", &p, "--rw", "read", "--bs", "64k", "--iodepth", "4", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["zblk"]["simulated"], false);
+    assert!(v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap() > 0, "{v}");
+}
