@@ -8,5 +8,6 @@ pub mod info;
 pub mod io;
 pub mod sweep;
 pub mod sweep_split;
+pub mod sweep_zeroes;
 pub mod trace;
 pub mod zones;

@@ -81,6 +81,8 @@ Experiments:
   smr-nocache  smr-seq with the disk's write cache off: what QD=1 costs without a cache
   all          the four above
   split        8-member striped device: split order head vs tail (see docs/split-order.md)
+  zeroes       zeroing 1 GiB and 10 GiB: unmapped write zeroes vs writing zeroes vs zero
+               buffers; a writer's bandwidth while another region is zeroed
 
 Policies: zwp (per-zone plugging), qd1 (single issuer, FIFO, the kernel's zoned_qd1_writes=1),
 batch (single issuer draining the deepest plug first, bounded bypass), zwl (zone write locking
@@ -117,6 +119,9 @@ pub enum Experiment {
     /// Split order on a striped device: sequential reads with split remainders at
     /// the head or the tail of the BIO list, member seeks and throughput.
     Split,
+    /// Zeroing 1 GiB and 10 GiB with unmap, with write zeroes and with zero
+    /// buffers, and a writer's bandwidth under background zeroing.
+    Zeroes,
 }
 
 impl Experiment {
@@ -127,7 +132,7 @@ impl Experiment {
             Experiment::Smr20tb => vec![Exp::Smr20tb],
             Experiment::SmrNocache => vec![Exp::SmrNocache],
             Experiment::All => Exp::ALL.to_vec(),
-            Experiment::Split => Vec::new(),
+            Experiment::Split | Experiment::Zeroes => Vec::new(),
         }
     }
 }
@@ -168,8 +173,10 @@ fn options(a: &SweepArgs, exp: Exp) -> Result<SweepOptions, CliError> {
 
 /// Runs `zblk sweep`.
 pub fn run(a: &SweepArgs) -> Result<(), CliError> {
-    if a.experiment == Experiment::Split {
-        return super::sweep_split::run(a);
+    match a.experiment {
+        Experiment::Split => return super::sweep_split::run(a),
+        Experiment::Zeroes => return super::sweep_zeroes::run(a),
+        _ => {}
     }
     let exps = a.experiment.sweeps();
     if !a.points.is_empty() && exps.len() > 1 {

@@ -17,6 +17,7 @@ pub mod stack;
 pub mod stats;
 pub mod sweeps;
 pub mod workload;
+pub mod zeroing;
 
 pub use checker::Checker;
 pub use driver::{Sim, SimCompletion, SimConfig, SimStats, Workload};

@@ -12,8 +12,16 @@ use crate::units::SECTOR_SIZE;
 /// in it.
 pub type Origin = (u64, u32);
 
-/// Fills `buf` (whole sectors) with the pattern of `stamp` from BIO sector `first_k`.
+/// The stamp of a buffer of zeroes (what `dd if=/dev/zero` writes): no pattern.
+pub const ZEROES: u64 = 0;
+
+/// Fills `buf` (whole sectors) with the pattern of `stamp` from BIO sector `first_k`
+/// (with zeroes for [`ZEROES`]).
 pub fn fill(stamp: u64, first_k: u32, buf: &mut [u8]) {
+    if stamp == ZEROES {
+        buf.fill(0);
+        return;
+    }
     for (i, sector) in buf.chunks_exact_mut(SECTOR_SIZE as usize).enumerate() {
         let k = u64::from(first_k) + i as u64;
         for (m, pair) in sector.chunks_exact_mut(16).enumerate() {
