@@ -206,11 +206,10 @@ pub(crate) fn dir_json(d: &DirSummary) -> Value {
     })
 }
 
-/// fio's JSON output structure, with a `zblk` object saying what was simulated.
-pub fn json(r: &BenchReport, device: &DeviceParams) -> String {
-    let jobs: Vec<Value> = r
-        .jobs
-        .iter()
+/// fio's `jobs` array for job results (the fields zblk has, and zblk's own under
+/// `zblk`).
+pub(crate) fn jobs_json(jobs: &[zblk::sim::JobResult]) -> Vec<Value> {
+    jobs.iter()
         .map(|j| {
             json!({
                 "jobname": j.name,
@@ -227,7 +226,12 @@ pub fn json(r: &BenchReport, device: &DeviceParams) -> String {
                 },
             })
         })
-        .collect();
+        .collect()
+}
+
+/// fio's JSON output structure, with a `zblk` object saying what was simulated.
+pub fn json(r: &BenchReport, device: &DeviceParams) -> String {
+    let jobs = jobs_json(&r.jobs);
     let doc = json!({
         "fio version": format!("zblk-{}", env!("CARGO_PKG_VERSION")),
         "zblk": {

@@ -1,18 +1,8 @@
 //! The `zblk` command as a user runs it.
 
-use std::process::{Command, Output};
+mod common;
 
-fn zblk(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{stderr, stdout, zblk};
 
 const SMALL: &str = "nullb:size=256,zone_size=16,completion_dist=uniform";
 

@@ -1,18 +1,8 @@
 //! `zblk sweep` for the SMR experiments, as a user runs it (small runs).
 
-use std::process::{Command, Output};
+mod common;
 
-fn zblk(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{stderr, stdout, zblk};
 
 const SMALL_SEQ: [&str; 6] = ["--points", "1,64", "--seq-zones", "2", "--layouts", "1"];
 

@@ -1,18 +1,8 @@
 //! `zblk trace` and `zblk sweep split` as a user runs them.
 
-use std::process::{Command, Output};
+mod common;
 
-fn zblk(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{stderr, stdout, zblk};
 
 const EXAMPLE: &str = "striped:chunk=512k[4*nullb:size=64,zoned=0,max_sectors=2048]";
 

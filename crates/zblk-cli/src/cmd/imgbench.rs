@@ -3,7 +3,7 @@
 
 use super::bench::{BenchArgs, OutputFormat, RecoveryArg, choose_policy, job_spec};
 use crate::{CliError, fio_out, image};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;
 use zblk::core::{EngineConfig, WpRecovery};
@@ -89,26 +89,7 @@ fn text(r: &RealReport, geo: &zblk::geometry::Geometry) -> String {
 }
 
 fn json_report(r: &RealReport, geo: &zblk::geometry::Geometry) -> String {
-    let jobs: Vec<Value> = r
-        .jobs
-        .iter()
-        .map(|j| {
-            json!({
-                "jobname": j.name,
-                "groupid": 0,
-                "error": j.first_error.map_or(0, |s| s.errno()),
-                "job_runtime": j.runtime_ns / 1_000_000,
-                "read": fio_out::dir_json(&j.read),
-                "write": fio_out::dir_json(&j.write),
-                "zblk": {
-                    "jobs": j.jobs,
-                    "errors": j.errors,
-                    "first_error": j.first_error.map(|s| format!("{}: {s}", s.errno_name())),
-                    "zone_resets": j.zone_resets,
-                },
-            })
-        })
-        .collect();
+    let jobs = fio_out::jobs_json(&r.jobs);
     let doc = json!({
         "fio version": format!("zblk-{}", env!("CARGO_PKG_VERSION")),
         "zblk": {

@@ -10,10 +10,10 @@
 //! zone; a zone found full is reset first (when no write to it is in flight).
 
 use super::{AlignedBuf, Buffer, Io, IoDone, Runtime, Submitter};
-use crate::bio::{BioFlags, Op, Status};
+use crate::bio::{BioFlags, Op};
 use crate::core::EngineStats;
 use crate::geometry::Geometry;
-use crate::sim::stats::DirStats;
+use crate::sim::stats::Tally;
 use crate::sim::workload::{JobError, JobResult, JobSpec, ZoneMode};
 use crate::units::{SECTOR_SHIFT, Sector, ZoneNo};
 use crate::zone::ZoneCond;
@@ -158,42 +158,6 @@ fn diff_stats(a: &EngineStats, b: &EngineStats) -> EngineStats {
         issuer_visits: b.issuer_visits - a.issuer_visits,
         anticipations: b.anticipations - a.anticipations,
         anticipation_hits: b.anticipation_hits - a.anticipation_hits,
-    }
-}
-
-#[derive(Clone, Debug, Default)]
-struct Tally {
-    read: DirStats,
-    write: DirStats,
-    errors: u64,
-    first_error: Option<Status>,
-    zone_resets: u64,
-    end_ns: u64,
-    jobs: u32,
-}
-
-impl Tally {
-    fn merge(&mut self, o: &Tally) {
-        self.read.merge(&o.read);
-        self.write.merge(&o.write);
-        self.errors += o.errors;
-        self.first_error = self.first_error.or(o.first_error);
-        self.zone_resets += o.zone_resets;
-        self.end_ns = self.end_ns.max(o.end_ns);
-        self.jobs += o.jobs;
-    }
-
-    fn result(&self, name: &str) -> JobResult {
-        JobResult {
-            name: name.to_string(),
-            jobs: self.jobs,
-            read: self.read.summary(self.end_ns),
-            write: self.write.summary(self.end_ns),
-            errors: self.errors,
-            first_error: self.first_error,
-            zone_resets: self.zone_resets,
-            runtime_ns: self.end_ns,
-        }
     }
 }
 

@@ -111,6 +111,44 @@ pub struct DirSummary {
     pub clat: LatSummary,
 }
 
+/// What a job did, mergeable for group reporting: the simulator's fio-like jobs and
+/// the real runtime's both keep one per job.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tally {
+    pub(crate) read: DirStats,
+    pub(crate) write: DirStats,
+    pub(crate) errors: u64,
+    pub(crate) first_error: Option<crate::bio::Status>,
+    pub(crate) zone_resets: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) jobs: u32,
+}
+
+impl Tally {
+    pub(crate) fn merge(&mut self, other: &Tally) {
+        self.read.merge(&other.read);
+        self.write.merge(&other.write);
+        self.errors += other.errors;
+        self.first_error = self.first_error.or(other.first_error);
+        self.zone_resets += other.zone_resets;
+        self.end_ns = self.end_ns.max(other.end_ns);
+        self.jobs += other.jobs;
+    }
+
+    pub(crate) fn result(&self, name: &str) -> super::workload::JobResult {
+        super::workload::JobResult {
+            name: name.to_string(),
+            jobs: self.jobs,
+            read: self.read.summary(self.end_ns),
+            write: self.write.summary(self.end_ns),
+            errors: self.errors,
+            first_error: self.first_error,
+            zone_resets: self.zone_resets,
+            runtime_ns: self.end_ns,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

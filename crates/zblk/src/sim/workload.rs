@@ -9,7 +9,8 @@
 //! them instead. Reads stay below the write pointers.
 
 use super::driver::{Sim, SimCompletion, Workload};
-use super::stats::{DirStats, DirSummary};
+use super::stats::DirSummary;
+use super::stats::Tally;
 use crate::bio::{Bio, BioFlags, Op, Status};
 use crate::geometry::Geometry;
 use crate::units::{SECTOR_SHIFT, Sector, ZoneNo, format_bytes_exact};
@@ -251,43 +252,6 @@ pub struct JobResult {
 
 const RESET_FLAG: u64 = 1 << 63;
 const FLUSH_FLAG: u64 = 1 << 62;
-
-/// What a job did, mergeable for group reporting.
-#[derive(Clone, Debug, Default)]
-struct Tally {
-    read: DirStats,
-    write: DirStats,
-    errors: u64,
-    first_error: Option<Status>,
-    zone_resets: u64,
-    end_ns: u64,
-    jobs: u32,
-}
-
-impl Tally {
-    fn merge(&mut self, other: &Tally) {
-        self.read.merge(&other.read);
-        self.write.merge(&other.write);
-        self.errors += other.errors;
-        self.first_error = self.first_error.or(other.first_error);
-        self.zone_resets += other.zone_resets;
-        self.end_ns = self.end_ns.max(other.end_ns);
-        self.jobs += other.jobs;
-    }
-
-    fn result(&self, name: &str) -> JobResult {
-        JobResult {
-            name: name.to_string(),
-            jobs: self.jobs,
-            read: self.read.summary(self.end_ns),
-            write: self.write.summary(self.end_ns),
-            errors: self.errors,
-            first_error: self.first_error,
-            zone_resets: self.zone_resets,
-            runtime_ns: self.end_ns,
-        }
-    }
-}
 
 /// Where a job is in fio's zone locking protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
