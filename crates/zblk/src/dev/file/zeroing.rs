@@ -142,7 +142,7 @@ pub(super) fn probe(place: ProbePlace<'_>) -> ProbeResult {
         ProbePlace::TempFileIn(dir) => match temp_file(dir) {
             Ok(f) => {
                 tmp = FileMedia::new(f, None, 4096);
-                (&tmp, 0, format!("probed on a temporary file in {}", dir.display()))
+                (&tmp, 0, format!("probed on a temporary file in the image's directory ({})", dir.display()))
             }
             Err(e) => {
                 // Nowhere harmless to try: start with the best method and let the
