@@ -12,8 +12,7 @@ use zblk::runtime::{Backend, Runtime, ZeroingFlags};
 use zblk::units::{SECTOR_SIZE, Sector, format_bytes_exact};
 
 const ABOUT: &str = "\
-Zero a range of an image as fallocate(1) zeroes a range of a block device.
-
+Zeroes a range of an image as fallocate(1) zeroes a range of a block device. \
 -w/--write-zeroes sends WRITE_ZEROES through the engine (split at write_zeroes_max_bytes \
 and at zone boundaries; on a sequential zone the range must start at the write pointer, \
 which it moves, as a write). Where the image can unmap (write_zeroes_unmap_max_bytes is \
@@ -33,7 +32,7 @@ no file size or extents to change.";
 
 /// `zblk fallocate`.
 #[derive(Args, Debug)]
-#[command(about = "Zero a range of an image (fallocate -w: WRITE_ZEROES, unmapped where possible)", long_about = ABOUT)]
+#[command(after_help = ABOUT)]
 pub struct FallocateArgs {
     /// The image.
     pub image: PathBuf,
@@ -44,7 +43,7 @@ pub struct FallocateArgs {
     /// on a block device; the same as -w --nounmap.
     #[arg(short = 'z', long)]
     pub zero_range: bool,
-    /// Byte offset of the range (default 0).
+    /// Byte offset of the range.
     #[arg(short = 'o', long, value_parser = parse::size, default_value = "0")]
     pub offset: u64,
     /// Length of the range in bytes.
