@@ -57,6 +57,8 @@ enum Command {
     Append(cmd::io::IoArgs),
     /// Read from an image at a byte offset.
     Read(cmd::io::IoArgs),
+    /// Zero a range of an image (fallocate -w: WRITE_ZEROES, unmapped where possible).
+    Fallocate(cmd::fallocate::FallocateArgs),
 }
 
 /// A command failed: the message is printed as `zblk: <message>`.
@@ -89,6 +91,7 @@ fn main() -> ExitCode {
         Command::Write(a) => cmd::io::run(cmd::io::IoCmd::Write, &a),
         Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
         Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),
+        Command::Fallocate(a) => cmd::fallocate::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -120,7 +120,7 @@ fn info_shows_attributes() {
     assert_eq!(v["queue"]["chunk_sectors"], 32768);
     assert_eq!(v["zone_append"], "emulated");
     let text = ok(&["info", &p]);
-    assert!(text.contains("zoned_qd1_writes       1"), "{text}");
+    assert!(text.contains("zoned_qd1_writes                1"), "{text}");
 }
 
 #[test]

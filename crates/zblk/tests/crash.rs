@@ -1,7 +1,8 @@
 //! Crash safety of file images, two ways, each `ZBLK_CRASH_RUNS` times (default 100):
 //!
 //! - **kill -9**: a child process (this test binary, re-run as `crash_child`) writes,
-//!   appends, flushes, resets and finishes zones from 4 threads through the runtime
+//!   appends, zeroes (WRITE_ZEROES, unmapped or not), flushes, resets and finishes
+//!   zones from 4 threads through the runtime
 //!   (io_uring where available) and logs every operation it starts and every one
 //!   that completes; the parent kills it at a random point. On reopen in the same
 //!   boot every acknowledged write must read back and every write pointer must be
@@ -30,7 +31,7 @@ use zblk::dev::file::format::Layout;
 use zblk::dev::file::powercut::PowerCut;
 use zblk::dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
 use zblk::geometry::{Geometry, GeometryParams};
-use zblk::runtime::{Backend, Runtime, RuntimeConfig};
+use zblk::runtime::{Backend, Runtime, RuntimeConfig, ZeroingFlags};
 use zblk::sim::pattern::{Decoded, decode, fill};
 use zblk::units::{Sector, ZoneNo};
 use zblk::zone::ZoneCond;
@@ -84,8 +85,9 @@ impl Log {
 
 // -------------------------------------------------------------- the workload
 
-/// Four threads, each owning two zones: writes, appends, FUA writes, flushes,
-/// resets and finishes, until `stop` or the first error.
+/// Four threads, each owning two zones: writes, appends, FUA writes, write zeroes
+/// (at the write pointer, half of them NOUNMAP), flushes, resets and finishes, until
+/// `stop` or the first error.
 fn workload(rt: &Runtime, log: &Log, seed: u64, stop: &AtomicBool) {
     let flushes = AtomicU64::new(0);
     std::thread::scope(|s| {
@@ -108,8 +110,9 @@ fn workload(rt: &Runtime, log: &Log, seed: u64, stop: &AtomicBool) {
                         3..6 if !finished[i] => 'x',
                         6..10 => 'F',
                         _ if finished[i] || wp[i] + len > CAP_SECTORS => 'r',
-                        10..50 => 'w',
-                        50..90 => 'a',
+                        10..45 => 'w',
+                        45..85 => 'a',
+                        85..93 => 'z',
                         _ => 'f',
                     };
                     let ok = match kind {
@@ -143,6 +146,10 @@ fn workload(rt: &Runtime, log: &Log, seed: u64, stop: &AtomicBool) {
                             log.rec(format!("S {z} {kind} {len} {stamp}"));
                             let r = match kind {
                                 'a' => rt.append(zstart, &buf),
+                                'z' => {
+                                    let flags = ZeroingFlags { nounmap: rng.random_bool(0.5), no_fallback: true };
+                                    rt.write_zeroes(zstart + wp[i], len, flags).map(|_| zstart + wp[i])
+                                }
                                 'f' => rt.write_at_flags(zstart + wp[i], &buf, BioFlags::FUA).map(|()| zstart + wp[i]),
                                 _ => rt.write_at(zstart + wp[i], &buf).map(|()| zstart + wp[i]),
                             };
@@ -175,12 +182,14 @@ struct Ext {
     off: u64,
     len: u64,
     stamp: u64,
+    /// Written by WRITE_ZEROES: reads as zeroes.
+    zero: bool,
     durable: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pending {
-    Write { len: u64, stamp: u64 },
+    Write { len: u64, stamp: u64, zero: bool },
     Reset,
     Finish,
 }
@@ -221,7 +230,7 @@ fn model(lines: &[String]) -> Vec<ZoneModel> {
                 m.pending = Some(match f[2] {
                     "r" => Pending::Reset,
                     "x" => Pending::Finish,
-                    _ => Pending::Write { len: num(3), stamp: num(4) },
+                    k => Pending::Write { len: num(3), stamp: num(4), zero: k == "z" },
                 });
             }
             "A" => {
@@ -235,6 +244,7 @@ fn model(lines: &[String]) -> Vec<ZoneModel> {
                         off: num(3) - z * ZONE_SECTORS,
                         len: num(4),
                         stamp: num(5),
+                        zero: k == "z",
                         durable: k == "f" || i < cutoff,
                     }),
                 }
@@ -314,9 +324,9 @@ fn check_data(img: &FileImage, geo: &Geometry, z: u32, wp: u64, m: &ZoneModel) -
         return Ok(());
     }
     let mut exts = m.extents.clone();
-    if let Some(Pending::Write { len, stamp }) = m.pending {
+    if let Some(Pending::Write { len, stamp, zero }) = m.pending {
         let off = exts.last().map_or(0, |e| e.off + e.len);
-        exts.push(Ext { off, len, stamp, durable: false });
+        exts.push(Ext { off, len, stamp, zero, durable: false });
     }
     let start = geo.zone_start(ZoneNo(z));
     let mut buf = vec![0u8; (wp * 512) as usize];
@@ -324,6 +334,7 @@ fn check_data(img: &FileImage, geo: &Geometry, z: u32, wp: u64, m: &ZoneModel) -
     for s in 0..wp {
         let got = decode(&buf[(s * 512) as usize..((s + 1) * 512) as usize]);
         let want = match exts.iter().find(|e| e.off <= s && s < e.off + e.len) {
+            Some(e) if e.zero => Decoded::Zeroes,
             Some(e) => Decoded::Data((e.stamp, (s - e.off) as u32)),
             None => Decoded::Zeroes,
         };

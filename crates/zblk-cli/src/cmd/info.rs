@@ -47,7 +47,18 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         "zoned_qd1_writes": qd1,
         "write_cache": "write back",
         "fua": 1,
+        "write_zeroes_max_bytes": u64::from(geo.max_write_zeroes_sectors()) << 9,
+        "write_zeroes_unmap_max_hw_bytes": u64::from(geo.max_hw_wzeroes_unmap_sectors()) << 9,
+        // Not recorded in the image: every runtime starts with unmap enabled where
+        // the image can unmap, as the kernel does.
+        "write_zeroes_unmap_max_bytes": u64::from(geo.max_hw_wzeroes_unmap_sectors()) << 9,
     });
+    let probe = img.zeroing_probe();
+    let unmap_method = if geo.max_write_zeroes_sectors() == 0 {
+        "none (no WRITE_ZEROES: zero buffers are written)"
+    } else {
+        img.zeroing().name()
+    };
     let doc = json!({
         "image": a.image.display().to_string(),
         "format_version": zblk::dev::file::format::FORMAT_VERSION,
@@ -73,6 +84,11 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
             "active": nr_active,
         },
         "open_repairs": img.repairs(),
+        "zeroing": {
+            "unmap": unmap_method,
+            "nounmap": zblk::dev::file::zeroing::FileZeroing::PwriteZeroes.name(),
+            "probe": probe.detail,
+        },
         "io": {
             "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
             "o_direct": direct.map_or_else(|| "not allowed by the file system".to_string(), |a| format!("aligned to {a} bytes")),
@@ -116,7 +132,7 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
     if let Some(q) = doc["queue"].as_object() {
         for (k, v) in q {
             let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            println!("    {k:<22} {v}");
+            println!("    {k:<31} {v}");
         }
     }
     if geo.max_sectors() != DEFAULT_MAX_SECTORS {
@@ -128,6 +144,11 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         format_bytes_exact(sb.layout.data_offset)
     );
     println!("  commits:           {}", img.durable_seq());
+    println!(
+        "  zeroing:           {unmap_method} (write zeroes without NOUNMAP); pwrite-zeroes with NOUNMAP or \
+         write_zeroes_unmap_max_bytes=0"
+    );
+    println!("  zeroing probe:     {}", probe.detail);
     println!("  io_uring:          {}", doc["io"]["io_uring"].as_str().unwrap_or(""));
     println!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
     Ok(())

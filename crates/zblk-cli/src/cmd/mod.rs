@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod corebench;
 pub mod create;
+pub mod fallocate;
 pub mod imgbench;
 pub mod info;
 pub mod io;

@@ -27,10 +27,19 @@
 //!
 //! Reopening checks all of this and repairs what it can, saying what it repaired
 //! ([`FileImage::repairs`]).
+//!
+//! # Write zeroes
+//!
+//! WRITE_ZEROES is a write (at the write pointer on a sequential zone, recorded as
+//! completed like any write). Without NOUNMAP the range is zeroed by a fallocate call
+//! the open probed for ([`mod@zeroing`]): the image's "unmap", a metadata operation;
+//! with NOUNMAP, or where the file system has no fallocate zeroing, zeroes are
+//! written as data. `write_zeroes_unmap_max_hw_bytes` says which the image can do.
 
 pub mod format;
 pub mod media;
 pub mod powercut;
+pub mod zeroing;
 
 use super::{BlockDevice, IoBuf};
 use crate::bio::{BioFlags, Op, Request, Status};
@@ -45,6 +54,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use zeroing::{FileZeroing, ProbePlace, ProbeResult, ZeroingSetup};
 
 /// What went wrong with an image file. Every error names the file.
 #[derive(Debug, thiserror::Error)]
@@ -140,11 +150,13 @@ pub struct ImageOptions {
     /// The boot the caller runs in; `None`: this machine's
     /// `/proc/sys/kernel/random/boot_id`. Tests give another one to model a restart.
     pub boot_id: Option<[u8; 36]>,
+    /// How WRITE_ZEROES is set up: probed (the default), a given method, or none.
+    pub zeroing: ZeroingSetup,
 }
 
 impl Default for ImageOptions {
     fn default() -> Self {
-        ImageOptions { read_only: false, direct: true, boot_id: None }
+        ImageOptions { read_only: false, direct: true, boot_id: None, zeroing: ZeroingSetup::Probe }
     }
 }
 
@@ -286,6 +298,10 @@ pub struct FileImage {
     closed: std::sync::atomic::AtomicBool,
     /// Some durable table was unusable at open: both are rewritten.
     rewrite_tables: bool,
+    /// The unmap path's zeroing method (moves down if refused at run time).
+    zeroing: zeroing::Current,
+    /// What the open found about zeroing.
+    zeroing_probe: ProbeResult,
     repairs: Vec<String>,
     /// Held for the image's lifetime: the lock that says it is in use.
     _lock: File,
@@ -354,7 +370,7 @@ impl FileImage {
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
         let mut head = vec![0u8; len.min(format::SUPERBLOCK_BYTES) as usize];
         file.read_exact_at(&mut head, 0).map_err(io_err(path, "read superblock"))?;
-        let (sb, geo) = Superblock::decode(&head).map_err(|e| {
+        let (mut sb, geo) = Superblock::decode(&head).map_err(|e| {
             err(
                 path,
                 match e {
@@ -383,6 +399,14 @@ impl FileImage {
         let boot = opts.boot_id.unwrap_or_else(current_boot_id);
         let found = read_tables(&*media, &geo, &layout).map_err(io_err(path, "read zone tables"))?;
         let rec = recover(&geo, found, &boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
+        // Zeroing is probed once the image is known good, so that nothing is written
+        // to a file that is then refused.
+        let probe = probe_zeroing(path, &*media, &layout, opts);
+        sb.params.write_zeroes_max_bytes =
+            if opts.zeroing == ZeroingSetup::NoWriteZeroes { 0 } else { zeroing::IMAGE_WRITE_ZEROES_MAX_BYTES };
+        sb.params.write_zeroes_unmap_max_hw_bytes =
+            if probe.method.is_fallocate() { sb.params.write_zeroes_max_bytes } else { 0 };
+        let geo = Geometry::new(&sb.params).map_err(|e| err(path, ImageErrorKind::Geometry(e)))?;
         let zones = geo.is_zoned().then(|| {
             let infos: Vec<ZoneInfo> =
                 rec.entries.iter().enumerate().map(|(z, e)| e.info(&geo, ZoneNo(z as u32))).collect();
@@ -425,6 +449,8 @@ impl FileImage {
             read_only: opts.read_only,
             closed: std::sync::atomic::AtomicBool::new(false),
             rewrite_tables: rec.bad_table,
+            zeroing: zeroing::Current::new(probe.method),
+            zeroing_probe: probe,
             repairs: rec.repairs,
             _lock: file,
         };
@@ -512,6 +538,23 @@ impl FileImage {
     /// What opening the image found and repaired (read-only: what it would repair).
     pub fn repairs(&self) -> &[String] {
         &self.repairs
+    }
+
+    /// How the image zeroes a range for a WRITE_ZEROES without NOUNMAP (its unmap
+    /// path): as probed at open, or lower if the file system refused it since.
+    pub fn zeroing(&self) -> FileZeroing {
+        self.zeroing.get()
+    }
+
+    /// How the image zeroes a range for a WRITE_ZEROES with NOUNMAP set or not.
+    pub fn zeroing_for(&self, nounmap: bool) -> FileZeroing {
+        if nounmap { FileZeroing::PwriteZeroes } else { self.zeroing() }
+    }
+
+    /// What the open found about zeroing: the method and, in words, where it probed
+    /// and what each fallocate method answered.
+    pub fn zeroing_probe(&self) -> &ProbeResult {
+        &self.zeroing_probe
     }
 
     /// The `O_DIRECT` descriptor and its alignment, when the file system allows
@@ -794,7 +837,7 @@ impl FileImage {
                 if req.flags.contains(BioFlags::PREFLUSH) {
                     io(self.commit_io())?;
                 }
-                let r = self.execute_write(req, IoBuf::None)?;
+                let r = self.execute_write_zeroes(req)?;
                 if req.flags.contains(BioFlags::FUA) {
                     io(self.commit_io())?;
                 }
@@ -814,13 +857,38 @@ impl FileImage {
         }
     }
 
-    /// WRITE_ZEROES: accepted as a write; the range is punched out of the file.
-    fn execute_write(&self, req: &Request, _buf: IoBuf<'_>) -> Result<Sector, Status> {
+    /// WRITE_ZEROES: accepted as a write (at the write pointer of a sequential
+    /// zone, completed like one), the range of the file zeroed by
+    /// [`FileImage::zero_file`].
+    fn execute_write_zeroes(&self, req: &Request) -> Result<Sector, Status> {
+        let max = self.geo.max_write_zeroes_sectors();
+        if max == 0 {
+            return Err(Status::NotSupported);
+        }
+        if req.nr_sectors > max {
+            return Err(Status::Invalid);
+        }
         let req_w = Request { op: Op::Write, ..*req };
         let plan = self.prepare(&req_w)?;
         let Plan::Write { file_offset, .. } = plan else { unreachable!("write plan") };
-        let r = self.media.punch_hole(file_offset, u64::from(req.nr_sectors) << SECTOR_SHIFT);
-        self.finish(&req_w, plan, r)
+        let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
+        let r = self.zero_file(file_offset, len, req.flags.contains(BioFlags::NOUNMAP));
+        self.finish(&req_w, plan, r.map(|_| ()))
+    }
+
+    /// Zeroes `[offset, offset + len)` of the file: with NOUNMAP by writing zeroes,
+    /// otherwise with the unmap path's method; a fallocate method the file system
+    /// refuses (EOPNOTSUPP) is dropped for the next one, for good. Returns the method
+    /// that did it.
+    fn zero_file(&self, offset: u64, len: u64, nounmap: bool) -> io::Result<FileZeroing> {
+        loop {
+            let m = self.zeroing_for(nounmap);
+            match self.media.zero_range(m, offset, len) {
+                Ok(()) => return Ok(m),
+                Err(e) if m.is_fallocate() && zeroing::is_not_supported(&e) => self.zeroing.refused(m),
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Zone management. A reset only moves the write pointer: the zone's blocks stay
@@ -981,6 +1049,27 @@ fn lock(file: &File, shared: bool) -> io::Result<()> {
     use rustix::fs::{FlockOperation, flock};
     let op = if shared { FlockOperation::NonBlockingLockShared } else { FlockOperation::NonBlockingLockExclusive };
     flock(file, op).map_err(io::Error::from)
+}
+
+/// Decides how the image zeroes (see [`mod@zeroing`]): probes on the padding between
+/// the metadata and the data (nothing reads it) when the image is writable and has
+/// some, else on a temporary file beside it.
+fn probe_zeroing(path: &Path, media: &dyn Media, layout: &Layout, opts: &ImageOptions) -> ProbeResult {
+    match opts.zeroing {
+        ZeroingSetup::NoWriteZeroes => {
+            ProbeResult { method: FileZeroing::PwriteZeroes, detail: "no WRITE_ZEROES (opened without it)".into() }
+        }
+        ZeroingSetup::Use(m) => ProbeResult { method: m, detail: "chosen when opening (not probed)".into() },
+        ZeroingSetup::Probe => {
+            let meta_end = layout.live_offset + layout.table_bytes;
+            if !opts.read_only && layout.data_offset >= meta_end + zeroing::PROBE_BYTES {
+                zeroing::probe(ProbePlace::Image(media, meta_end))
+            } else {
+                let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                zeroing::probe(ProbePlace::TempFileIn(dir))
+            }
+        }
+    }
 }
 
 /// Opens `path` with `O_DIRECT` if the file system allows it, with the alignment it

@@ -2,14 +2,17 @@
 //! `fdatasync` made durable, and can produce the file as a power cut at this instant
 //! could leave it.
 //!
-//! The model: what the last `sync_data` covered survives; each write or hole punch
-//! since may be lost, kept, or (a write) torn, keeping an arbitrary subset of its
-//! 512-byte sectors, independently of the others and in any order. This is what a
+//! The model: what the last `sync_data` covered survives; each write, hole punch or
+//! zeroing since may be lost, kept, or (a write or a zeroing) torn, keeping an
+//! arbitrary subset of its 512-byte sectors, independently of the others and in any
+//! order. A zeroing is modelled as a write of zeroes whatever its method: a fallocate
+//! that changed extents is no more durable before `fdatasync` than written data. This is what a
 //! file system with a volatile write cache below it may leave; the live table (a
 //! shared mapping, never synced) is not tracked at all: after a power loss it cannot
 //! be trusted, which the boot id tells the device.
 
 use super::media::Media;
+use super::zeroing::FileZeroing;
 use crate::units::SECTOR_SIZE;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
@@ -20,6 +23,7 @@ use std::sync::{Arc, Mutex};
 enum Pending {
     Write { offset: u64, data: Vec<u8> },
     Punch { offset: u64, len: u64 },
+    Zero { offset: u64, len: u64 },
 }
 
 #[derive(Debug)]
@@ -102,6 +106,14 @@ impl PowerCut {
                     }
                 }
                 (Pending::Punch { offset, len }, _) => apply_punch(&mut img, *offset, *len),
+                (Pending::Zero { offset, len }, 1) => apply_punch(&mut img, *offset, *len),
+                (Pending::Zero { offset, len }, _) => {
+                    for s in (0..*len).step_by(SECTOR_SIZE as usize) {
+                        if rng.random_bool(0.5) {
+                            apply_punch(&mut img, offset + s, SECTOR_SIZE.min(len - s));
+                        }
+                    }
+                }
             }
         }
         img
@@ -147,7 +159,9 @@ impl Media for PowerCut {
         for op in &done {
             match op {
                 Pending::Write { offset, data } => apply_write(&mut st.durable, *offset, data),
-                Pending::Punch { offset, len } => apply_punch(&mut st.durable, *offset, *len),
+                Pending::Punch { offset, len } | Pending::Zero { offset, len } => {
+                    apply_punch(&mut st.durable, *offset, *len)
+                }
             }
         }
         for (offset, len) in st.mapped.clone() {
@@ -162,6 +176,13 @@ impl Media for PowerCut {
         self.check_on()?;
         self.inner.punch_hole(offset, len)?;
         self.lock().pending.push(Pending::Punch { offset, len });
+        Ok(())
+    }
+
+    fn zero_range(&self, how: FileZeroing, offset: u64, len: u64) -> io::Result<()> {
+        self.check_on()?;
+        self.inner.zero_range(how, offset, len)?;
+        self.lock().pending.push(Pending::Zero { offset, len });
         Ok(())
     }
 }
