@@ -111,3 +111,53 @@ fn sweep_help_lists_experiments_and_policies() {
         assert!(stdout(&o).contains(word), "sweep --help lacks {word}");
     }
 }
+
+#[test]
+fn sweep_zeroes_on_the_ssd_model_and_a_small_image() {
+    let dir = std::env::temp_dir().join(format!("zblk-sweep-zeroes-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = zblk(&[
+        "sweep",
+        "zeroes",
+        "--json",
+        "--image-dir",
+        dir.to_str().unwrap(),
+        "--zero-sizes",
+        "8M",
+        "--image-writer-size",
+        "8M",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let rows = rows.as_array().unwrap();
+    let zero_rows: Vec<_> = rows.iter().filter(|r| r["experiment"] == "zeroes").collect();
+    let writer_rows: Vec<_> = rows.iter().filter(|r| r["experiment"] == "zeroes-writer").collect();
+    assert_eq!(zero_rows.len(), 6 + 2, "3 methods x 2 sizes simulated, 2 methods x 1 size on the image");
+    assert_eq!(writer_rows.len(), 3 + 3);
+    for r in &zero_rows {
+        for k in ["experiment", "device", "method", "bytes", "seconds"] {
+            assert!(!r[k].is_null(), "{k} missing: {r}");
+        }
+    }
+    for r in &writer_rows {
+        for k in ["experiment", "device", "background_zeroing", "writer_mb_s"] {
+            assert!(!r[k].is_null(), "{k} missing: {r}");
+        }
+    }
+    // Simulated: unmap at least 10x faster than writing zeroes, at each size.
+    let sim = |m: &str, b: u64| {
+        zero_rows.iter().find(|r| r["simulated"] == true && r["method"] == m && r["bytes"] == b).unwrap()["seconds"]
+            .as_f64()
+            .unwrap()
+    };
+    for b in [1u64 << 30, 10 << 30] {
+        assert!(sim("unmap", b) * 10.0 < sim("write-zeroes", b));
+    }
+    let image: Vec<_> = zero_rows.iter().filter(|r| r["simulated"] == false).collect();
+    assert!(image.iter().all(|r| r["bytes"] == 8 << 20 && r["how"].is_string()), "{image:?}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "image files are removed");
+    let _ = std::fs::remove_dir(&dir);
+    let o = zblk(&["sweep", "zeroes", "--image-dir", "/nonexistent-dir"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
+}
