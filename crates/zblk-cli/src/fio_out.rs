@@ -139,17 +139,7 @@ pub fn text(r: &BenchReport, device: &DeviceParams) -> String {
         fmt_ns(r.virtual_ns)
     );
     for j in &r.jobs {
-        let err = j.first_error.map_or(0, |s| s.errno());
-        let _ = writeln!(out, "{}: (groupid=0, jobs={}): err={err:>2}: simulated", j.name, j.jobs);
-        direction(&mut out, "read", &j.read);
-        direction(&mut out, "write", &j.write);
-        if j.errors > 0 {
-            let first = j.first_error.map(|s| format!("{}: {s}", s.errno_name())).unwrap_or_default();
-            let _ = writeln!(out, "  errors: {} I/Os failed, first: {first}", j.errors);
-        }
-        if j.zone_resets > 0 {
-            let _ = writeln!(out, "  zone resets: {}", j.zone_resets);
-        }
+        job_text(&mut out, j, "simulated");
     }
     let e = &r.engine;
     let _ = writeln!(
@@ -204,6 +194,22 @@ pub(crate) fn dir_json(d: &DirSummary) -> Value {
         // The simulator has no submission latency: total latency is completion latency.
         "lat_ns": clat,
     })
+}
+
+/// fio's text for one job: its header line (`origin` says where it ran: `simulated`
+/// or `pid=N`), both directions, errors and zone resets.
+pub(crate) fn job_text(out: &mut String, j: &zblk::sim::JobResult, origin: &str) {
+    let err = j.first_error.map_or(0, |s| s.errno());
+    let _ = writeln!(out, "{}: (groupid=0, jobs={}): err={err:>2}: {origin}", j.name, j.jobs);
+    direction(out, "read", &j.read);
+    direction(out, "write", &j.write);
+    if j.errors > 0 {
+        let first = j.first_error.map(|s| format!("{}: {s}", s.errno_name())).unwrap_or_default();
+        let _ = writeln!(out, "  errors: {} I/Os failed, first: {first}", j.errors);
+    }
+    if j.zone_resets > 0 {
+        let _ = writeln!(out, "  zone resets: {}", j.zone_resets);
+    }
 }
 
 /// fio's `jobs` array for job results (the fields zblk has, and zblk's own under

@@ -2,23 +2,9 @@
 //! their errno on failure, JSON output, benchmarks on an image.
 
 use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn zblk(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = zblk(args);
-    assert!(o.status.success(), "zblk {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn fails(args: &[&str]) -> String {
-    let o = zblk(args);
-    assert!(!o.status.success(), "zblk {args:?} should fail");
-    String::from_utf8(o.stderr).unwrap()
-}
+use common::{fails, ok};
 
 fn image(dir: &Path) -> String {
     let p = dir.join("t.img").display().to_string();

@@ -3,27 +3,9 @@
 //! said, every bad input gets an error naming the problem and no command panics.
 
 use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn zblk(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = zblk(args);
-    assert!(o.status.success(), "zblk {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// Runs a command that must fail cleanly (exit status 1 or clap's 2, never a panic)
-/// and returns its error output.
-fn fails(args: &[&str]) -> String {
-    let o = zblk(args);
-    let err = String::from_utf8(o.stderr).unwrap();
-    assert!(matches!(o.status.code(), Some(1 | 2)), "zblk {args:?}: status {:?}: {err}", o.status);
-    assert!(!err.contains("panicked"), "zblk {args:?} panicked: {err}");
-    err
-}
+use common::{fails, ok, zblk};
 
 fn json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(args)).unwrap()

@@ -67,17 +67,7 @@ fn text(r: &RealReport, geo: &zblk::geometry::Geometry) -> String {
         r.elapsed_ns as f64 / 1e9
     );
     for j in &r.jobs {
-        let err = j.first_error.map_or(0, |s| s.errno());
-        let _ = writeln!(out, "{}: (groupid=0, jobs={}): err={err:>2}: pid={}", j.name, j.jobs, std::process::id());
-        fio_out::direction(&mut out, "read", &j.read);
-        fio_out::direction(&mut out, "write", &j.write);
-        if j.errors > 0 {
-            let first = j.first_error.map(|s| format!("{}: {s}", s.errno_name())).unwrap_or_default();
-            let _ = writeln!(out, "  errors: {} I/Os failed, first: {first}", j.errors);
-        }
-        if j.zone_resets > 0 {
-            let _ = writeln!(out, "  zone resets: {}", j.zone_resets);
-        }
+        fio_out::job_text(&mut out, j, &format!("pid={}", std::process::id()));
     }
     let e = &r.engine;
     let _ = writeln!(

@@ -18,3 +18,20 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Runs a command that must succeed; returns its standard output.
+pub fn ok(args: &[&str]) -> String {
+    let o = zblk(args);
+    assert!(o.status.success(), "zblk {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Runs a command that must fail cleanly (exit status 1, or clap's 2 for a bad
+/// option; never a panic); returns its error output.
+pub fn fails(args: &[&str]) -> String {
+    let o = zblk(args);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(matches!(o.status.code(), Some(1 | 2)), "zblk {args:?}: status {:?}: {err}", o.status);
+    assert!(!err.contains("panicked"), "zblk {args:?} panicked: {err}");
+    err
+}
