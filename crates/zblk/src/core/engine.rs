@@ -1476,6 +1476,12 @@ impl Engine {
     /// Checks the engine's internal invariants and panics on a violation. Costs
     /// O(plugs + requests); the simulator's checker calls it after every step.
     pub fn check_invariants(&self) {
+        if self.anticipating.is_some() {
+            // Only the batching issuer waits for a zone, and never with a zone write
+            // out: the wait is for the next one.
+            assert_eq!(self.cfg.policy, IssuePolicy::Batch, "anticipation under {:?}", self.cfg.policy);
+            assert_eq!(self.zone_writes, 0, "anticipating with a zone write out");
+        }
         let mut inflight = 0;
         let mut issued_of: std::collections::HashMap<PlugIdx, (u32, u32)> = Default::default();
         for (f, frag) in self.frags.iter() {
