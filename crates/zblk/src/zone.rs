@@ -142,6 +142,32 @@ pub struct ZoneInfo {
 }
 
 impl ZoneInfo {
+    /// The descriptor of zone `z` of `geo`: a conventional zone (NOT_WP, write pointer
+    /// at its end) whatever `cond` and `wp_offset` say, else a sequential zone in
+    /// condition `cond` with its write pointer `wp_offset` sectors from its start.
+    pub fn of(geo: &Geometry, z: ZoneNo, cond: ZoneCond, wp_offset: u64) -> ZoneInfo {
+        let start = geo.zone_start(z);
+        let len = geo.zone_len(z);
+        if geo.zone_is_conv(z) {
+            return ZoneInfo {
+                start,
+                len,
+                capacity: len,
+                wp: start + len,
+                ztype: ZoneType::Conventional,
+                cond: ZoneCond::NotWp,
+            };
+        }
+        ZoneInfo {
+            start,
+            len,
+            capacity: geo.zone_capacity(z),
+            wp: start + wp_offset,
+            ztype: ZoneType::SeqWriteRequired,
+            cond,
+        }
+    }
+
     /// The zone's write pointer as an offset from its start, as the kernel's
     /// `blk_zone_wp_offset()` derives it: `None` for zones without a valid write
     /// pointer (conventional, read-only, offline); the zone length when FULL.
@@ -173,32 +199,7 @@ impl ZoneSet {
     /// All sequential zones EMPTY, conventional zones NOT_WP.
     pub fn new(geo: &Geometry) -> ZoneSet {
         assert!(geo.is_zoned(), "ZoneSet on a regular device");
-        let zones = (0..geo.nr_zones())
-            .map(|z| {
-                let z = ZoneNo(z);
-                let start = geo.zone_start(z);
-                let len = geo.zone_len(z);
-                if geo.zone_is_conv(z) {
-                    ZoneInfo {
-                        start,
-                        len,
-                        capacity: len,
-                        wp: start + len,
-                        ztype: ZoneType::Conventional,
-                        cond: ZoneCond::NotWp,
-                    }
-                } else {
-                    ZoneInfo {
-                        start,
-                        len,
-                        capacity: geo.zone_capacity(z),
-                        wp: start,
-                        ztype: ZoneType::SeqWriteRequired,
-                        cond: ZoneCond::Empty,
-                    }
-                }
-            })
-            .collect();
+        let zones = (0..geo.nr_zones()).map(|z| ZoneInfo::of(geo, ZoneNo(z), ZoneCond::Empty, 0)).collect();
         ZoneSet {
             geo: geo.clone(),
             zones,

@@ -1,22 +1,14 @@
 //! Every invalid input gets a clear error, and nothing panics: a table per layer
 //! (geometry, device parameters, BIOs, fio-like jobs).
 
+mod common;
+
+use common::base_params as base;
 use zblk::core::{Action, Engine, EngineConfig};
 use zblk::geometry::{Geometry, GeometryParams};
 use zblk::params::DeviceParams;
 use zblk::sim::{JobSpec, Rw, ZoneMode};
 use zblk::{Bio, BioFlags, Op, Sector, Status};
-
-fn base() -> GeometryParams {
-    GeometryParams {
-        capacity_bytes: 8 << 20,
-        zone_size_bytes: 1 << 20,
-        nr_conv: 1,
-        max_append_sectors: 0,
-        max_sectors: 64,
-        ..GeometryParams::default()
-    }
-}
 
 #[test]
 fn geometry_refusals_name_the_parameter() {

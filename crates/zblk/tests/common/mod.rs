@@ -28,15 +28,22 @@ pub struct Harness {
     pub auto_expire: bool,
 }
 
-pub fn geometry(f: impl FnOnce(&mut GeometryParams)) -> Geometry {
-    let mut p = GeometryParams {
+/// The scenarios' device: 8 MiB of 1 MiB zones, one conventional, emulated zone
+/// append, max_sectors 64.
+pub fn base_params() -> GeometryParams {
+    GeometryParams {
         capacity_bytes: 8 << 20,
         zone_size_bytes: 1 << 20,
         nr_conv: 1,
         max_append_sectors: 0,
         max_sectors: 64,
         ..GeometryParams::default()
-    };
+    }
+}
+
+/// [`base_params`] changed by `f`, validated.
+pub fn geometry(f: impl FnOnce(&mut GeometryParams)) -> Geometry {
+    let mut p = base_params();
     f(&mut p);
     Geometry::new(&p).expect("test geometry")
 }

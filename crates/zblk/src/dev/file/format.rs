@@ -281,26 +281,7 @@ impl Entry {
 
     /// The zone descriptor of zone `z` of `geo` with this entry.
     pub fn info(self, geo: &Geometry, z: ZoneNo) -> ZoneInfo {
-        let start = geo.zone_start(z);
-        let len = geo.zone_len(z);
-        if geo.zone_is_conv(z) {
-            return ZoneInfo {
-                start,
-                len,
-                capacity: len,
-                wp: start + len,
-                ztype: ZoneType::Conventional,
-                cond: ZoneCond::NotWp,
-            };
-        }
-        ZoneInfo {
-            start,
-            len,
-            capacity: geo.zone_capacity(z),
-            wp: start + self.wp_offset,
-            ztype: ZoneType::SeqWriteRequired,
-            cond: self.cond,
-        }
+        ZoneInfo::of(geo, z, self.cond, self.wp_offset)
     }
 }
 
