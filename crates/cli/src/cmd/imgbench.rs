@@ -1,0 +1,99 @@
+//! `zblk bench --image IMG`: the fio-like jobs of `zblk bench`, run for real on a
+//! zoned image through the threaded runtime, in wall-clock time.
+
+use super::bench::{BenchArgs, OutputFormat, RecoveryArg, choose_policy, job_spec};
+use crate::{CliError, fio_out, image};
+use serde_json::json;
+use std::fmt::Write as _;
+use std::path::Path;
+use zblk_core::engine::{EngineConfig, WpRecovery};
+use zblk_runtime::Backend;
+use zblk_runtime::bench::{RealReport, run_jobs};
+
+/// Runs the jobs `a` describes on the image at `path`.
+pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
+    if a.check || a.write_error_ppm > 0 {
+        return Err(CliError::msg("--check and --write-error-ppm are for simulated devices, not --image"));
+    }
+    // Limits on what a real run allocates (a buffer per I/O in flight, a thread per job).
+    if a.iodepth > 4096 || a.numjobs > 256 {
+        return Err(CliError::msg("--iodepth is at most 4096 and --numjobs at most 256 with --image"));
+    }
+    let buffers = a.bs.saturating_mul(u64::from(a.iodepth)).saturating_mul(u64::from(a.numjobs));
+    if buffers > 4 << 30 {
+        return Err(CliError::msg("--bs x --iodepth x --numjobs is more than 4 GiB of buffers"));
+    }
+    let img = image::open(path, false)?;
+    let geo = img.geo().clone();
+    let job = job_spec(a, geo.is_zoned());
+    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), img.rotational())?;
+    let backend = match a.ioengine.as_deref() {
+        None => Backend::Auto,
+        Some("io_uring") => Backend::IoUring,
+        Some("psync") => Backend::Threads,
+        Some(other) => return Err(CliError(format!("--ioengine: '{other}' is not io_uring or psync"))),
+    };
+    let wp_recovery = match a.wp_recovery {
+        RecoveryArg::Report => WpRecovery::Report,
+        RecoveryArg::Kernel => WpRecovery::Kernel,
+    };
+    let qd = job.iodepth.saturating_mul(job.numjobs).clamp(1, 1024);
+    let engine = EngineConfig { policy, wp_recovery, queue_depth: qd, ..EngineConfig::default() };
+    let rt = image::start(img, engine, backend)?;
+    eprintln!("zblk: {}: I/O with {}", path.display(), rt.backend());
+    let report =
+        run_jobs(&rt, std::slice::from_ref(&job), a.seed, a.group_reporting).map_err(|e| CliError(format!("{e}")));
+    rt.close().map_err(CliError::msg)?;
+    let report = report?;
+    if a.json || a.output_format == Some(OutputFormat::Json) {
+        println!("{}", json_report(&report, &geo));
+    } else {
+        print!("{}", text(&report, &geo));
+    }
+    Ok(())
+}
+
+fn text(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "zblk bench [image {}: {} zones of {}; {}; policy {}; seed {}; {:.3}s wall-clock]",
+        r.image,
+        geo.nr_zones(),
+        zblk_core::units::format_bytes_exact(geo.zone_sectors() << 9),
+        r.backend,
+        r.policy,
+        r.seed,
+        r.elapsed_ns as f64 / 1e9
+    );
+    for j in &r.jobs {
+        fio_out::job_text(&mut out, j, &format!("pid={}", std::process::id()));
+    }
+    let e = &r.engine;
+    let _ = writeln!(
+        out,
+        "engine: {} BIOs, {} requests, {} split, {} plugged, {} refused before the device, {} aborted, {} zone reports",
+        e.bios, e.requests, e.splits, e.plugged, e.refused, e.aborted, e.reports
+    );
+    out
+}
+
+fn json_report(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
+    let jobs = fio_out::jobs_json(&r.jobs);
+    let doc = json!({
+        "fio version": format!("zblk-{}", env!("CARGO_PKG_VERSION")),
+        "zblk": {
+            "simulated": false,
+            "image": r.image,
+            "backend": r.backend,
+            "policy": r.policy,
+            "seed": r.seed,
+            "elapsed_ns": r.elapsed_ns,
+            "nr_zones": geo.nr_zones(),
+            "zone_sectors": geo.zone_sectors(),
+            "engine": r.engine,
+        },
+        "jobs": jobs,
+    });
+    serde_json::to_string_pretty(&doc).expect("JSON of plain values")
+}

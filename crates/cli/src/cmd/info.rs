@@ -1,0 +1,155 @@
+//! `zblk info IMG`: an image's geometry, limits and queue attributes, by the names of
+//! the kernel's `/sys/block/<dev>/queue/` attributes, and its state.
+
+use crate::{CliError, image};
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+use zblk_core::geometry::DEFAULT_MAX_SECTORS;
+use zblk_core::units::format_bytes_exact;
+use zblk_core::zone::ZoneCond;
+
+/// Shows an image's geometry, limits, attributes and zone state.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// The image.
+    pub image: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `zblk info`.
+pub fn run(a: &InfoArgs) -> Result<(), CliError> {
+    let img = image::open(&a.image, true)?;
+    let geo = img.geo().clone();
+    let sb = img.superblock().clone();
+    let zones = img.zones();
+    let count = |c: ZoneCond| zones.iter().filter(|z| z.cond == c).count();
+    let (nr_open, nr_active) = img.open_active();
+    let qd1 = u8::from(img.rotational() && geo.is_zoned());
+    let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
+    let direct = img.direct_fd().map(|(_, a)| a);
+    let lbs = geo.lbs_bytes();
+    let queue = json!({
+        "zoned": if geo.is_zoned() { "host-managed" } else { "none" },
+        "logical_block_size": lbs,
+        "physical_block_size": lbs,
+        "hw_sector_size": lbs,
+        "chunk_sectors": geo.zone_sectors(),
+        "nr_zones": geo.nr_zones(),
+        "max_open_zones": geo.max_open(),
+        "max_active_zones": geo.max_active(),
+        "zone_append_max_bytes": u64::from(geo.max_append_sectors()) << 9,
+        "max_sectors_kb": geo.max_sectors() / 2,
+        "max_hw_sectors_kb": geo.max_sectors() / 2,
+        "rotational": u8::from(img.rotational()),
+        "zoned_qd1_writes": qd1,
+        "write_cache": "write back",
+        "fua": 1,
+        "write_zeroes_max_bytes": u64::from(geo.max_write_zeroes_sectors()) << 9,
+        "write_zeroes_unmap_max_hw_bytes": u64::from(geo.max_hw_wzeroes_unmap_sectors()) << 9,
+        // Not recorded in the image: every runtime starts with unmap enabled where
+        // the image can unmap, as the kernel does.
+        "write_zeroes_unmap_max_bytes": u64::from(geo.max_hw_wzeroes_unmap_sectors()) << 9,
+    });
+    let probe = img.zeroing_probe();
+    let unmap_method = if geo.max_write_zeroes_sectors() == 0 {
+        "none (no WRITE_ZEROES: zero buffers are written)"
+    } else {
+        img.zeroing().name()
+    };
+    let doc = json!({
+        "image": a.image.display().to_string(),
+        "format_version": zblk_dev::file::format::FORMAT_VERSION,
+        "capacity_bytes": geo.nr_sectors() << 9,
+        "nr_sectors": geo.nr_sectors(),
+        "zone_size_sectors": geo.zone_sectors(),
+        "zone_capacity_sectors": geo.zone_cap_sectors(),
+        "nr_conv_zones": geo.nr_conv(),
+        "nr_seq_zones": if geo.is_zoned() { geo.nr_seq_zones() } else { 0 },
+        "zone_append": if geo.emulates_zone_append() { "emulated" } else { "native" },
+        "queue": queue,
+        "layout": sb.layout,
+        "commits": img.durable_seq(),
+        "zones": {
+            "empty": count(ZoneCond::Empty),
+            "implicit_open": count(ZoneCond::ImpOpen),
+            "explicit_open": count(ZoneCond::ExpOpen),
+            "closed": count(ZoneCond::Closed),
+            "full": count(ZoneCond::Full),
+            "read_only": count(ZoneCond::ReadOnly),
+            "offline": count(ZoneCond::Offline),
+            "open": nr_open,
+            "active": nr_active,
+        },
+        "open_repairs": img.repairs(),
+        "zeroing": {
+            "unmap": unmap_method,
+            "nounmap": zblk_dev::file::zeroing::FileZeroing::PwriteZeroes.name(),
+            "probe": probe.detail,
+        },
+        "io": {
+            "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
+            "o_direct": direct.map_or_else(|| "not allowed by the file system".to_string(), |a| format!("aligned to {a} bytes")),
+        },
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(());
+    }
+    let z = &doc["zones"];
+    println!("{}: zblk image, format version {}", a.image.display(), zblk_dev::file::format::FORMAT_VERSION);
+    println!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
+    if geo.is_zoned() {
+        println!(
+            "  zones:             {} of {} ({} conventional, {} sequential write required), capacity {}",
+            geo.nr_zones(),
+            format_bytes_exact(geo.zone_sectors() << 9),
+            geo.nr_conv(),
+            geo.nr_seq_zones(),
+            format_bytes_exact(geo.zone_cap_sectors() << 9)
+        );
+        println!(
+            "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
+            z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
+        );
+        println!(
+            "  open / active:     {} / {} (limits {} / {}; 0 = none)",
+            nr_open,
+            nr_active,
+            geo.max_open(),
+            geo.max_active()
+        );
+        let append = if geo.emulates_zone_append() {
+            "emulated by zblk (zone write plugging)".to_string()
+        } else {
+            format!("native, up to {} sectors", geo.max_append_sectors())
+        };
+        println!("  zone append:       {append}");
+    }
+    println!("  queue attributes (/sys/block/<dev>/queue/ names):");
+    if let Some(q) = doc["queue"].as_object() {
+        for (k, v) in q {
+            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            println!("    {k:<31} {v}");
+        }
+    }
+    if geo.max_sectors() != DEFAULT_MAX_SECTORS {
+        println!("  (max_sectors {} differs from the kernel default {DEFAULT_MAX_SECTORS})", geo.max_sectors());
+    }
+    println!(
+        "  data region:       file offset {} ({})",
+        sb.layout.data_offset,
+        format_bytes_exact(sb.layout.data_offset)
+    );
+    println!("  commits:           {}", img.durable_seq());
+    println!(
+        "  zeroing:           {unmap_method} (write zeroes without NOUNMAP); pwrite-zeroes with NOUNMAP or \
+         write_zeroes_unmap_max_bytes=0"
+    );
+    println!("  zeroing probe:     {}", probe.detail);
+    println!("  io_uring:          {}", doc["io"]["io_uring"].as_str().unwrap_or(""));
+    println!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
+    Ok(())
+}

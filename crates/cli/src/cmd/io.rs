@@ -1,0 +1,172 @@
+//! `zblk write|append|read IMG -o OFFSET -l LENGTH`: single I/Os through the engine,
+//! for scripts and debugging. Offsets and lengths are bytes, with size suffixes.
+
+use crate::{CliError, image, parse};
+use clap::Args;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use zblk_core::bio::BioFlags;
+use zblk_core::engine::EngineConfig;
+use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
+use zblk_runtime::Backend;
+
+/// A single I/O.
+#[derive(Args, Debug)]
+pub struct IoArgs {
+    /// The image.
+    pub image: PathBuf,
+    /// Byte offset (a multiple of 512; for append, the start of the zone). Suffixes:
+    /// 4k, 1M, ...
+    #[arg(short = 'o', long, value_parser = parse::size)]
+    pub offset: u64,
+    /// Length in bytes (default: the input's length for write and append).
+    #[arg(short = 'l', long, value_parser = parse::size)]
+    pub length: Option<u64>,
+    /// write/append: take the data from this file (`-`: standard input).
+    #[arg(short = 'i', long, conflicts_with = "pattern")]
+    pub input: Option<PathBuf>,
+    /// write/append: fill the data with this byte (e.g. 0xab).
+    #[arg(short = 'p', long, value_parser = parse_byte)]
+    pub pattern: Option<u8>,
+    /// read: where to put the data (`-`: standard output, the default).
+    #[arg(short = 'O', long)]
+    pub output: Option<PathBuf>,
+    /// write/append: forced unit access (durable when it completes).
+    #[arg(long)]
+    pub fua: bool,
+    /// Issue a FLUSH after the I/O.
+    #[arg(long)]
+    pub flush: bool,
+    /// Print a JSON summary (read: the data goes only to --output).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_byte(text: &str) -> Result<u8, String> {
+    let t = text.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u8::from_str_radix(h, 16),
+        None => t.parse(),
+    };
+    r.map_err(|_| format!("'{text}' is not a byte (0..255 or 0x00..0xff)"))
+}
+
+/// Which single I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoCmd {
+    /// WRITE at an offset.
+    Write,
+    /// ZONE_APPEND to a zone; prints the sector written.
+    Append,
+    /// READ.
+    Read,
+}
+
+fn input_data(a: &IoArgs) -> Result<Vec<u8>, CliError> {
+    let mut data = match (&a.input, a.pattern) {
+        (Some(p), _) if p.as_os_str() == "-" => {
+            let mut v = Vec::new();
+            std::io::stdin().read_to_end(&mut v).map_err(|e| CliError(format!("standard input: {e}")))?;
+            v
+        }
+        (Some(p), _) => std::fs::read(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?,
+        (None, Some(b)) => {
+            let len = a.length.ok_or_else(|| CliError::msg("--pattern needs --length"))?;
+            vec![b; usize::try_from(len).map_err(|_| CliError::msg("--length too large"))?]
+        }
+        (None, None) => return Err(CliError::msg("give the data with --input FILE (- for stdin) or --pattern BYTE")),
+    };
+    if let Some(len) = a.length {
+        let len = usize::try_from(len).map_err(|_| CliError::msg("--length too large"))?;
+        if data.len() < len {
+            return Err(CliError(format!("the input has {} bytes, --length asks for {len}", data.len())));
+        }
+        data.truncate(len);
+    }
+    Ok(data)
+}
+
+/// Runs one single-I/O command.
+pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
+    let name = a.image.display().to_string();
+    if cmd == IoCmd::Read && (a.input.is_some() || a.pattern.is_some() || a.fua) {
+        return Err(CliError::msg("read takes no --input, --pattern or --fua"));
+    }
+    if cmd != IoCmd::Read && a.output.is_some() {
+        return Err(CliError::msg("--output is for read"));
+    }
+    if a.offset % SECTOR_SIZE != 0 {
+        return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));
+    }
+    let img = image::open(&a.image, cmd == IoCmd::Read)?;
+    let dev_bytes = img.geo().nr_sectors() * SECTOR_SIZE;
+    // Checked before any buffer is allocated: a length past the device end is the
+    // device's EINVAL, not an allocation of that size.
+    let beyond = |len: u64| a.offset.checked_add(len).is_none_or(|end| end > dev_bytes);
+    if a.length.is_some_and(beyond) {
+        return Err(CliError(format!(
+            "{name}: EINVAL: offset {} + length {} is beyond the device end ({dev_bytes} bytes)",
+            a.offset,
+            a.length.unwrap_or(0)
+        )));
+    }
+    let data = if cmd == IoCmd::Read { None } else { Some(input_data(a)?) };
+    let len = match (&data, a.length) {
+        (Some(d), _) => d.len() as u64,
+        (None, Some(l)) => l,
+        (None, None) => return Err(CliError::msg("read needs --length")),
+    };
+    let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
+    let rt = image::start(img, engine, Backend::Auto)?;
+    let sector = Sector(a.offset / SECTOR_SIZE);
+    let flags = if a.fua { BioFlags::FUA } else { BioFlags::NONE };
+    let mut out = vec![0u8; if cmd == IoCmd::Read { usize::try_from(len).unwrap_or(0) } else { 0 }];
+    let result = match cmd {
+        IoCmd::Write => rt.write_at_flags(sector, data.as_deref().unwrap_or_default(), flags).map(|()| sector),
+        IoCmd::Append => rt.append_flags(sector, data.as_deref().unwrap_or_default(), flags),
+        IoCmd::Read => rt.read_at(sector, &mut out).map(|()| sector),
+    };
+    let flushed = if a.flush && result.is_ok() { rt.flush() } else { Ok(()) };
+    rt.close().map_err(CliError::msg)?;
+    let what = match cmd {
+        IoCmd::Write => "write",
+        IoCmd::Append => "append",
+        IoCmd::Read => "read",
+    };
+    let at = result.map_err(|s| {
+        CliError(format!(
+            "{name}: {what} at byte offset {} ({}): {}: {s}",
+            a.offset,
+            format_bytes_exact(len),
+            s.errno_name()
+        ))
+    })?;
+    flushed.map_err(|s| CliError(format!("{name}: flush: {}: {s}", s.errno_name())))?;
+    if cmd == IoCmd::Read {
+        write_output(a, &out)?;
+    }
+    if a.json {
+        let doc = serde_json::json!({
+            "op": what,
+            "offset": a.offset,
+            "length": len,
+            "sector": at.0,
+            "byte_offset": at.0 * SECTOR_SIZE,
+            "crc32": (cmd == IoCmd::Read).then(|| crc32fast::hash(&out)),
+        });
+        println!("{doc}");
+    } else if cmd == IoCmd::Append {
+        println!("{}", at.0);
+    }
+    Ok(())
+}
+
+fn write_output(a: &IoArgs, out: &[u8]) -> Result<(), CliError> {
+    match &a.output {
+        Some(p) if p.as_os_str() != "-" => {
+            std::fs::write(p, out).map_err(|e| CliError(format!("{}: {e}", p.display())))
+        }
+        None if a.json => Ok(()),
+        _ => std::io::stdout().write_all(out).map_err(|e| CliError(format!("standard output: {e}"))),
+    }
+}

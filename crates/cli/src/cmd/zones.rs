@@ -1,0 +1,264 @@
+//! `zblk report|capacity|reset|open|close|finish IMG`: util-linux `blkzone`'s
+//! commands, options (`-o/--offset`, `-l/--length`, `-c/--count`, `-v/--verbose`, in
+//! 512-byte sectors) and output, on a zoned image (through the engine) or a Linux
+//! zoned block device (through the kernel's zone ioctls, as blkzone).
+
+use crate::{CliError, image};
+use clap::Args;
+use std::path::PathBuf;
+use zblk_core::bio::Op;
+use zblk_core::engine::EngineConfig;
+use zblk_core::units::Sector;
+use zblk_dev::file::FileImage;
+use zblk_dev::linux::{self, LinuxZoned, RawZone};
+use zblk_runtime::Backend;
+
+/// blkzone's options.
+#[derive(Args, Debug)]
+pub struct ZoneArgs {
+    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
+    pub image: PathBuf,
+    /// Start sector of the zone to act on (512-byte sectors; decimal, 0x hex, or with
+    /// a K/M/G suffix as blkzone takes it).
+    #[arg(short = 'o', long, default_value = "0", value_parser = image::sectors, value_name = "SECTOR")]
+    pub offset: u64,
+    /// Maximum sectors to act on.
+    #[arg(short = 'l', long, value_parser = image::sectors, value_name = "SECTORS", conflicts_with = "count")]
+    pub length: Option<u64>,
+    /// Maximum number of zones.
+    #[arg(short = 'c', long, value_name = "NUMBER")]
+    pub count: Option<u32>,
+    /// On a block device, act even if it is in use (no O_EXCL), as blkzone's -f.
+    #[arg(short = 'f', long)]
+    pub force: bool,
+    /// Display more details.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Print JSON instead of blkzone's lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The zone commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneCmd {
+    /// Report zones.
+    Report,
+    /// Sum of zone capacities.
+    Capacity,
+    /// Reset a range of zones.
+    Reset,
+    /// Open a range of zones.
+    Open,
+    /// Close a range of zones.
+    Close,
+    /// Finish a range of zones.
+    Finish,
+}
+
+impl ZoneCmd {
+    fn op(self) -> Op {
+        match self {
+            ZoneCmd::Reset => Op::ZoneReset,
+            ZoneCmd::Open => Op::ZoneOpen,
+            ZoneCmd::Close => Op::ZoneClose,
+            ZoneCmd::Finish => Op::ZoneFinish,
+            c => unreachable!("{c:?} is not a zone action"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ZoneCmd::Report => "report",
+            ZoneCmd::Capacity => "capacity",
+            ZoneCmd::Reset => "reset",
+            ZoneCmd::Open => "open",
+            ZoneCmd::Close => "close",
+            ZoneCmd::Finish => "finish",
+        }
+    }
+}
+
+/// What the zone commands act on: an image, or a Linux zoned block device.
+enum Target {
+    Image(Box<FileImage>),
+    Device(LinuxZoned),
+}
+
+impl Target {
+    fn open(a: &ZoneArgs, write: bool) -> Result<Target, CliError> {
+        if linux::is_block_device(&a.image) {
+            return Ok(Target::Device(LinuxZoned::open(&a.image, write, a.force).map_err(CliError::msg)?));
+        }
+        let img = image::open(&a.image, !write)?;
+        if !img.geo().is_zoned() {
+            return Err(CliError(format!("{}: unable to determine zone size (not a zoned image)", a.image.display())));
+        }
+        Ok(Target::Image(Box::new(img)))
+    }
+
+    fn nr_sectors(&self) -> u64 {
+        match self {
+            Target::Image(i) => i.geo().nr_sectors(),
+            Target::Device(d) => d.nr_sectors(),
+        }
+    }
+
+    fn zone_sectors(&self) -> u64 {
+        match self {
+            Target::Image(i) => i.geo().zone_sectors(),
+            Target::Device(d) => d.zone_sectors(),
+        }
+    }
+
+    /// One report call: up to `max` zones from the zone holding `from`.
+    fn report(&self, from: u64, max: usize) -> Result<Vec<RawZone>, CliError> {
+        match self {
+            Target::Image(i) => {
+                let geo = i.geo();
+                let first = geo.zone_no(Sector(from)).idx();
+                let zones = i.zones();
+                Ok(zones[first..(first + max).min(zones.len())].iter().map(image::raw).collect())
+            }
+            Target::Device(d) => d.report(Sector(from), max).map_err(CliError::msg),
+        }
+    }
+}
+
+/// Runs one of the zone commands.
+pub fn run(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
+    match cmd {
+        ZoneCmd::Report | ZoneCmd::Capacity => report(cmd, a),
+        _ => action(cmd, a),
+    }
+}
+
+/// Zones per report call, as blkzone asks the kernel for them (its `-v` says so per
+/// call).
+const REPORT_BATCH: u64 = linux::REPORT_BATCH as u64;
+
+fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
+    let target = Target::open(a, false)?;
+    let zs = target.zone_sectors();
+    let total = target.nr_sectors();
+    if a.offset >= total {
+        return Err(CliError(format!("{}: offset is greater than or equal to device size", a.image.display())));
+    }
+    let mut nr_zones = match (a.count.filter(|&c| c > 0), a.length.filter(|&l| l > 0)) {
+        (Some(c), _) => u64::from(c),
+        (None, Some(l)) => l.div_ceil(zs),
+        (None, None) => 1 + (total - a.offset) / zs,
+    };
+    let mut offset = a.offset;
+    let mut shown = Vec::new();
+    let mut capacity_sum = 0u64;
+    'batches: while nr_zones > 0 && offset < total {
+        let batch = target.report(offset, nr_zones.min(REPORT_BATCH) as usize)?;
+        if a.verbose && !a.json {
+            println!("Found {} zones from 0x{:x}", batch.len(), offset);
+        }
+        if batch.is_empty() {
+            break;
+        }
+        for z in &batch {
+            if z.len == 0 {
+                break 'batches;
+            }
+            if cmd == ZoneCmd::Capacity {
+                capacity_sum += z.capacity;
+            } else if a.json {
+                shown.push(image::zone_json(z));
+            } else {
+                println!("{}", image::report_line(z));
+            }
+            nr_zones -= 1;
+            offset = z.start + z.len;
+        }
+    }
+    match (cmd, a.json) {
+        (ZoneCmd::Capacity, false) => println!("0x{capacity_sum:09x}"),
+        (ZoneCmd::Capacity, true) => println!("{}", serde_json::json!({ "capacity": capacity_sum })),
+        (_, true) => {
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "zones": shown })).expect("JSON"))
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
+    let name = a.image.display();
+    let target = Target::open(a, true)?;
+    let zs = target.zone_sectors();
+    let total = target.nr_sectors();
+    if a.offset & (zs - 1) != 0 {
+        return Err(CliError(format!("{name}: offset {} is not aligned to zone size {zs}", a.offset)));
+    }
+    if a.offset > total {
+        return Err(CliError(format!("{name}: offset is greater than device size")));
+    }
+    let mut zlen = match (a.count.filter(|&c| c > 0), a.length.filter(|&l| l > 0)) {
+        (Some(c), _) => u64::from(c).saturating_mul(zs),
+        (None, Some(l)) => l,
+        (None, None) => total,
+    };
+    zlen = zlen.min(total - a.offset);
+    if let Some(l) = a.length.filter(|&l| l > 0) {
+        if zlen & (zs - 1) != 0 && a.offset + zlen != total {
+            return Err(CliError(format!("{name}: number of sectors {l} is not aligned to zone size {zs}")));
+        }
+    }
+    let end = a.offset + zlen;
+    let zones = match target {
+        Target::Device(d) => {
+            d.zone_mgmt(cmd.op(), Sector(a.offset), zlen).map_err(CliError::msg)?;
+            zlen.div_ceil(zs)
+        }
+        Target::Image(img) => image_action(cmd, a, *img, zlen)?,
+    };
+    if a.json {
+        let doc = serde_json::json!({ "op": cmd.name(), "from": a.offset, "to": end, "zones": zones });
+        println!("{doc}");
+    } else if a.verbose {
+        println!("{name}: successful {} of zones in range from {}, to {}", cmd.name(), a.offset, end);
+    }
+    Ok(())
+}
+
+/// A zone action on an image, through the engine. Returns the zones acted on.
+fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result<u64, CliError> {
+    let name = a.image.display();
+    let geo = img.geo().clone();
+    let total = geo.nr_sectors();
+    let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
+    let rt = image::start(img, engine, Backend::Auto)?;
+    let end = a.offset + zlen;
+    let mut zones = 0;
+    let result = if cmd == ZoneCmd::Reset && a.offset == 0 && zlen == total {
+        // As the kernel: a reset of the whole device is one RESET_ALL.
+        zones = u64::from(geo.nr_seq_zones());
+        rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, s))
+    } else {
+        let mut r = Ok(());
+        let mut s = a.offset;
+        while s < end {
+            let z = geo.zone_no(Sector(s));
+            // A reset of a range skips conventional zones (they have nothing to reset).
+            let skip = cmd == ZoneCmd::Reset && geo.zone_is_conv(z);
+            if !skip {
+                if let Err(st) = rt.zone_op(cmd.op(), Sector(s)) {
+                    r = Err((Sector(s), st));
+                    break;
+                }
+                zones += 1;
+            }
+            s += geo.zone_len(z);
+        }
+        r
+    };
+    rt.close().map_err(CliError::msg)?;
+    result.map_err(|(at, st)| {
+        CliError(format!("{name}: {} of zone at sector {} failed: {}: {st}", cmd.name(), at.0, st.errno_name()))
+    })?;
+    Ok(zones)
+}

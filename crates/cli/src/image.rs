@@ -1,0 +1,146 @@
+//! What the image commands share: opening an image (and saying what was repaired),
+//! starting the runtime on it, blkzone's argument conventions and report line.
+
+use crate::CliError;
+use std::path::Path;
+use zblk_core::engine::{EngineConfig, IssuePolicy};
+use zblk_core::units::parse_size;
+use zblk_core::zone::{ZoneInfo, ZoneType};
+use zblk_dev::file::{FileImage, ImageOptions};
+use zblk_dev::linux::RawZone;
+use zblk_runtime::{Backend, Runtime, RuntimeConfig};
+
+/// Opens `path`; read-only opens take a shared lock and repair nothing. What
+/// opening found or repaired goes to stderr, one line each.
+pub fn open(path: &Path, read_only: bool) -> Result<FileImage, CliError> {
+    let img = FileImage::open(path, &ImageOptions { read_only, ..ImageOptions::default() }).map_err(CliError::msg)?;
+    for r in img.repairs() {
+        let what = if read_only { "found (read-only: not repaired)" } else { "repaired" };
+        eprintln!("zblk: {}: {what}: {r}", path.display());
+    }
+    Ok(img)
+}
+
+/// The issue policy an image runs with by default: the single issuer on a rotational
+/// zoned image (the kernel's `zoned_qd1_writes` default), per-zone plugging otherwise.
+pub fn default_policy(img: &FileImage) -> IssuePolicy {
+    if img.rotational() && img.geo().is_zoned() { IssuePolicy::Qd1 } else { IssuePolicy::Zwp }
+}
+
+/// Starts the runtime on an opened image with `engine` settings and `backend`.
+pub fn start(img: FileImage, engine: EngineConfig, backend: Backend) -> Result<Runtime, CliError> {
+    let path = img.path().display().to_string();
+    Runtime::start(img, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
+        .map_err(|e| CliError(format!("{path}: {e}")))
+}
+
+/// A sector count or position as blkzone takes it (util-linux `strtosize`): decimal
+/// or `0x` hexadecimal, with an optional binary suffix (`K`, `M`, `G`, ...).
+pub fn sectors(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return u64::from_str_radix(hex, 16).map_err(|_| format!("invalid number '{text}'"));
+    }
+    parse_size(t).map_err(|e| e.to_string())
+}
+
+/// blkzone's short names of zone conditions, by `cond & 0xf` (`condition_str[]` in
+/// `blkzone.c`).
+const COND_SHORT: [&str; 16] =
+    ["nw", "em", "oi", "oe", "cl", "x5", "x6", "x7", "x8", "x9", "xA", "xB", "xC", "ro", "fu", "of"];
+
+/// The kernel's names of zone conditions (`blk_zone_cond_str()`), by code.
+const COND_NAME: [&str; 16] = [
+    "NOT_WP", "EMPTY", "IMP_OPEN", "EXP_OPEN", "CLOSED", "0x5", "0x6", "0x7", "0x8", "0x9", "0xA", "0xB", "0xC",
+    "READONLY", "FULL", "OFFLINE",
+];
+
+/// blkzone's names of zone types (`type_text[]`).
+const TYPE_TEXT: [&str; 4] = ["RESERVED", "CONVENTIONAL", "SEQ_WRITE_REQUIRED", "SEQ_WRITE_PREFERRED"];
+
+/// A zone of an image in the kernel's terms (what `BLKREPORTZONE` gives).
+pub fn raw(z: &ZoneInfo) -> RawZone {
+    RawZone {
+        start: z.start.0,
+        len: z.len,
+        capacity: z.capacity,
+        wp: z.wp.0,
+        ztype: z.ztype.code(),
+        cond: z.cond.code(),
+        reset: 0,
+        non_seq: 0,
+    }
+}
+
+fn wptr(z: &RawZone) -> u64 {
+    // As blkzone: the write pointer as an offset, 0 for a conventional zone.
+    if z.ztype == ZoneType::Conventional.code() { 0 } else { z.wp.saturating_sub(z.start) }
+}
+
+/// One zone as `blkzone report` prints it.
+pub fn report_line(z: &RawZone) -> String {
+    format!(
+        "  start: 0x{:09x}, len 0x{:06x}, cap 0x{:06x}, wptr 0x{:06x} reset:{} non-seq:{}, zcond:{:2}({}) [type: {}({})]",
+        z.start,
+        z.len,
+        z.capacity,
+        wptr(z),
+        z.reset,
+        z.non_seq,
+        z.cond,
+        COND_SHORT[usize::from(z.cond & 0xf)],
+        z.ztype,
+        TYPE_TEXT.get(usize::from(z.ztype)).copied().unwrap_or("?")
+    )
+}
+
+/// A zone as JSON, with blkzone's field names.
+pub fn zone_json(z: &RawZone) -> serde_json::Value {
+    serde_json::json!({
+        "start": z.start,
+        "len": z.len,
+        "cap": z.capacity,
+        "wptr": wptr(z),
+        "reset": z.reset,
+        "non_seq": z.non_seq,
+        "cond": z.cond,
+        "cond_name": COND_NAME[usize::from(z.cond & 0xf)],
+        "cond_short": COND_SHORT[usize::from(z.cond & 0xf)],
+        "type": z.ztype,
+        "type_name": TYPE_TEXT.get(usize::from(z.ztype)).copied().unwrap_or("?"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zblk_core::units::Sector;
+    use zblk_core::zone::ZoneCond;
+
+    #[test]
+    fn blkzone_line_format() {
+        let z = ZoneInfo {
+            start: Sector(0x60000),
+            len: 0x20000,
+            capacity: 0x18000,
+            wp: Sector(0x60018),
+            ztype: ZoneType::SeqWriteRequired,
+            cond: ZoneCond::ImpOpen,
+        };
+        assert_eq!(
+            report_line(&raw(&z)),
+            "  start: 0x000060000, len 0x020000, cap 0x018000, wptr 0x000018 reset:0 non-seq:0, zcond: 2(oi) [type: 2(SEQ_WRITE_REQUIRED)]"
+        );
+        let full = ZoneInfo { cond: ZoneCond::Full, wp: Sector(0x80000), ..z };
+        assert!(report_line(&raw(&full)).contains("wptr 0x020000 reset:0 non-seq:0, zcond:14(fu)"));
+    }
+
+    #[test]
+    fn sector_arguments() {
+        assert_eq!(sectors("0x40000"), Ok(0x40000));
+        assert_eq!(sectors("131072"), Ok(131072));
+        assert_eq!(sectors("1M"), Ok(1 << 20));
+        assert!(sectors("0xzz").is_err());
+        assert!(sectors("-1").is_err());
+    }
+}

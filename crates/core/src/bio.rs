@@ -1,0 +1,370 @@
+//! BIOs, requests, completions and the statuses they end with.
+//!
+//! A [`Bio`] is one I/O as its submitter sees it. The core turns it into one or more
+//! [`Request`]s issued to the device (a BIO is split at `max_sectors` and at zone
+//! boundaries; an emulated zone append becomes a write), and ends it with one
+//! [`Completion`] once every request is done.
+//!
+//! Data never passes through here: a request names the BIO it belongs to
+//! (`user_data`) and where its data sits in the BIO (`bio_offset`); the driver, which
+//! owns the buffers, moves the bytes (see `docs/ARCHITECTURE.md`, "Who owns buffers").
+
+use crate::units::Sector;
+use std::fmt;
+
+/// The operation of a BIO or a request (the kernel's `REQ_OP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Read sectors. Never held back by a zone write plug.
+    Read,
+    /// Write sectors. On a sequential zone it must start at the write pointer.
+    Write,
+    /// Write at the zone's write pointer and report where the data landed. The BIO's
+    /// sector is the start of the target zone. Emulated with a plugged write when the
+    /// device has no native zone append.
+    ZoneAppend,
+    /// Make a range read back as zeroes. On a sequential zone it is a write.
+    WriteZeroes,
+    /// Deallocate a range (conventional zones and regular devices only).
+    Discard,
+    /// Make completed writes durable (write cache flush). No data, no sector.
+    Flush,
+    /// Move a zone's write pointer back to its start (condition EMPTY).
+    ZoneReset,
+    /// Reset every sequential zone of the device.
+    ZoneResetAll,
+    /// Open a zone explicitly (condition EXP_OPEN).
+    ZoneOpen,
+    /// Close an open zone (CLOSED, or EMPTY if nothing was written).
+    ZoneClose,
+    /// Move a zone's write pointer to its end (condition FULL).
+    ZoneFinish,
+}
+
+impl Op {
+    /// Whether the operation writes data to a zone (and so is plugged on a
+    /// sequential zone): the kernel's `op_needs_zoned_write_locking()`.
+    pub fn is_zone_write(self) -> bool {
+        matches!(self, Op::Write | Op::ZoneAppend | Op::WriteZeroes)
+    }
+
+    /// Whether the operation is a zone management operation.
+    pub fn is_zone_mgmt(self) -> bool {
+        matches!(self, Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish)
+    }
+
+    /// Whether a BIO of this operation carries data in a buffer.
+    pub fn has_data(self) -> bool {
+        matches!(self, Op::Read | Op::Write | Op::ZoneAppend)
+    }
+
+    /// Whether the operation addresses a sector range (as opposed to a whole zone or
+    /// nothing at all).
+    pub fn has_range(self) -> bool {
+        matches!(self, Op::Read | Op::Write | Op::ZoneAppend | Op::WriteZeroes | Op::Discard)
+    }
+
+    /// The kernel's name for the operation, as blktrace and error messages print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "READ",
+            Op::Write => "WRITE",
+            Op::ZoneAppend => "ZONE_APPEND",
+            Op::WriteZeroes => "WRITE_ZEROES",
+            Op::Discard => "DISCARD",
+            Op::Flush => "FLUSH",
+            Op::ZoneReset => "ZONE_RESET",
+            Op::ZoneResetAll => "ZONE_RESET_ALL",
+            Op::ZoneOpen => "ZONE_OPEN",
+            Op::ZoneClose => "ZONE_CLOSE",
+            Op::ZoneFinish => "ZONE_FINISH",
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Modifier flags of a BIO (the kernel's `REQ_*` flags that zblk honours).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct BioFlags(u8);
+
+impl BioFlags {
+    /// No flags.
+    pub const NONE: BioFlags = BioFlags(0);
+    /// Forced unit access: the write is durable when it completes.
+    pub const FUA: BioFlags = BioFlags(1);
+    /// Flush the write cache before the write (the kernel's REQ_PREFLUSH).
+    pub const PREFLUSH: BioFlags = BioFlags(2);
+    /// For WRITE_ZEROES: do not deallocate, write real zeroes (REQ_NOUNMAP).
+    pub const NOUNMAP: BioFlags = BioFlags(4);
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: BioFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw bits.
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for BioFlags {
+    type Output = BioFlags;
+    fn bitor(self, rhs: BioFlags) -> BioFlags {
+        BioFlags(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for BioFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names = Vec::new();
+        for (flag, name) in [(BioFlags::FUA, "FUA"), (BioFlags::PREFLUSH, "PREFLUSH"), (BioFlags::NOUNMAP, "NOUNMAP")] {
+            if self.contains(flag) {
+                names.push(name);
+            }
+        }
+        write!(f, "[{}]", names.join("|"))
+    }
+}
+
+/// One I/O as its submitter sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bio {
+    /// What to do.
+    pub op: Op,
+    /// First sector. For a zone operation or a zone append: the start of the zone.
+    /// Ignored for FLUSH and ZONE_RESET_ALL.
+    pub sector: Sector,
+    /// Length in sectors (zero for FLUSH and zone operations).
+    pub nr_sectors: u32,
+    /// FUA, PREFLUSH, NOUNMAP.
+    pub flags: BioFlags,
+    /// The submitter's token, handed back in the completion and in every request
+    /// made from this BIO (as io_uring's `user_data`).
+    pub user_data: u64,
+}
+
+impl Bio {
+    /// A READ of `nr_sectors` at `sector`.
+    pub fn read(sector: Sector, nr_sectors: u32, user_data: u64) -> Bio {
+        Bio { op: Op::Read, sector, nr_sectors, flags: BioFlags::NONE, user_data }
+    }
+
+    /// A WRITE of `nr_sectors` at `sector`.
+    pub fn write(sector: Sector, nr_sectors: u32, user_data: u64) -> Bio {
+        Bio { op: Op::Write, sector, nr_sectors, flags: BioFlags::NONE, user_data }
+    }
+
+    /// A ZONE_APPEND of `nr_sectors` to the zone starting at `zone_start`.
+    pub fn append(zone_start: Sector, nr_sectors: u32, user_data: u64) -> Bio {
+        Bio { op: Op::ZoneAppend, sector: zone_start, nr_sectors, flags: BioFlags::NONE, user_data }
+    }
+
+    /// A zone management operation on the zone starting at `zone_start`.
+    pub fn zone_op(op: Op, zone_start: Sector, user_data: u64) -> Bio {
+        assert!(op.is_zone_mgmt(), "{op} is not a zone management operation");
+        Bio { op, sector: zone_start, nr_sectors: 0, flags: BioFlags::NONE, user_data }
+    }
+
+    /// A FLUSH.
+    pub fn flush(user_data: u64) -> Bio {
+        Bio { op: Op::Flush, sector: Sector::ZERO, nr_sectors: 0, flags: BioFlags::NONE, user_data }
+    }
+
+    /// The same BIO with `flags` added.
+    pub fn with_flags(mut self, flags: BioFlags) -> Bio {
+        self.flags = self.flags | flags;
+        self
+    }
+
+    /// One past the last sector.
+    pub fn end(&self) -> Sector {
+        self.sector + u64::from(self.nr_sectors)
+    }
+}
+
+/// Identifies a request issued to a device until the device completes it. Opaque to
+/// drivers: they hand it back to [`crate::engine::Engine::complete`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqId(pub(crate) u64);
+
+impl ReqId {
+    /// The raw value, for a driver's own tables and traces.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// An id for a request that no engine issued: a tool or a test that executes a
+    /// request of its own making on a device (the device only hands it back).
+    pub fn unissued(raw: u64) -> ReqId {
+        ReqId(raw)
+    }
+}
+
+/// What the core issues to a device: a BIO, or a piece of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Hand this back on completion.
+    pub id: ReqId,
+    /// The device operation. An emulated zone append is issued as a WRITE at the
+    /// zone's write pointer; ZONE_APPEND here means the device's native append.
+    pub op: Op,
+    /// First sector (for a native append, the zone start).
+    pub sector: Sector,
+    /// Length in sectors.
+    pub nr_sectors: u32,
+    /// FUA, PREFLUSH, NOUNMAP as submitted.
+    pub flags: BioFlags,
+    /// The `user_data` of the BIO this request comes from.
+    pub user_data: u64,
+    /// Where this request's data starts in the BIO's buffer, in sectors from the BIO
+    /// start.
+    pub bio_offset: u32,
+}
+
+impl Request {
+    /// One past the last sector.
+    pub fn end(&self) -> Sector {
+        self.sector + u64::from(self.nr_sectors)
+    }
+}
+
+/// The end of a BIO, handed back to its submitter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The BIO's `user_data`.
+    pub user_data: u64,
+    /// On success, the sector where the BIO's data starts on the device: for a zone
+    /// append the sector it was written at, otherwise the BIO's own sector.
+    pub result: Result<Sector, Status>,
+}
+
+/// Why an I/O failed: the kernel's `blk_status_t` values, with the causes a zoned
+/// device distinguishes spelled out. Each maps to the errno a user sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// A generic I/O error (BLK_STS_IOERR), e.g. an injected media error.
+    #[error("I/O error")]
+    IoErr,
+    /// A write to a sequential zone that does not start at its write pointer
+    /// (SCSI "unaligned write command", NVMe "zone invalid write").
+    #[error("unaligned write")]
+    Unaligned,
+    /// A write to a FULL zone, or one that would go past the zone capacity.
+    #[error("zone is full")]
+    ZoneFull,
+    /// The zone is READONLY.
+    #[error("zone is read-only")]
+    ZoneReadOnly,
+    /// The zone is OFFLINE.
+    #[error("zone is offline")]
+    ZoneOffline,
+    /// No zone can be opened: the open limit is reached and no implicitly open zone
+    /// can be closed (BLK_STS_ZONE_OPEN_RESOURCE).
+    #[error("too many open zones")]
+    ZoneOpenResource,
+    /// The active zone limit is reached (BLK_STS_ZONE_ACTIVE_RESOURCE).
+    #[error("too many active zones")]
+    ZoneActiveResource,
+    /// The request itself is wrong: out of range, misaligned to the block size, wrong
+    /// operation for the zone type, an append too large or crossing a zone.
+    #[error("invalid request")]
+    Invalid,
+    /// The device does not support the operation (BLK_STS_NOTSUPP).
+    #[error("operation not supported")]
+    NotSupported,
+    /// A plugged write that could not be issued: an earlier write to its zone failed,
+    /// or the zone was reset or finished while the write waited in the plug.
+    #[error("aborted: zone write pointer changed")]
+    Aborted,
+    /// The host lost track of the zone's write pointer after a write error and has
+    /// not re-synchronised it yet (the kernel's BLK_ZONE_WPLUG_NEED_WP_UPDATE).
+    #[error("zone write pointer needs an update (report the zone)")]
+    NeedWpUpdate,
+    /// Too many BIOs are queued in the core (BLK_STS_AGAIN).
+    #[error("too many queued I/Os, try again")]
+    Again,
+}
+
+impl Status {
+    /// The Linux errno a user sees for this status.
+    pub fn errno(self) -> i32 {
+        match self {
+            Status::IoErr
+            | Status::Unaligned
+            | Status::ZoneFull
+            | Status::ZoneReadOnly
+            | Status::ZoneOffline
+            | Status::Aborted
+            | Status::NeedWpUpdate => 5, // EIO
+            Status::ZoneOpenResource => 109,  // ETOOMANYREFS
+            Status::ZoneActiveResource => 75, // EOVERFLOW
+            Status::Invalid => 22,            // EINVAL
+            Status::NotSupported => 95,       // EOPNOTSUPP
+            Status::Again => 11,              // EAGAIN
+        }
+    }
+
+    /// The errno's symbolic name, e.g. `EIO`.
+    pub fn errno_name(self) -> &'static str {
+        match self.errno() {
+            5 => "EIO",
+            109 => "ETOOMANYREFS",
+            75 => "EOVERFLOW",
+            22 => "EINVAL",
+            95 => "EOPNOTSUPP",
+            11 => "EAGAIN",
+            n => unreachable!("errno {n} has no name"),
+        }
+    }
+
+    /// Every status, for tables and tests.
+    pub const ALL: [Status; 12] = [
+        Status::IoErr,
+        Status::Unaligned,
+        Status::ZoneFull,
+        Status::ZoneReadOnly,
+        Status::ZoneOffline,
+        Status::ZoneOpenResource,
+        Status::ZoneActiveResource,
+        Status::Invalid,
+        Status::NotSupported,
+        Status::Aborted,
+        Status::NeedWpUpdate,
+        Status::Again,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_the_errnos_of_domain_md() {
+        assert_eq!(Status::Unaligned.errno_name(), "EIO");
+        assert_eq!(Status::ZoneFull.errno_name(), "EIO");
+        assert_eq!(Status::ZoneOpenResource.errno_name(), "ETOOMANYREFS");
+        assert_eq!(Status::ZoneActiveResource.errno_name(), "EOVERFLOW");
+        assert_eq!(Status::Invalid.errno_name(), "EINVAL");
+        for s in Status::ALL {
+            assert!(!s.errno_name().is_empty());
+            assert!(!s.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn flags_combine() {
+        let f = BioFlags::FUA | BioFlags::PREFLUSH;
+        assert!(f.contains(BioFlags::FUA));
+        assert!(f.contains(BioFlags::PREFLUSH));
+        assert!(!f.contains(BioFlags::NOUNMAP));
+        assert_eq!(format!("{f:?}"), "[FUA|PREFLUSH]");
+    }
+}

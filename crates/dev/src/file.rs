@@ -1,0 +1,1342 @@
+//! The file-backed zoned device: a persistent zoned image on one regular file.
+//!
+//! The image holds a superblock (geometry), two durable zone tables and a live zone
+//! table, then the data (see [`mod@format`] for the layout). The device side behaves as
+//! null_blk with memory backing: the same [`ZoneSet`] state machine checks every
+//! request, and reads past a write pointer return zeroes. A reset keeps the zone's
+//! blocks allocated (the data is hidden, not discarded: see `zone_mgmt`); a finish
+//! punches out what lies past the write pointer, and so does reopening after a crash.
+//!
+//! # Write pointers and crashes
+//!
+//! The device distinguishes a zone's *accepted* write pointer (where the next write
+//! must start; the [`ZoneSet`]'s) from its *completed* one: the sector below which every
+//! accepted write has completed. Only the completed one is ever recorded:
+//!
+//! - the **live table**, a shared mapping of the file, is updated with one store as
+//!   each write completes. After the process dies (`kill -9`), the page cache still
+//!   holds it and the data: reopening in the same boot takes the write pointers from
+//!   it and no acknowledged write is lost;
+//! - a **commit** (FLUSH, a FUA write, a reset or finish, a clean close) makes the data
+//!   durable with `fdatasync`, then writes the completed write pointers into the older
+//!   of the two durable tables (checksummed) and syncs again. A durable write pointer
+//!   is therefore never past durable data. After a power loss (the boot id differs) the
+//!   live table is ignored and the newest valid durable table is used: every write
+//!   acknowledged after a FLUSH or with FUA is there; later ones may be lost, as with
+//!   a device's volatile write cache. A torn table write leaves the other table.
+//!
+//! Reopening checks all of this and repairs what it can, saying what it repaired
+//! ([`FileImage::repairs`]).
+//!
+//! # Write zeroes
+//!
+//! WRITE_ZEROES is a write (at the write pointer on a sequential zone, recorded as
+//! completed like any write). Without NOUNMAP the range is zeroed by a fallocate call
+//! the open probed for ([`mod@zeroing`]): the image's "unmap", a metadata operation;
+//! with NOUNMAP, or where the file system has no fallocate zeroing, zeroes are
+//! written as data. `write_zeroes_unmap_max_hw_bytes` says which the image can do.
+
+pub mod format;
+pub mod media;
+pub mod powercut;
+pub mod zeroing;
+
+use super::{BlockDevice, IoBuf};
+use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table};
+use media::{FileMedia, Media};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use zblk_core::bio::{BioFlags, Op, Request, Status};
+use zblk_core::geometry::{Geometry, GeometryError, GeometryParams};
+use zblk_core::units::{SECTOR_SHIFT, SECTOR_SIZE, Sector, ZoneNo};
+use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneSet, ZoneType};
+use zeroing::{FileZeroing, ProbePlace, ProbeResult, ZeroingSetup};
+
+/// What went wrong with an image file. Every error names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {kind}")]
+pub struct ImageError {
+    /// The image's path, as given.
+    pub path: String,
+    /// What is wrong.
+    pub kind: ImageErrorKind,
+}
+
+/// The kinds of [`ImageError`].
+#[derive(Debug, thiserror::Error)]
+pub enum ImageErrorKind {
+    /// The file does not exist.
+    #[error("no such file")]
+    Missing,
+    /// The file cannot be opened with the access needed.
+    #[error("permission denied")]
+    PermissionDenied,
+    /// The file is not a zblk image.
+    #[error("not a zblk image ({0})")]
+    NotAnImage(String),
+    /// A zblk image of a format version this code does not read.
+    #[error("image format version {found} is not supported (this zblk reads version {supported})")]
+    WrongVersion {
+        /// The version in the file.
+        found: u32,
+        /// The version this code reads.
+        supported: u32,
+    },
+    /// A zblk image whose metadata does not check out.
+    #[error("corrupt image: {0}")]
+    Corrupt(String),
+    /// The file is shorter than its geometry needs.
+    #[error("truncated image: the file has {len} bytes, its geometry needs {need}")]
+    Truncated {
+        /// The file's length.
+        len: u64,
+        /// The length the superblock's geometry needs.
+        need: u64,
+    },
+    /// Another process holds the image open (its lock is taken).
+    #[error("image in use by another process")]
+    InUse,
+    /// `create` would overwrite an existing file.
+    #[error("file exists (remove it first, or force)")]
+    Exists,
+    /// The geometry asked for at creation is refused.
+    #[error("invalid geometry: {0}")]
+    Geometry(#[from] GeometryError),
+    /// An I/O error on the file.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The system's error.
+        source: io::Error,
+    },
+}
+
+fn err(path: &Path, kind: ImageErrorKind) -> ImageError {
+    ImageError { path: path.display().to_string(), kind }
+}
+
+fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> ImageError + 'a {
+    move |source| match source.kind() {
+        io::ErrorKind::NotFound => err(path, ImageErrorKind::Missing),
+        io::ErrorKind::PermissionDenied => err(path, ImageErrorKind::PermissionDenied),
+        _ => err(path, ImageErrorKind::Io { op, source }),
+    }
+}
+
+/// How to create an image.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// The geometry (null_blk's parameters).
+    pub geometry: GeometryParams,
+    /// The image stands for a rotational disk (`zoned_qd1_writes` defaults to 1).
+    pub rotational: bool,
+    /// Replace an existing file.
+    pub force: bool,
+}
+
+/// How to open an image.
+#[derive(Clone, Debug)]
+pub struct ImageOptions {
+    /// Open for reading only: nothing is written, repairs are only described, and
+    /// other readers may hold the image at the same time.
+    pub read_only: bool,
+    /// Use `O_DIRECT` for aligned data I/O where the file system allows it.
+    pub direct: bool,
+    /// The boot the caller runs in; `None`: this machine's
+    /// `/proc/sys/kernel/random/boot_id`. Tests give another one to model a restart.
+    pub boot_id: Option<[u8; 36]>,
+    /// How WRITE_ZEROES is set up: probed (the default), a given method, or none.
+    pub zeroing: ZeroingSetup,
+}
+
+impl Default for ImageOptions {
+    fn default() -> Self {
+        ImageOptions { read_only: false, direct: true, boot_id: None, zeroing: ZeroingSetup::Probe }
+    }
+}
+
+/// This machine's boot id (all zeroes if it cannot be read: then the live table is
+/// never trusted, which is safe).
+pub fn current_boot_id() -> [u8; 36] {
+    let mut id = [0u8; 36];
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        let s = s.trim().as_bytes();
+        if s.len() == 36 {
+            id.copy_from_slice(s);
+        }
+    }
+    id
+}
+
+/// How a request is carried out, decided by [`FileImage::prepare`] after the
+/// device-side checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Read `nr_sectors * 512` bytes at `file_offset`; the sectors from
+    /// `valid_sectors` on lie past a write pointer and must read as zeroes.
+    Read {
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// Sectors below the write pointer.
+        valid_sectors: u32,
+    },
+    /// Write the request's data at `file_offset`: device sector `at`.
+    Write {
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// The sector written (for a native zone append, where the data lands).
+        at: Sector,
+    },
+    /// No data transfer a driver can do by itself (flush, zone management, write
+    /// zeroes, discard): call [`FileImage::execute`] from a thread that may block.
+    Blocking,
+}
+
+/// A write accepted by the device and not completed yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Extent {
+    start: u64,
+    len: u64,
+    /// An earlier write to the zone failed and the write pointer went back below this
+    /// one: it fails when it completes.
+    doomed: bool,
+}
+
+#[derive(Debug)]
+struct DevState {
+    zones: Option<ZoneSet>,
+    /// Per zone, accepted writes not completed.
+    inflight: Vec<Vec<Extent>>,
+    /// Per zone, what the tables record: the completed write pointer and a condition
+    /// consistent with it.
+    done: Vec<Entry>,
+    /// The live table (None when read-only).
+    live: Option<LiveTable>,
+}
+
+/// The live table region of the file, as the device updates it.
+#[derive(Debug)]
+enum LiveTable {
+    /// A shared mapping: an update is a store, which the page cache keeps when the
+    /// process dies.
+    Map(memmap2::MmapMut),
+    /// Where the file system does not allow shared writable mappings (9p, some FUSE
+    /// file systems): a copy in memory, each update written with `pwrite`.
+    Pwrite { file: File, offset: u64, copy: Vec<u8> },
+}
+
+impl LiveTable {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            LiveTable::Map(m) => m,
+            LiveTable::Pwrite { copy, .. } => copy,
+        }
+    }
+
+    /// Makes `[at, at + len)` of the region, changed through `bytes()`, visible in the
+    /// file.
+    fn publish(&mut self, at: usize, len: usize) -> io::Result<()> {
+        match self {
+            LiveTable::Map(_) => Ok(()),
+            LiveTable::Pwrite { file, offset, copy } => file.write_all_at(&copy[at..at + len], *offset + at as u64),
+        }
+    }
+
+    /// Stores one 8-byte entry at `at`.
+    fn store(&mut self, at: usize, word: u64) -> io::Result<()> {
+        // One aligned 8-byte store: a process killed at any instruction leaves either
+        // the old entry or the new one.
+        self.bytes()[at..at + 8].copy_from_slice(&word.to_le_bytes());
+        self.publish(at, 8)
+    }
+
+    fn set_state(&mut self, state: LiveState) -> io::Result<()> {
+        LiveHeader::put_state(self.bytes(), state);
+        self.publish(0, format::TABLE_HEADER_BYTES as usize)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            LiveTable::Map(m) => m.flush(),
+            LiveTable::Pwrite { .. } => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Durable {
+    seq: u64,
+    /// The slot holding `seq`; the next commit writes the other.
+    slot: usize,
+    entries: Vec<Entry>,
+    /// A table write failed: the other slot may hold it, newer than `seq`, and may
+    /// surface after a power loss. The next commit must write, whatever it holds.
+    unsure: bool,
+}
+
+/// A zoned image on a regular file. Shared between threads: the device-side state
+/// has its own short lock, never held across I/O; commits are serialised by another.
+#[derive(Debug)]
+pub struct FileImage {
+    path: PathBuf,
+    geo: Geometry,
+    sb: Superblock,
+    media: Box<dyn Media>,
+    /// The `O_DIRECT` descriptor and its alignment, for drivers that do their own data
+    /// I/O (io_uring). Kept by [`FileMedia`]; a copy of the raw descriptor number.
+    direct: Option<(i32, u64)>,
+    buffered_fd: i32,
+    state: Mutex<DevState>,
+    durable: Mutex<Durable>,
+    read_only: bool,
+    /// Closed: the drop has nothing left to do.
+    closed: std::sync::atomic::AtomicBool,
+    /// Some durable table was unusable at open: both are rewritten.
+    rewrite_tables: bool,
+    /// The unmap path's zeroing method (moves down if refused at run time).
+    zeroing: zeroing::Current,
+    /// What the open found about zeroing.
+    zeroing_probe: ProbeResult,
+    repairs: Vec<String>,
+    /// Held for the image's lifetime: the lock that says it is in use.
+    _lock: File,
+}
+
+impl FileImage {
+    /// Creates an image at `path`: all sequential zones EMPTY, no data (a sparse
+    /// file). Written to a temporary file and renamed, so that a crash never leaves
+    /// a half-made image under `path`.
+    pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
+        let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
+        if !opts.force && path.exists() {
+            return Err(err(path, ImageErrorKind::Exists));
+        }
+        if path.is_dir() {
+            return Err(err(path, ImageErrorKind::NotAnImage("it is a directory".to_string())));
+        }
+        let layout = Layout::of(&geo);
+        let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path.file_name().ok_or_else(|| err(path, ImageErrorKind::NotAnImage("no file name".into())))?;
+        let tmp = dir.join(format!(".{}.zblk-new-{}", name.to_string_lossy(), std::process::id()));
+        let result = (|| {
+            let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io_err(&tmp, "create"))?;
+            f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
+            f.write_all_at(&sb.encode(), 0).map_err(io_err(path, "write superblock"))?;
+            let entries = initial_entries(&geo);
+            for (slot, seq) in [(0, 1), (1, 0)] {
+                let t = Table { seq, entries: entries.clone() };
+                f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+                    .map_err(io_err(path, "write zone table"))?;
+            }
+            f.write_all_at(&live_region(&entries, layout.table_bytes, LiveState::Clean, &[0; 36]), layout.live_offset)
+                .map_err(io_err(path, "write live table"))?;
+            f.sync_all().map_err(io_err(path, "sync"))?;
+            std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Opens an image, checks it and repairs it (unless read-only). See the module
+    /// documentation for what is checked.
+    pub fn open(path: &Path, opts: &ImageOptions) -> Result<FileImage, ImageError> {
+        FileImage::open_with(path, opts, |m| Box::new(m))
+    }
+
+    /// [`FileImage::open`], with the file's media wrapped by `wrap` (tests put a
+    /// power-loss model there).
+    pub fn open_with(
+        path: &Path,
+        opts: &ImageOptions,
+        wrap: impl FnOnce(FileMedia) -> Box<dyn Media>,
+    ) -> Result<FileImage, ImageError> {
+        if path.is_dir() {
+            return Err(err(path, ImageErrorKind::NotAnImage("it is a directory".to_string())));
+        }
+        let file = OpenOptions::new().read(true).write(!opts.read_only).open(path).map_err(io_err(path, "open"))?;
+        lock(&file, opts.read_only).map_err(|e| match e {
+            e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
+            e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
+        })?;
+        let len = file.metadata().map_err(io_err(path, "stat"))?.len();
+        let mut head = vec![0u8; len.min(format::SUPERBLOCK_BYTES) as usize];
+        file.read_exact_at(&mut head, 0).map_err(io_err(path, "read superblock"))?;
+        let (mut sb, geo) = Superblock::decode(&head).map_err(|e| {
+            err(
+                path,
+                match e {
+                    SuperblockError::NotAnImage if len == 0 => ImageErrorKind::NotAnImage("empty file".to_string()),
+                    SuperblockError::NotAnImage => ImageErrorKind::NotAnImage("no zblk superblock".to_string()),
+                    SuperblockError::Version(found) => {
+                        ImageErrorKind::WrongVersion { found, supported: format::FORMAT_VERSION }
+                    }
+                    SuperblockError::Corrupt(_) if len < format::SUPERBLOCK_BYTES => {
+                        ImageErrorKind::Truncated { len, need: format::SUPERBLOCK_BYTES }
+                    }
+                    SuperblockError::Corrupt(why) => ImageErrorKind::Corrupt(why),
+                },
+            )
+        })?;
+        let layout = sb.layout;
+        if len < layout.file_bytes {
+            return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
+        }
+        let buffered = file.try_clone().map_err(io_err(path, "dup"))?;
+        let (direct, dio_align) = if opts.direct { open_direct(path, opts.read_only) } else { (None, 4096) };
+        use std::os::fd::AsRawFd;
+        let direct_raw = direct.as_ref().map(|f: &File| (f.as_raw_fd(), dio_align));
+        let buffered_fd = buffered.as_raw_fd();
+        let media = wrap(FileMedia::new(buffered, direct, dio_align));
+        let boot = opts.boot_id.unwrap_or_else(current_boot_id);
+        let found = read_tables(&*media, &geo, &layout).map_err(io_err(path, "read zone tables"))?;
+        let rec = recover(&geo, found, &boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
+        // Zeroing is probed once the image is known good, so that nothing is written
+        // to a file that is then refused.
+        let probe = probe_zeroing(path, &*media, &layout, opts);
+        sb.params.write_zeroes_max_bytes =
+            if opts.zeroing == ZeroingSetup::NoWriteZeroes { 0 } else { zeroing::IMAGE_WRITE_ZEROES_MAX_BYTES };
+        sb.params.write_zeroes_unmap_max_hw_bytes =
+            if probe.method.is_fallocate() { sb.params.write_zeroes_max_bytes } else { 0 };
+        let geo = Geometry::new(&sb.params).map_err(|e| err(path, ImageErrorKind::Geometry(e)))?;
+        let zones = geo.is_zoned().then(|| {
+            let infos: Vec<ZoneInfo> =
+                rec.entries.iter().enumerate().map(|(z, e)| e.info(&geo, ZoneNo(z as u32))).collect();
+            ZoneSet::from_zones(&geo, &infos).expect("recovered zones were checked")
+        });
+        let live = if opts.read_only {
+            None
+        } else {
+            // SAFETY: the mapping covers the live table region inside the file, whose
+            // length was checked above; the file is locked against other zblk
+            // processes, and the mapping lives in `state` for the image's lifetime.
+            let map = unsafe {
+                memmap2::MmapOptions::new().offset(layout.live_offset).len(layout.table_bytes as usize).map_mut(&file)
+            };
+            Some(match map {
+                Ok(m) => LiveTable::Map(m),
+                Err(_) => {
+                    let mut copy = vec![0u8; layout.table_bytes as usize];
+                    file.read_exact_at(&mut copy, layout.live_offset).map_err(io_err(path, "read live table"))?;
+                    let file = file.try_clone().map_err(io_err(path, "dup"))?;
+                    LiveTable::Pwrite { file, offset: layout.live_offset, copy }
+                }
+            })
+        };
+        let nr = rec.entries.len();
+        let image = FileImage {
+            path: path.to_path_buf(),
+            geo,
+            sb,
+            media,
+            direct: direct_raw,
+            buffered_fd,
+            state: Mutex::new(DevState { zones, inflight: vec![Vec::new(); nr], done: rec.entries.clone(), live }),
+            durable: Mutex::new(Durable {
+                seq: rec.durable_seq,
+                slot: rec.durable_slot,
+                entries: rec.durable_entries,
+                unsure: false,
+            }),
+            read_only: opts.read_only,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            rewrite_tables: rec.bad_table,
+            zeroing: zeroing::Current::new(probe.method),
+            zeroing_probe: probe,
+            repairs: rec.repairs,
+            _lock: file,
+        };
+        if !opts.read_only {
+            image.apply_recovery(rec.unclean, &boot).map_err(io_err(path, "repair"))?;
+        }
+        Ok(image)
+    }
+
+    /// Writes what recovery decided: a durable table if it differs from the newest
+    /// one (after syncing the data it describes), holes past every write pointer
+    /// after an unclean stop, and a fresh live table for this boot.
+    fn apply_recovery(&self, unclean: bool, boot: &[u8; 36]) -> io::Result<()> {
+        self.commit_io()?;
+        if self.rewrite_tables {
+            // A commit writes one slot; this one writes the other, so both hold a
+            // valid table again.
+            let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+            let entries = d.entries.clone();
+            self.write_table(&mut d, entries)?;
+        }
+        if unclean {
+            let done = self.lock_state().done.clone();
+            for (z, e) in done.iter().enumerate() {
+                let z = ZoneNo(z as u32);
+                if self.geo.zone_is_conv(z) || matches!(e.cond, ZoneCond::ReadOnly | ZoneCond::Offline) {
+                    continue;
+                }
+                let start = self.geo.zone_start(z) + e.wp_offset;
+                let len = self.geo.zone_len(z) - e.wp_offset.min(self.geo.zone_len(z));
+                self.media.punch_hole(self.file_offset(start), len << SECTOR_SHIFT)?;
+            }
+        }
+        // Invalidate, rewrite, validate: a process killed half-way leaves an invalid
+        // live table, and the durable table just written says the same thing.
+        let mut st = self.lock_state();
+        let entries = st.done.clone();
+        let live = st.live.as_mut().expect("read-write image has a live table");
+        live.set_state(LiveState::Invalid)?;
+        for (z, e) in entries.iter().enumerate() {
+            live.store(format::entry_offset(ZoneNo(z as u32)), e.pack())?;
+        }
+        LiveHeader::put_identity(live.bytes(), boot);
+        live.set_state(LiveState::Live)
+    }
+
+    /// Commits and marks the live table clean. Dropping the image does the same,
+    /// ignoring errors; call this to see them.
+    pub fn close(self) -> Result<(), ImageError> {
+        let r = self.close_inner();
+        r.map_err(io_err(&self.path, "close"))
+    }
+
+    fn close_inner(&self) -> io::Result<()> {
+        if self.read_only || self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.commit_io()?;
+        let mut st = self.lock_state();
+        let live = st.live.as_mut().expect("read-write image has a live table");
+        live.set_state(LiveState::Clean)?;
+        live.flush()
+    }
+
+    /// The image's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the image was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The superblock: geometry parameters, attributes, layout.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Whether the image stands for a rotational disk.
+    pub fn rotational(&self) -> bool {
+        self.sb.rotational
+    }
+
+    /// What opening the image found and repaired (read-only: what it would repair).
+    pub fn repairs(&self) -> &[String] {
+        &self.repairs
+    }
+
+    /// How the image zeroes a range for a WRITE_ZEROES without NOUNMAP (its unmap
+    /// path): as probed at open, or lower if the file system refused it since.
+    pub fn zeroing(&self) -> FileZeroing {
+        self.zeroing.get()
+    }
+
+    /// How the image zeroes a range for a WRITE_ZEROES with NOUNMAP set or not.
+    pub fn zeroing_for(&self, nounmap: bool) -> FileZeroing {
+        if nounmap { FileZeroing::PwriteZeroes } else { self.zeroing() }
+    }
+
+    /// What the open found about zeroing: the method and, in words, where it probed
+    /// and what each fallocate method answered.
+    pub fn zeroing_probe(&self) -> &ProbeResult {
+        &self.zeroing_probe
+    }
+
+    /// The `O_DIRECT` descriptor and its alignment, when the file system allows
+    /// direct I/O: for drivers that move data themselves. Valid while `self` lives.
+    pub fn direct_fd(&self) -> Option<(BorrowedFd<'_>, u64)> {
+        // SAFETY: the descriptor belongs to the media, which lives as long as `self`.
+        self.direct.map(|(fd, align)| (unsafe { BorrowedFd::borrow_raw(fd) }, align))
+    }
+
+    /// The buffered descriptor, for drivers doing unaligned data I/O themselves.
+    pub fn buffered_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to the media, which lives as long as `self`.
+        unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }
+    }
+
+    /// The byte offset in the file of device sector `s`.
+    pub fn file_offset(&self, s: Sector) -> u64 {
+        self.sb.layout.data_offset + (s.0 << SECTOR_SHIFT)
+    }
+
+    /// All zones, as a report shows them now.
+    pub fn zones(&self) -> Vec<ZoneInfo> {
+        self.lock_state().zones.as_ref().map_or_else(Vec::new, |z| z.zones().to_vec())
+    }
+
+    /// Open and active zone counts, as the device sees them.
+    pub fn open_active(&self) -> (u32, u32) {
+        self.lock_state().zones.as_ref().map_or((0, 0), |z| (z.nr_open(), z.nr_active()))
+    }
+
+    /// The newest durable table's sequence number (commits made so far).
+    pub fn durable_seq(&self) -> u64 {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner()).seq
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, DevState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ------------------------------------------------------------ request checks
+
+    fn check_range(&self, req: &Request) -> Result<(), Status> {
+        let n = u64::from(req.nr_sectors);
+        let end = req.sector.0.checked_add(n).ok_or(Status::Invalid)?;
+        if n == 0 || end > self.geo.nr_sectors() || !self.geo.is_block_aligned(req.sector, n) {
+            return Err(Status::Invalid);
+        }
+        Ok(())
+    }
+
+    /// The device-side checks of `req` and how to carry it out. A data write to a
+    /// sequential zone is *accepted* here (the zone's write pointer moves, the zone
+    /// opens); [`FileImage::finish`] records it as completed.
+    pub fn prepare(&self, req: &Request) -> Result<Plan, Status> {
+        if self.read_only && req.op != Op::Read {
+            return Err(Status::NotSupported);
+        }
+        match req.op {
+            Op::Read => {
+                self.check_range(req)?;
+                let st = self.lock_state();
+                let valid = match &st.zones {
+                    Some(z) => z.read(req.sector, req.nr_sectors)? as u32,
+                    None => req.nr_sectors,
+                };
+                Ok(Plan::Read { file_offset: self.file_offset(req.sector), valid_sectors: valid })
+            }
+            Op::Write | Op::ZoneAppend => {
+                let at = self.accept_write(req)?;
+                Ok(Plan::Write { file_offset: self.file_offset(at), at })
+            }
+            _ => Ok(Plan::Blocking),
+        }
+    }
+
+    fn accept_write(&self, req: &Request) -> Result<Sector, Status> {
+        self.check_range(req)?;
+        let append = req.op == Op::ZoneAppend;
+        if append && self.geo.max_append_sectors() == 0 {
+            return Err(Status::NotSupported);
+        }
+        if append && req.nr_sectors > self.geo.max_append_sectors() {
+            return Err(Status::Invalid);
+        }
+        let mut st = self.lock_state();
+        let Some(zs) = st.zones.as_mut() else { return Ok(req.sector) };
+        let z = self.geo.zone_no(req.sector);
+        let before = zs.zone(z).cond;
+        let at = zs.write(req.sector, req.nr_sectors, append)?;
+        if self.geo.zone_is_conv(z) {
+            return Ok(at);
+        }
+        let start = self.geo.zone_start(z);
+        st.inflight[z.idx()].push(Extent { start: at.since(start), len: u64::from(req.nr_sectors), doomed: false });
+        if matches!(before, ZoneCond::Empty | ZoneCond::Closed) && self.geo.max_open() > 0 {
+            // Opening this zone may have closed an implicitly open one.
+            self.refresh_all(&mut st);
+        } else {
+            self.refresh(&mut st, z);
+        }
+        Ok(at)
+    }
+
+    /// Ends a request started with [`FileImage::prepare`]: `io` is the outcome of the
+    /// data transfer. Records a completed write in the live table; a failed one moves
+    /// the zone's write pointer back to where it started (later writes to the zone
+    /// already accepted fail too) and discards what it may have written.
+    pub fn finish(&self, req: &Request, plan: Plan, io: io::Result<()>) -> Result<Sector, Status> {
+        match plan {
+            Plan::Read { .. } => io.map(|()| req.sector).map_err(|_| Status::IoErr),
+            Plan::Write { at, .. } => self.finish_write(at, u64::from(req.nr_sectors), io.is_ok()),
+            Plan::Blocking => unreachable!("blocking requests end inside execute()"),
+        }
+    }
+
+    fn finish_write(&self, at: Sector, len: u64, ok: bool) -> Result<Sector, Status> {
+        if !self.geo.is_zoned() || self.geo.zone_is_conv(self.geo.zone_no(at)) {
+            return if ok { Ok(at) } else { Err(Status::IoErr) };
+        }
+        let z = self.geo.zone_no(at);
+        let off = at.since(self.geo.zone_start(z));
+        let mut st = self.lock_state();
+        let list = &mut st.inflight[z.idx()];
+        let i = list.iter().position(|e| e.start == off && e.len == len).expect("completion of a write not in flight");
+        let ext = list.remove(i);
+        let result = if ext.doomed {
+            Err(Status::IoErr)
+        } else if ok {
+            Ok(at)
+        } else {
+            self.roll_back(&mut st, z, off);
+            Err(Status::IoErr)
+        };
+        self.refresh(&mut st, z);
+        drop(st);
+        if result.is_err() {
+            // Whatever reached the file past the write pointer must read as zeroes.
+            let _ = self.media.punch_hole(self.file_offset(at), len << SECTOR_SHIFT);
+        }
+        result
+    }
+
+    /// A write at `off` of zone `z` failed: the zone's write pointer goes back to
+    /// `off`, and writes accepted after it are doomed.
+    fn roll_back(&self, st: &mut DevState, z: ZoneNo, off: u64) {
+        for e in st.inflight[z.idx()].iter_mut().filter(|e| e.start > off) {
+            e.doomed = true;
+        }
+        let zs = st.zones.as_mut().expect("zoned");
+        let mut infos = zs.zones().to_vec();
+        let info = &mut infos[z.idx()];
+        if info.wp.since(info.start) > off {
+            info.wp = info.start + off;
+            info.cond = match info.cond {
+                _ if off == 0 => ZoneCond::Empty,
+                ZoneCond::ExpOpen => ZoneCond::ExpOpen,
+                _ => ZoneCond::Closed,
+            };
+        }
+        *zs = ZoneSet::from_zones(&self.geo, &infos).expect("rolled-back zone set is consistent");
+    }
+
+    /// Brings zone `z`'s recorded entry up to date and stores it in the live table.
+    fn refresh(&self, st: &mut DevState, z: ZoneNo) {
+        let e = entry_now(st, z);
+        if st.done[z.idx()] != e {
+            st.done[z.idx()] = e;
+            if let Some(live) = st.live.as_mut() {
+                if live.store(format::entry_offset(z), e.pack()).is_err() {
+                    // The live table can no longer follow the writes: say so in it, and
+                    // a restart falls back to the durable tables.
+                    let _ = live.set_state(LiveState::Invalid);
+                }
+            }
+        }
+    }
+
+    fn refresh_all(&self, st: &mut DevState) {
+        for z in 0..self.geo.nr_zones() {
+            self.refresh(st, ZoneNo(z));
+        }
+    }
+
+    // ------------------------------------------------------------------ commits
+
+    /// Makes every completed write durable, with its write pointer: `fdatasync`, then
+    /// the completed write pointers into the older durable table, then `fdatasync`.
+    fn commit_io(&self) -> io::Result<()> {
+        let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+        // The snapshot is taken before the data sync: every write it counts completed
+        // before the sync began, so the sync makes its data durable.
+        let snap = self.lock_state().done.clone();
+        self.media.sync_data()?;
+        if snap != d.entries || d.unsure {
+            self.write_table(&mut d, snap)?;
+        }
+        Ok(())
+    }
+
+    /// Commits a zone management operation: the newest durable table with `changes`,
+    /// without syncing data (no write pointer in it moves up).
+    fn commit_zones(&self, changes: &[(ZoneNo, Entry)]) -> io::Result<()> {
+        let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = d.entries.clone();
+        for &(z, e) in changes {
+            entries[z.idx()] = e;
+        }
+        if entries != d.entries || d.unsure { self.write_table(&mut d, entries) } else { Ok(()) }
+    }
+
+    fn write_table(&self, d: &mut Durable, entries: Vec<Entry>) -> io::Result<()> {
+        let layout = &self.sb.layout;
+        let t = Table { seq: d.seq + 1, entries };
+        let slot = 1 - d.slot;
+        let written = self
+            .media
+            .write_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+            .and_then(|()| self.media.sync_data());
+        d.unsure = written.is_err();
+        written?;
+        d.seq = t.seq;
+        d.slot = slot;
+        d.entries = t.entries;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- execution
+
+    /// Executes `req` synchronously with `buf` (which must match the request's
+    /// length for reads and writes): [`FileImage::prepare`], then
+    /// [`FileImage::perform`].
+    pub fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let plan = self.prepare(req)?;
+        self.perform(req, plan, buf)
+    }
+
+    /// Carries out a prepared request synchronously: the blocking path, used for
+    /// every request by the thread-pool driver, and by every driver for FLUSH,
+    /// FUA/PREFLUSH writes, write zeroes, discards and zone management.
+    pub fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        match plan {
+            Plan::Read { file_offset, valid_sectors } => {
+                let IoBuf::Read(out) = buf else { return self.finish(req, plan, Ok(())) };
+                assert_eq!(out.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "read buffer size");
+                let r = self.media.read_at(out, file_offset);
+                zero_past(out, valid_sectors);
+                self.finish(req, plan, r)
+            }
+            Plan::Write { file_offset, .. } => {
+                if req.flags.contains(BioFlags::PREFLUSH) {
+                    if let Err(e) = self.commit_io() {
+                        let _ = self.finish(req, plan, Err(e));
+                        return Err(Status::IoErr);
+                    }
+                }
+                let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
+                let r = match buf {
+                    IoBuf::Write(data) => {
+                        assert_eq!(data.len() as u64, len, "write buffer size");
+                        self.media.write_at(data, file_offset)
+                    }
+                    // A caller without data: the range reads back as zeroes.
+                    _ => self.media.punch_hole(file_offset, len),
+                };
+                let at = self.finish(req, plan, r)?;
+                if req.flags.contains(BioFlags::FUA) {
+                    io(self.commit_io())?;
+                }
+                Ok(at)
+            }
+            Plan::Blocking => self.perform_blocking(req),
+        }
+    }
+
+    fn perform_blocking(&self, req: &Request) -> Result<Sector, Status> {
+        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        match req.op {
+            Op::WriteZeroes => {
+                if req.flags.contains(BioFlags::PREFLUSH) {
+                    io(self.commit_io())?;
+                }
+                let r = self.execute_write_zeroes(req)?;
+                if req.flags.contains(BioFlags::FUA) {
+                    io(self.commit_io())?;
+                }
+                Ok(r)
+            }
+            Op::Discard => {
+                self.check_range(req)?;
+                if self.geo.is_zoned() && !self.geo.zone_is_conv(self.geo.zone_no(req.end() - 1)) {
+                    return Err(Status::Invalid);
+                }
+                io(self.media.punch_hole(self.file_offset(req.sector), u64::from(req.nr_sectors) << SECTOR_SHIFT))?;
+                Ok(req.sector)
+            }
+            Op::Flush => io(self.commit_io()).map(|()| req.sector),
+            op if op.is_zone_mgmt() => self.zone_mgmt(req),
+            op => unreachable!("{op} is not a blocking operation"),
+        }
+    }
+
+    /// WRITE_ZEROES: accepted as a write (at the write pointer of a sequential
+    /// zone, completed like one), the range of the file zeroed by
+    /// [`FileImage::zero_file`].
+    fn execute_write_zeroes(&self, req: &Request) -> Result<Sector, Status> {
+        let max = self.geo.max_write_zeroes_sectors();
+        if max == 0 {
+            return Err(Status::NotSupported);
+        }
+        if req.nr_sectors > max {
+            return Err(Status::Invalid);
+        }
+        let req_w = Request { op: Op::Write, ..*req };
+        let plan = self.prepare(&req_w)?;
+        let Plan::Write { file_offset, .. } = plan else { unreachable!("write plan") };
+        let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
+        let r = self.zero_file(file_offset, len, req.flags.contains(BioFlags::NOUNMAP));
+        self.finish(&req_w, plan, r.map(|_| ()))
+    }
+
+    /// Zeroes `[offset, offset + len)` of the file: with NOUNMAP by writing zeroes,
+    /// otherwise with the unmap path's method; a fallocate method the file system
+    /// refuses (EOPNOTSUPP) is dropped for the next one, for good. Returns the method
+    /// that did it.
+    fn zero_file(&self, offset: u64, len: u64, nounmap: bool) -> io::Result<FileZeroing> {
+        loop {
+            let m = self.zeroing_for(nounmap);
+            match self.media.zero_range(m, offset, len) {
+                Ok(()) => return Ok(m),
+                Err(e) if m.is_fallocate() && zeroing::is_not_supported(&e) => self.zeroing.refused(m),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Zone management. A reset only moves the write pointer: the zone's blocks stay
+    /// allocated in the file, as a device's capacity stays (reads past a write pointer
+    /// return zeroes whatever the file holds there). Punching them out would make
+    /// every write after a reset allocate blocks and convert unwritten extents, with
+    /// that latency on the critical path of a zone whose writes go one at a time
+    /// (zone write plugging). A finish exposes `[wp, end)` to reads: those blocks are
+    /// punched out first.
+    fn zone_mgmt(&self, req: &Request) -> Result<Sector, Status> {
+        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        if !self.geo.is_zoned() {
+            return Err(Status::NotSupported);
+        }
+        if req.op == Op::ZoneFinish && self.geo.is_zone_start(req.sector) {
+            let z = self.geo.zone_no(req.sector);
+            if !self.geo.zone_is_conv(z) {
+                let wp = self.lock_state().done[z.idx()].wp_offset.min(self.geo.zone_len(z));
+                // Before the finish is recorded anywhere: a crash after the punch and
+                // before the commit leaves zeroes past the write pointer, harmless.
+                let start = self.geo.zone_start(z) + wp;
+                io(self.media.punch_hole(self.file_offset(start), (self.geo.zone_len(z) - wp) << SECTOR_SHIFT))?;
+            }
+        }
+        let mut st = self.lock_state();
+        let zs = st.zones.as_mut().ok_or(Status::NotSupported)?;
+        let reset: Vec<ZoneNo> = match req.op {
+            Op::ZoneResetAll => zs.reset_all(),
+            op => {
+                zs.zone_mgmt(op, req.sector)?;
+                if op == Op::ZoneReset { vec![self.geo.zone_no(req.sector)] } else { Vec::new() }
+            }
+        };
+        self.refresh_all(&mut st);
+        let changes: Vec<(ZoneNo, Entry)> = reset.iter().map(|&z| (z, st.done[z.idx()])).collect();
+        drop(st);
+        match req.op {
+            // A reset lowers write pointers only: the newest durable table with them
+            // lowered needs no data synced first.
+            Op::ZoneResetAll | Op::ZoneReset => io(self.commit_zones(&changes))?,
+            // A finish moves the write pointer past data that may not be durable yet:
+            // a full commit syncs it first.
+            Op::ZoneFinish => io(self.commit_io())?,
+            // OPEN and CLOSE change no write pointer: nothing to make durable.
+            _ => {}
+        }
+        Ok(req.sector)
+    }
+}
+
+impl Drop for FileImage {
+    fn drop(&mut self) {
+        let _ = self.close_inner();
+    }
+}
+
+impl BlockDevice for FileImage {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    fn execute(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        FileImage::execute(self, req, buf)
+    }
+
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
+        match &self.lock_state().zones {
+            Some(z) => Ok(z.report(from, max, out)),
+            None => Err(Status::NotSupported),
+        }
+    }
+}
+
+impl FileImage {
+    /// The device's geometry (also available through [`BlockDevice`]).
+    pub fn geo(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// Reads `buf.len()` bytes (whole sectors) at `sector` straight from the device,
+    /// without an engine: for checkers and tools. Past a write pointer reads zeroes.
+    pub fn read_direct(&self, sector: Sector, buf: &mut [u8]) -> Result<(), Status> {
+        if buf.len() as u64 % SECTOR_SIZE != 0 {
+            return Err(Status::Invalid);
+        }
+        let nr_sectors = u32::try_from(buf.len() as u64 / SECTOR_SIZE).map_err(|_| Status::Invalid)?;
+        let req = Request {
+            id: zblk_core::bio::ReqId::unissued(0),
+            op: Op::Read,
+            sector,
+            nr_sectors,
+            flags: BioFlags::NONE,
+            user_data: 0,
+            bio_offset: 0,
+        };
+        self.execute(&req, IoBuf::Read(buf)).map(|_| ())
+    }
+
+    /// The descriptor of the zone holding `sector`, as a report shows it now.
+    pub fn zone_info(&self, sector: Sector) -> Result<ZoneInfo, Status> {
+        let mut out = Vec::with_capacity(1);
+        BlockDevice::report_zones(self, sector, 1, &mut out)?;
+        out.pop().ok_or(Status::Invalid)
+    }
+}
+
+/// Zeroes the sectors of `buf` from `valid_sectors` on: they lie past a write pointer.
+pub fn zero_past(buf: &mut [u8], valid_sectors: u32) {
+    let from = (u64::from(valid_sectors) * SECTOR_SIZE) as usize;
+    if from < buf.len() {
+        buf[from..].fill(0);
+    }
+}
+
+/// The entry zone `z` should have now: its completed write pointer, with a condition
+/// consistent with it.
+fn entry_now(st: &DevState, z: ZoneNo) -> Entry {
+    let Some(zs) = &st.zones else { return Entry { cond: ZoneCond::NotWp, wp_offset: 0 } };
+    let info = zs.zone(z);
+    if info.ztype == ZoneType::Conventional {
+        return Entry { cond: ZoneCond::NotWp, wp_offset: 0 };
+    }
+    let accepted = info.wp.since(info.start);
+    let done = st.inflight[z.idx()].iter().filter(|e| !e.doomed).map(|e| e.start).min().unwrap_or(accepted);
+    let cond = if done == accepted {
+        info.cond
+    } else {
+        // Writes are out: record the state as it will be if they never complete.
+        match info.cond {
+            ZoneCond::ExpOpen => ZoneCond::ExpOpen,
+            _ if done == 0 => ZoneCond::Empty,
+            ZoneCond::ImpOpen => ZoneCond::ImpOpen,
+            _ => ZoneCond::Closed,
+        }
+    };
+    Entry { cond, wp_offset: done }
+}
+
+fn initial_entries(geo: &Geometry) -> Vec<Entry> {
+    if !geo.is_zoned() {
+        return Vec::new();
+    }
+    ZoneSet::new(geo).zones().iter().map(Entry::of).collect()
+}
+
+fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, boot: &[u8; 36]) -> Vec<u8> {
+    let mut buf = vec![0u8; table_bytes as usize];
+    LiveHeader::put_identity(&mut buf, boot);
+    LiveHeader::put_state(&mut buf, state);
+    for (z, e) in entries.iter().enumerate() {
+        let at = format::entry_offset(ZoneNo(z as u32));
+        buf[at..at + 8].copy_from_slice(&e.pack().to_le_bytes());
+    }
+    buf
+}
+
+fn lock(file: &File, shared: bool) -> io::Result<()> {
+    use rustix::fs::{FlockOperation, flock};
+    let op = if shared { FlockOperation::NonBlockingLockShared } else { FlockOperation::NonBlockingLockExclusive };
+    flock(file, op).map_err(io::Error::from)
+}
+
+/// Decides how the image zeroes (see [`mod@zeroing`]): probes on the padding between
+/// the metadata and the data (nothing reads it) when the image is writable and has
+/// some, else on a temporary file beside it.
+fn probe_zeroing(path: &Path, media: &dyn Media, layout: &Layout, opts: &ImageOptions) -> ProbeResult {
+    match opts.zeroing {
+        ZeroingSetup::NoWriteZeroes => {
+            ProbeResult { method: FileZeroing::PwriteZeroes, detail: "no WRITE_ZEROES (opened without it)".into() }
+        }
+        ZeroingSetup::Use(m) => ProbeResult { method: m, detail: "chosen when opening (not probed)".into() },
+        ZeroingSetup::Probe => {
+            let meta_end = layout.live_offset + layout.table_bytes;
+            if !opts.read_only && layout.data_offset >= meta_end + zeroing::PROBE_BYTES {
+                zeroing::probe(ProbePlace::Image(media, meta_end))
+            } else {
+                let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                zeroing::probe(ProbePlace::TempFileIn(dir))
+            }
+        }
+    }
+}
+
+/// Opens `path` with `O_DIRECT` if the file system allows it, with the alignment it
+/// needs (`statx` STATX_DIOALIGN; 4 KiB when the kernel does not say).
+fn open_direct(path: &Path, read_only: bool) -> (Option<File>, u64) {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(!read_only)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(path);
+    let Ok(f) = f else { return (None, 4096) };
+    let align = rustix::fs::statx(&f, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::DIOALIGN)
+        .ok()
+        .filter(|s| s.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() != 0)
+        .map(|s| u64::from(s.stx_dio_offset_align.max(s.stx_dio_mem_align)));
+    match align {
+        Some(0) => (None, 4096), // the kernel says: no direct I/O on this file
+        Some(a) if a.is_power_of_two() => (Some(f), a.max(512)),
+        _ => (Some(f), 4096),
+    }
+}
+
+/// What opening found: the tables as read.
+struct Found {
+    tables: [Result<Table, String>; 2],
+    live: LiveHeader,
+    live_entries: Result<Vec<Entry>, String>,
+}
+
+fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout) -> io::Result<Found> {
+    let mut buf = vec![0u8; layout.table_bytes as usize];
+    let mut read = |off: u64| -> io::Result<Vec<u8>> {
+        media.read_at(&mut buf, off)?;
+        Ok(buf.clone())
+    };
+    let a = read(layout.table_offset[0])?;
+    let b = read(layout.table_offset[1])?;
+    let live = read(layout.live_offset)?;
+    Ok(Found {
+        tables: [Table::decode(&a, geo.nr_zones()), Table::decode(&b, geo.nr_zones())],
+        live: LiveHeader::decode(&live),
+        live_entries: format::decode_live_entries(&live, geo.nr_zones()),
+    })
+}
+
+/// What recovery decided.
+struct Recovery {
+    entries: Vec<Entry>,
+    repairs: Vec<String>,
+    /// The image was not closed cleanly: punch past the write pointers.
+    unclean: bool,
+    /// A durable table was unusable.
+    bad_table: bool,
+    durable_seq: u64,
+    durable_slot: usize,
+    durable_entries: Vec<Entry>,
+}
+
+fn slot_name(slot: usize) -> char {
+    if slot == 0 { 'A' } else { 'B' }
+}
+
+/// Whether `entries` describe a possible state of `geo`'s zones.
+fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), String> {
+    if !geo.is_zoned() {
+        return if entries.is_empty() { Ok(()) } else { Err("zone entries on a regular device".to_string()) };
+    }
+    let infos: Vec<ZoneInfo> = entries.iter().enumerate().map(|(z, e)| e.info(geo, ZoneNo(z as u32))).collect();
+    for (z, (e, i)) in entries.iter().zip(&infos).enumerate() {
+        if e.wp_offset > i.len {
+            return Err(format!("zone {z}: write pointer offset {:#x} past the zone length {:#x}", e.wp_offset, i.len));
+        }
+        if geo.zone_is_conv(ZoneNo(z as u32)) != (e.cond == ZoneCond::NotWp) {
+            return Err(format!("zone {z}: condition {} does not fit the zone type", e.cond));
+        }
+    }
+    ZoneSet::from_zones(geo, &infos).map(|_| ())
+}
+
+/// Decides the zone state of an image from its tables (see the module
+/// documentation), and what to say about it.
+fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<Recovery, String> {
+    let mut repairs = Vec::new();
+    let [a, b] = found.tables;
+    let checked = |t: Result<Table, String>| {
+        t.and_then(|t| check_entries(geo, &t.entries).map(|()| t).map_err(|e| format!("impossible zone state: {e}")))
+    };
+    let tables = [checked(a), checked(b)];
+    let newest = (0..2).filter(|&s| tables[s].is_ok()).max_by_key(|&s| tables[s].as_ref().map_or(0, |t| t.seq));
+    for (slot, t) in tables.iter().enumerate() {
+        if let (Err(why), Some(_)) = (t, newest) {
+            repairs.push(format!("durable zone table {}: {why}; rewritten from the other copy", slot_name(slot)));
+        }
+    }
+    let same_boot = *boot != [0; 36] && found.live.boot_id == *boot;
+    let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
+    let trusted_live = match (&found.live.state, same_boot, &live) {
+        (LiveState::Live, true, Ok(e)) => Some(e.clone()),
+        (LiveState::Live, true, Err(why)) => {
+            repairs.push(format!("live zone table unusable ({why}): write pointers from the last commit"));
+            None
+        }
+        _ => None,
+    };
+    let unclean = found.live.state != LiveState::Clean;
+    let (durable_seq, durable_slot, durable_entries) = match newest {
+        Some(s) => {
+            let t = tables[s].as_ref().expect("valid");
+            (t.seq, s, t.entries.clone())
+        }
+        None => {
+            let why = |s: usize| tables[s].as_ref().err().cloned().unwrap_or_default();
+            let Some(live) = &trusted_live else {
+                return Err(format!(
+                    "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted",
+                    why(0),
+                    why(1)
+                ));
+            };
+            repairs.push(format!(
+                "both durable zone tables were unusable (A: {}; B: {}); rebuilt from the live table",
+                why(0),
+                why(1)
+            ));
+            // Both slots are rewritten by the commit that follows: start from slot B
+            // so that the first commit goes to A.
+            (0, 1, vec![Entry { cond: ZoneCond::Offline, wp_offset: 0 }; live.len()])
+        }
+    };
+    let entries = match (trusted_live, found.live.state) {
+        (Some(live), _) => {
+            repairs.push(
+                "not closed cleanly (the process using it stopped): write pointers taken from the live zone table, \
+                 which every completed write updated"
+                    .to_string(),
+            );
+            live
+        }
+        (None, LiveState::Clean) => durable_entries.clone(),
+        (None, state) => {
+            let cause = if state == LiveState::Live && !same_boot {
+                "not closed cleanly and the machine restarted since (power loss or crash)"
+            } else {
+                "not closed cleanly (interrupted while opening)"
+            };
+            repairs.push(format!(
+                "{cause}: write pointers taken from the last commit (durable table {}, commit {durable_seq}); \
+                 writes not flushed since are dropped",
+                slot_name(durable_slot)
+            ));
+            if let Ok(old) = &live {
+                describe_rollback(geo, old, &durable_entries, &mut repairs);
+            }
+            durable_entries.clone()
+        }
+    };
+    if unclean && geo.is_zoned() {
+        repairs.push("data past every write pointer discarded".to_string());
+    }
+    let bad_table = tables.iter().any(|t| t.is_err());
+    Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries })
+}
+
+fn describe_rollback(geo: &Geometry, old: &[Entry], new: &[Entry], repairs: &mut Vec<String>) {
+    const MAX_LINES: usize = 16;
+    let mut n = 0;
+    for (z, (o, d)) in old.iter().zip(new).enumerate() {
+        if o.wp_offset > d.wp_offset && !geo.zone_is_conv(ZoneNo(z as u32)) {
+            n += 1;
+            if n <= MAX_LINES {
+                let start = geo.zone_start(ZoneNo(z as u32)).0;
+                repairs.push(format!(
+                    "zone {z} (start {start:#x}): write pointer {:#x} -> {:#x} (unflushed writes dropped)",
+                    start + o.wp_offset,
+                    start + d.wp_offset
+                ));
+            }
+        }
+    }
+    if n > MAX_LINES {
+        repairs.push(format!("... and {} more zones rolled back", n - MAX_LINES));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zblk_core::bio::ReqId;
+
+    pub(super) fn params() -> GeometryParams {
+        GeometryParams {
+            capacity_bytes: 8 << 20,
+            zone_size_bytes: 1 << 20,
+            zone_capacity_bytes: 768 << 10,
+            nr_conv: 1,
+            max_open: 2,
+            max_append_sectors: 0,
+            ..GeometryParams::default()
+        }
+    }
+
+    fn req(op: Op, sector: u64, nr_sectors: u32) -> Request {
+        Request {
+            id: ReqId::unissued(0),
+            op,
+            sector: Sector(sector),
+            nr_sectors,
+            flags: BioFlags::NONE,
+            user_data: 0,
+            bio_offset: 0,
+        }
+    }
+
+    fn image(dir: &Path) -> PathBuf {
+        let p = dir.join("img");
+        FileImage::create(&p, &CreateOptions { geometry: params(), rotational: false, force: false }).unwrap();
+        p
+    }
+
+    #[test]
+    fn create_open_write_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image(dir.path());
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        assert!(img.repairs().is_empty(), "{:?}", img.repairs());
+        let data = vec![0x5a; 4096];
+        assert_eq!(img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&data)), Ok(Sector(2048)));
+        assert_eq!(img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&data)), Err(Status::Unaligned));
+        img.close().unwrap();
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        assert!(img.repairs().is_empty(), "{:?}", img.repairs());
+        let z = img.zone_info(Sector(2048)).unwrap();
+        assert_eq!((z.cond, z.wp), (ZoneCond::ImpOpen, Sector(2056)));
+        let mut out = vec![0u8; 8192];
+        img.execute(&req(Op::Read, 2048, 16), IoBuf::Read(&mut out)).unwrap();
+        assert!(out[..4096].iter().all(|&b| b == 0x5a));
+        assert!(out[4096..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn second_open_is_refused_while_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image(dir.path());
+        let _img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let e = FileImage::open(&p, &ImageOptions::default()).unwrap_err();
+        assert!(matches!(e.kind, ImageErrorKind::InUse), "{e}");
+        let e = FileImage::open(&p, &ImageOptions { read_only: true, ..ImageOptions::default() }).unwrap_err();
+        assert!(matches!(e.kind, ImageErrorKind::InUse), "{e}");
+    }
+
+    #[test]
+    fn reset_hides_data_and_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image(dir.path());
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let data = vec![1u8; 4096];
+        img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&data)).unwrap();
+        img.execute(&req(Op::Flush, 0, 0), IoBuf::None).unwrap();
+        let seq = img.durable_seq();
+        img.execute(&req(Op::ZoneReset, 2048, 0), IoBuf::None).unwrap();
+        assert_eq!(img.durable_seq(), seq + 1);
+        let mut out = vec![9u8; 4096];
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0), "past the write pointer reads zeroes");
+        // A finish exposes the zone to reads: what was there before is gone.
+        img.execute(&req(Op::ZoneFinish, 2048, 0), IoBuf::None).unwrap();
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0), "finish punched the stale data");
+    }
+}

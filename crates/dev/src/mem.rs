@@ -1,0 +1,397 @@
+//! The in-memory device, like null_blk: zoned or not, memory-backed (sparse pages,
+//! reads past the write pointer return zeroes) or not (data dropped, as null_blk with
+//! `memory_backed=0`, for benchmarks), with or without native zone append (the
+//! geometry's `max_append_sectors`).
+
+use super::{BlockDevice, IoBuf};
+use std::collections::BTreeMap;
+use zblk_core::bio::{BioFlags, Op, Request, Status};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
+use zblk_core::zone::{ZoneInfo, ZoneSet};
+
+/// Bytes per page of the sparse store (null_blk uses the page size too).
+const PAGE_BYTES: usize = 4096;
+const SECTORS_PER_PAGE: u64 = PAGE_BYTES as u64 / SECTOR_SIZE;
+
+/// A null_blk-like device in memory.
+#[derive(Debug, Clone)]
+pub struct MemDevice {
+    geo: Geometry,
+    zones: Option<ZoneSet>,
+    memory_backed: bool,
+    /// Page index → page, only for pages written (sparse).
+    pages: BTreeMap<u64, Box<[u8; PAGE_BYTES]>>,
+}
+
+impl MemDevice {
+    /// A fresh device: every sequential zone EMPTY, no data.
+    pub fn new(geo: &Geometry, memory_backed: bool) -> MemDevice {
+        let zones = geo.is_zoned().then(|| ZoneSet::new(geo));
+        MemDevice { geo: geo.clone(), zones, memory_backed, pages: BTreeMap::new() }
+    }
+
+    /// The device-side zone state machine (None on a regular device).
+    pub fn zones(&self) -> Option<&ZoneSet> {
+        self.zones.as_ref()
+    }
+
+    /// Mutable access to the zone state machine, for fault injection (READONLY and
+    /// OFFLINE zones).
+    pub fn zones_mut(&mut self) -> Option<&mut ZoneSet> {
+        self.zones.as_mut()
+    }
+
+    /// Whether data is stored.
+    pub fn memory_backed(&self) -> bool {
+        self.memory_backed
+    }
+
+    /// Bytes of memory holding data (whole pages).
+    pub fn resident_bytes(&self) -> u64 {
+        (self.pages.len() * PAGE_BYTES) as u64
+    }
+
+    /// Reads `buf.len()` bytes at `sector` straight from the store, ignoring write
+    /// pointers (for checkers): unwritten bytes read as zeroes.
+    pub fn peek(&self, sector: Sector, buf: &mut [u8]) {
+        self.copy_out(sector, buf);
+    }
+
+    fn copy_out(&self, sector: Sector, buf: &mut [u8]) {
+        let mut done = 0;
+        let mut s = sector.0;
+        while done < buf.len() {
+            let page = s / SECTORS_PER_PAGE;
+            let in_page = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
+            let n = (PAGE_BYTES - in_page).min(buf.len() - done);
+            match self.pages.get(&page) {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[in_page..in_page + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+            s += (n as u64) / SECTOR_SIZE;
+        }
+    }
+
+    fn copy_in(&mut self, sector: Sector, data: &[u8]) {
+        let mut done = 0;
+        let mut s = sector.0;
+        while done < data.len() {
+            let page = s / SECTORS_PER_PAGE;
+            let in_page = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
+            let n = (PAGE_BYTES - in_page).min(data.len() - done);
+            let p = self.pages.entry(page).or_insert_with(|| Box::new([0; PAGE_BYTES]));
+            p[in_page..in_page + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+            s += (n as u64) / SECTOR_SIZE;
+        }
+    }
+
+    /// Writes zeroes over `[sector, sector + nr_sectors)`, allocating its pages.
+    fn fill_zeroes(&mut self, sector: Sector, nr_sectors: u64) {
+        let end = sector.0 + nr_sectors;
+        let mut s = sector.0;
+        while s < end {
+            let page = s / SECTORS_PER_PAGE;
+            let page_end = ((page + 1) * SECTORS_PER_PAGE).min(end);
+            let a = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
+            let b = a + ((page_end - s) * SECTOR_SIZE) as usize;
+            self.pages.entry(page).or_insert_with(|| Box::new([0; PAGE_BYTES]))[a..b].fill(0);
+            s = page_end;
+        }
+    }
+
+    /// Makes `[sector, sector + nr_sectors)` read as zeroes, returning whole pages to
+    /// the allocator and zeroing the partial pages at the edges.
+    fn zero_range(&mut self, sector: Sector, nr_sectors: u64) {
+        let end = sector.0 + nr_sectors;
+        let first_full = sector.0.div_ceil(SECTORS_PER_PAGE);
+        let last_full = end / SECTORS_PER_PAGE; // exclusive
+        if first_full < last_full {
+            let doomed: Vec<u64> = self.pages.range(first_full..last_full).map(|(k, _)| *k).collect();
+            for k in doomed {
+                self.pages.remove(&k);
+            }
+        }
+        let zero_edge = |from: u64, to: u64, pages: &mut BTreeMap<u64, Box<[u8; PAGE_BYTES]>>| {
+            if from >= to {
+                return;
+            }
+            if let Some(p) = pages.get_mut(&(from / SECTORS_PER_PAGE)) {
+                let a = ((from % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
+                let b = a + ((to - from) * SECTOR_SIZE) as usize;
+                p[a..b].fill(0);
+            }
+        };
+        if first_full >= last_full {
+            // The range sits inside one or two pages.
+            let mid = (sector.0 / SECTORS_PER_PAGE + 1) * SECTORS_PER_PAGE;
+            zero_edge(sector.0, mid.min(end), &mut self.pages);
+            zero_edge(mid.min(end), end, &mut self.pages);
+        } else {
+            zero_edge(sector.0, first_full * SECTORS_PER_PAGE, &mut self.pages);
+            zero_edge(last_full * SECTORS_PER_PAGE, end, &mut self.pages);
+        }
+    }
+
+    fn check_range(&self, req: &Request) -> Result<(), Status> {
+        let n = u64::from(req.nr_sectors);
+        let end = req.sector.0.checked_add(n).ok_or(Status::Invalid)?;
+        if n == 0 || end > self.geo.nr_sectors() || !self.geo.is_block_aligned(req.sector, n) {
+            return Err(Status::Invalid);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, req: &Request, buf: IoBuf<'_>, append: bool) -> Result<Sector, Status> {
+        self.check_range(req)?;
+        if append && self.geo.max_append_sectors() == 0 {
+            return Err(Status::NotSupported);
+        }
+        if append && req.nr_sectors > self.geo.max_append_sectors() {
+            return Err(Status::Invalid);
+        }
+        let at = match self.zones.as_mut() {
+            Some(z) => z.write(req.sector, req.nr_sectors, append)?,
+            None => req.sector,
+        };
+        if self.memory_backed {
+            match buf {
+                IoBuf::Write(data) => {
+                    assert_eq!(data.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "write buffer size");
+                    self.copy_in(at, data);
+                }
+                // WRITE_ZEROES with NOUNMAP: zeroes are written, pages stay allocated.
+                _ if req.op == Op::WriteZeroes && req.flags.contains(BioFlags::NOUNMAP) => {
+                    self.fill_zeroes(at, u64::from(req.nr_sectors))
+                }
+                // Unmapped WRITE_ZEROES (deallocate: pages go back to the allocator),
+                // or a driver that carries no data.
+                _ => self.zero_range(at, u64::from(req.nr_sectors)),
+            }
+        }
+        Ok(at)
+    }
+
+    fn read(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        self.check_range(req)?;
+        let valid = match &self.zones {
+            Some(z) => Some(z.read(req.sector, req.nr_sectors)?),
+            None => None,
+        };
+        if let IoBuf::Read(out) = buf {
+            assert_eq!(out.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "read buffer size");
+            if self.memory_backed {
+                self.copy_out(req.sector, out);
+                // Past a write pointer, a sequential zone reads as zeroes even if
+                // stale pages remain (they never do: reset drops them).
+                if let (Some(zs), Some(valid)) = (&self.zones, valid) {
+                    if valid < u64::from(req.nr_sectors) {
+                        self.zero_past_wp(zs, req.sector, out);
+                    }
+                }
+            } else {
+                out.fill(0);
+            }
+        }
+        Ok(req.sector)
+    }
+
+    fn zero_past_wp(&self, zs: &ZoneSet, sector: Sector, out: &mut [u8]) {
+        for (i, chunk) in out.chunks_mut(SECTOR_SIZE as usize).enumerate() {
+            let s = sector + i as u64;
+            let zone = zs.zone(self.geo.zone_no(s));
+            if zone.ztype == zblk_core::zone::ZoneType::SeqWriteRequired && s >= zone.wp {
+                chunk.fill(0);
+            }
+        }
+    }
+
+    fn zone_mgmt(&mut self, req: &Request) -> Result<Sector, Status> {
+        let zones = self.zones.as_mut().ok_or(Status::NotSupported)?;
+        // As null_blk with memory backing: a reset discards the zone's data.
+        let reset: Vec<ZoneNo> = match req.op {
+            Op::ZoneResetAll => zones.reset_all(),
+            op => {
+                zones.zone_mgmt(op, req.sector)?;
+                if op == Op::ZoneReset { vec![self.geo.zone_no(req.sector)] } else { Vec::new() }
+            }
+        };
+        if self.memory_backed {
+            for z in reset {
+                self.zero_range(self.geo.zone_start(z), self.geo.zone_len(z));
+            }
+        }
+        Ok(req.sector)
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    fn execute(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        match req.op {
+            Op::Read => self.read(req, buf),
+            Op::Write => self.write(req, buf, false),
+            Op::ZoneAppend => self.write(req, buf, true),
+            Op::WriteZeroes => {
+                let max = self.geo.max_write_zeroes_sectors();
+                if max == 0 {
+                    return Err(Status::NotSupported);
+                }
+                if req.nr_sectors > max {
+                    return Err(Status::Invalid);
+                }
+                self.write(req, IoBuf::None, false)
+            }
+            Op::Discard => {
+                self.check_range(req)?;
+                if let Some(zs) = &self.zones {
+                    let last = self.geo.zone_no(req.end() - 1);
+                    if !zs.geometry().zone_is_conv(last) {
+                        return Err(Status::Invalid);
+                    }
+                }
+                if self.memory_backed {
+                    self.zero_range(req.sector, u64::from(req.nr_sectors));
+                }
+                Ok(req.sector)
+            }
+            Op::Flush => Ok(req.sector),
+            _ => self.zone_mgmt(req),
+        }
+    }
+
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
+        match &self.zones {
+            Some(z) => Ok(z.report(from, max, out)),
+            None => Err(Status::NotSupported),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zblk_core::bio::{BioFlags, ReqId};
+    use zblk_core::geometry::GeometryParams;
+
+    fn geo(append: u32) -> Geometry {
+        Geometry::new(&GeometryParams {
+            capacity_bytes: 4 << 20,
+            zone_size_bytes: 1 << 20,
+            nr_conv: 1,
+            max_append_sectors: append,
+            ..GeometryParams::default()
+        })
+        .unwrap()
+    }
+
+    fn req(op: Op, sector: u64, nr_sectors: u32) -> Request {
+        Request {
+            id: ReqId::unissued(0),
+            op,
+            sector: Sector(sector),
+            nr_sectors,
+            flags: BioFlags::NONE,
+            user_data: 0,
+            bio_offset: 0,
+        }
+    }
+
+    #[test]
+    fn stores_sparse_data_and_reads_zeroes_past_wp() {
+        let mut d = MemDevice::new(&geo(0), true);
+        let data = vec![0xab; 4096];
+        d.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&data)).unwrap();
+        let mut out = vec![0xff; 8192];
+        d.execute(&req(Op::Read, 2048, 16), IoBuf::Read(&mut out)).unwrap();
+        assert!(out[..4096].iter().all(|&b| b == 0xab));
+        assert!(out[4096..].iter().all(|&b| b == 0));
+        assert_eq!(d.resident_bytes(), 4096);
+        // reset drops the data
+        d.execute(&req(Op::ZoneReset, 2048, 0), IoBuf::None).unwrap();
+        assert_eq!(d.resident_bytes(), 0);
+    }
+
+    #[test]
+    fn native_append_lands_at_wp_and_emulating_device_refuses_it() {
+        let mut d = MemDevice::new(&geo(256), true);
+        let data = vec![1; 4096];
+        assert_eq!(d.execute(&req(Op::ZoneAppend, 2048, 8), IoBuf::Write(&data)), Ok(Sector(2048)));
+        assert_eq!(d.execute(&req(Op::ZoneAppend, 2048, 8), IoBuf::Write(&data)), Ok(Sector(2056)));
+        let mut d = MemDevice::new(&geo(0), true);
+        assert_eq!(d.execute(&req(Op::ZoneAppend, 2048, 8), IoBuf::Write(&data)), Err(Status::NotSupported));
+    }
+
+    #[test]
+    fn unaligned_partial_zeroing() {
+        let mut d = MemDevice::new(&geo(0), true);
+        let data = vec![7u8; 8192];
+        d.execute(&req(Op::Write, 0, 16), IoBuf::Write(&data)).unwrap();
+        d.zero_range(Sector(3), 2);
+        let mut out = vec![0; 8192];
+        d.peek(Sector(0), &mut out);
+        for s in 0..16 {
+            let expect = if (3..5).contains(&s) { 0 } else { 7 };
+            assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == expect), "sector {s}");
+        }
+        d.zero_range(Sector(6), 9);
+        d.peek(Sector(0), &mut out);
+        for s in 0..16 {
+            let expect = if (3..5).contains(&s) || (6..15).contains(&s) { 0 } else { 7 };
+            assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == expect), "sector {s}");
+        }
+    }
+
+    #[test]
+    fn write_zeroes_unmaps_or_writes_as_asked() {
+        let mut d = MemDevice::new(&geo(0), true);
+        // Conventional zone 0: 64 KiB of data, then zero 3.5 KiB from sector 9 (not
+        // page aligned at either edge) and 40 KiB from sector 24.
+        d.execute(&req(Op::Write, 0, 128), IoBuf::Write(&[5u8; 65536])).unwrap();
+        assert_eq!(d.resident_bytes(), 65536);
+        d.execute(&Request { flags: BioFlags::NOUNMAP, ..req(Op::WriteZeroes, 9, 7) }, IoBuf::None).unwrap();
+        assert_eq!(d.resident_bytes(), 65536, "NOUNMAP writes zeroes, memory stays");
+        d.execute(&req(Op::WriteZeroes, 24, 80), IoBuf::None).unwrap();
+        // Pages 3..=12 lie whole inside [24, 104): returned to the allocator.
+        assert_eq!(d.resident_bytes(), 65536 - 10 * 4096, "unmap returns whole pages");
+        let mut out = vec![0xffu8; 65536];
+        d.execute(&req(Op::Read, 0, 128), IoBuf::Read(&mut out)).unwrap();
+        for s in 0..128usize {
+            let zero = (9..16).contains(&s) || (24..104).contains(&s);
+            let want = if zero { 0 } else { 5 };
+            assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == want), "sector {s}");
+        }
+        // NOUNMAP on unwritten space allocates zero pages.
+        d.execute(&Request { flags: BioFlags::NOUNMAP, ..req(Op::WriteZeroes, 1024, 16) }, IoBuf::None).unwrap();
+        assert_eq!(d.resident_bytes(), 65536 - 10 * 4096 + 8192);
+        // Beyond the device's limit, or on a device without WRITE_ZEROES.
+        let big = d.geometry().max_write_zeroes_sectors() + 1;
+        assert_eq!(d.execute(&req(Op::WriteZeroes, 0, big), IoBuf::None), Err(Status::Invalid));
+        let none = Geometry::new(&GeometryParams {
+            capacity_bytes: 4 << 20,
+            zone_size_bytes: 1 << 20,
+            nr_conv: 1,
+            write_zeroes_max_bytes: 0,
+            write_zeroes_unmap_max_hw_bytes: 0,
+            ..GeometryParams::default()
+        })
+        .unwrap();
+        let mut d = MemDevice::new(&none, true);
+        assert_eq!(d.execute(&req(Op::WriteZeroes, 0, 8), IoBuf::None), Err(Status::NotSupported));
+    }
+
+    #[test]
+    fn not_memory_backed_drops_data() {
+        let mut d = MemDevice::new(&geo(0), false);
+        d.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&[9; 4096])).unwrap();
+        let mut out = vec![1; 4096];
+        d.execute(&req(Op::Read, 2048, 8), IoBuf::Read(&mut out)).unwrap();
+        assert!(out.iter().all(|&b| b == 0));
+        assert_eq!(d.resident_bytes(), 0);
+    }
+}

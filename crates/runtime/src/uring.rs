@@ -1,0 +1,130 @@
+//! The io_uring driver: one ring shared by every thread. Submitters push entries under
+//! a short lock on the submission queue; one completion thread reaps completions.
+//! Reads and writes of the data region go through it (`O_DIRECT` when the buffer,
+//! offset and length are aligned, the page cache otherwise); everything that may
+//! block (flushes, zone management) goes to the worker threads.
+
+use io_uring::{IoUring, opcode, types};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Mutex;
+use zblk_core::bio::Request;
+use zblk_dev::file::Plan;
+
+/// The `user_data` of the entry that wakes the completion thread.
+pub(super) const WAKE: u64 = u64::MAX;
+
+/// One request on the ring: what the completion thread needs to end it.
+#[derive(Debug)]
+pub(super) struct Inflight {
+    pub req: Request,
+    pub plan: Plan,
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub fd: RawFd,
+    pub file_offset: u64,
+}
+
+// SAFETY: `ptr` points into a BIO's buffer, which its submitter keeps valid until the
+// BIO completes; the request is owned by exactly one thread at a time.
+unsafe impl Send for Inflight {}
+
+/// The ring and its submission lock.
+pub(super) struct Uring {
+    ring: IoUring,
+    sq: Mutex<()>,
+}
+
+impl std::fmt::Debug for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Uring({} entries)", self.ring.params().sq_entries())
+    }
+}
+
+impl Uring {
+    /// A ring with room for `depth` requests in flight (and wake-ups).
+    pub fn new(depth: u32) -> io::Result<Uring> {
+        let entries = (depth * 2 + 8).next_power_of_two();
+        let ring = IoUring::builder().setup_cqsize(entries * 2).build(entries)?;
+        // The probe the io-uring crate's own tests do: a NOP must come back.
+        let u = Uring { ring, sq: Mutex::new(()) };
+        u.push(opcode::Nop::new().build().user_data(WAKE));
+        u.ring.submit_and_wait(1)?;
+        // SAFETY: no other thread uses the ring yet.
+        let mut cq = unsafe { u.ring.completion_shared() };
+        cq.sync();
+        let ok = cq.next().is_some_and(|c| c.user_data() == WAKE && c.result() >= 0);
+        drop(cq);
+        if !ok {
+            return Err(io::Error::other("io_uring NOP did not complete"));
+        }
+        Ok(u)
+    }
+
+    fn push(&self, entry: io_uring::squeue::Entry) {
+        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the submission queue is only touched under `sq`.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        // SAFETY: the entry's buffer (if any) stays valid until its completion is
+        // reaped (see push_rw).
+        while unsafe { sq.push(&entry) }.is_err() {
+            // Full: hand what is queued to the kernel. The ring is sized for the
+            // engine's queue depth, so this is rare.
+            sq.sync();
+            drop(sq);
+            let _ = self.ring.submit();
+            // SAFETY: as above.
+            sq = unsafe { self.ring.submission_shared() };
+        }
+        sq.sync();
+    }
+
+    /// Queues a read or write for `r` (boxed; its pointer is the entry's user data).
+    pub fn push_rw(&self, r: Box<Inflight>, write: bool) {
+        let (fd, ptr, len, off) = (types::Fd(r.fd), r.ptr, r.len as u32, r.file_offset);
+        let entry = if write {
+            opcode::Write::new(fd, ptr, len).offset(off).build()
+        } else {
+            opcode::Read::new(fd, ptr, len).offset(off).build()
+        };
+        let token = Box::into_raw(r) as u64;
+        assert_ne!(token, WAKE, "a heap pointer cannot be all ones");
+        // The buffer stays valid until the completion thread takes the box back.
+        self.push(entry.user_data(token));
+    }
+
+    /// Hands the queued entries to the kernel.
+    pub fn submit(&self) -> io::Result<()> {
+        self.ring.submit().map(|_| ())
+    }
+
+    /// Wakes the completion thread (for shutdown).
+    pub fn wake(&self) {
+        self.push(opcode::Nop::new().build().user_data(WAKE));
+        let _ = self.submit();
+    }
+
+    /// Waits for at least one completion and moves every available one into `out`
+    /// as `(user_data, result)`. Only the completion thread calls this.
+    pub fn reap(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
+        match self.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        // SAFETY: only the completion thread reads the completion queue.
+        let mut cq = unsafe { self.ring.completion_shared() };
+        cq.sync();
+        out.extend(cq.map(|c| (c.user_data(), c.result())));
+        Ok(())
+    }
+}
+
+/// Takes back the request behind a completion's user data.
+///
+/// # Safety
+/// `token` must come from [`Uring::push_rw`] and be taken back once.
+pub(super) unsafe fn take(token: u64) -> Box<Inflight> {
+    // SAFETY: the caller guarantees the token is a live box pointer from push_rw.
+    unsafe { Box::from_raw(token as *mut Inflight) }
+}

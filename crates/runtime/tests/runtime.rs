@@ -1,0 +1,128 @@
+//! The threaded runtime on a file-backed image: the blocking and asynchronous APIs,
+//! with io_uring (skipped with a message where the kernel does not allow it) and with
+//! the thread pool.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use zblk_core::bio::{BioFlags, Op, Status};
+use zblk_core::geometry::GeometryParams;
+use zblk_core::units::Sector;
+use zblk_core::zone::ZoneCond;
+use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
+use zblk_runtime::{AlignedBuf, Backend, Io, Runtime, RuntimeConfig};
+
+const ZONE: u64 = 2048; // sectors (1 MiB)
+
+fn params(append: u32) -> GeometryParams {
+    GeometryParams {
+        capacity_bytes: 16 << 20,
+        zone_size_bytes: 1 << 20,
+        zone_capacity_bytes: 768 << 10,
+        nr_conv: 1,
+        max_append_sectors: append,
+        ..GeometryParams::default()
+    }
+}
+
+fn create(dir: &Path, append: u32) -> std::path::PathBuf {
+    let p = dir.join("img");
+    FileImage::create(&p, &CreateOptions { geometry: params(append), rotational: false, force: false }).unwrap();
+    p
+}
+
+fn start(path: &Path, backend: Backend) -> Option<Runtime> {
+    let img = FileImage::open(path, &ImageOptions::default()).unwrap();
+    match Runtime::start(img, RuntimeConfig { backend, ..RuntimeConfig::default() }) {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// A minimal executor: polls a future on this thread, parking between wake-ups.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+fn exercise(backend: Backend, append: u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = create(dir.path(), append);
+    let Some(rt) = start(&p, backend) else { return };
+    eprintln!("backend: {}", rt.backend());
+    let z1 = Sector(ZONE);
+    // blocking: write, append, unaligned write refused, read back
+    rt.write_at(z1, &[1u8; 4096]).unwrap();
+    assert_eq!(rt.append(z1, &[2u8; 4096]), Ok(Sector(ZONE + 8)));
+    assert_eq!(rt.write_at(z1, &[3u8; 512]), Err(Status::Unaligned));
+    assert_eq!(rt.write_at(Sector(ZONE + 16), &[3u8; 100]), Err(Status::Invalid));
+    let mut out = vec![0u8; 24 * 512];
+    rt.read_at(z1, &mut out).unwrap();
+    assert!(out[..4096].iter().all(|&b| b == 1));
+    assert!(out[4096..8192].iter().all(|&b| b == 2));
+    assert!(out[8192..].iter().all(|&b| b == 0), "past the write pointer reads zeroes");
+    // FUA, flush, zone operations
+    rt.write_at_flags(Sector(ZONE + 16), &[4u8; 512], BioFlags::FUA).unwrap();
+    rt.flush().unwrap();
+    rt.zone_op(Op::ZoneFinish, Sector(2 * ZONE)).unwrap();
+    rt.zone_op(Op::ZoneOpen, Sector(3 * ZONE)).unwrap();
+    let zones = rt.report_zones();
+    assert_eq!(zones[2].cond, ZoneCond::Full);
+    assert_eq!(zones[3].cond, ZoneCond::ExpOpen);
+    // conventional zone: random writes
+    rt.write_at(Sector(64), &[5u8; 1024]).unwrap();
+    // asynchronous: a future and a callback, aligned and unaligned buffers
+    let d = block_on(rt.submit_async(Io::append(Sector(4 * ZONE), AlignedBuf::from_slice(&[6u8; 8192]))));
+    assert_eq!(d.result, Ok(Sector(4 * ZONE)));
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.submit(Io::read(Sector(4 * ZONE), vec![0u8; 8192]), move |d| tx.send(d).unwrap());
+    let d = rx.recv().unwrap();
+    assert_eq!(d.result, Ok(Sector(4 * ZONE)));
+    assert!(d.buf.unwrap().as_slice().iter().all(|&b| b == 6));
+    rt.zone_op(Op::ZoneReset, z1).unwrap();
+    rt.close().unwrap();
+    // reopen: state persisted
+    let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+    assert!(img.repairs().is_empty(), "{:?}", img.repairs());
+    let zones = img.zones();
+    assert_eq!(zones[1].cond, ZoneCond::Empty);
+    assert_eq!(zones[2].cond, ZoneCond::Full);
+    assert_eq!(zones[3].cond, ZoneCond::ExpOpen);
+    assert_eq!((zones[4].cond, zones[4].wp), (ZoneCond::ImpOpen, Sector(4 * ZONE + 16)));
+}
+
+#[test]
+fn io_uring_emulated_append() {
+    exercise(Backend::IoUring, 0);
+}
+
+#[test]
+fn io_uring_native_append() {
+    exercise(Backend::IoUring, 256);
+}
+
+#[test]
+fn threads_emulated_append() {
+    exercise(Backend::Threads, 0);
+}
+
+#[test]
+fn threads_native_append() {
+    exercise(Backend::Threads, 256);
+}

@@ -1,0 +1,331 @@
+//! The checker: what must hold at every step of a simulation, checked from outside
+//! the engine, on both sides of the host/device boundary.
+//!
+//! - Device side: a plugged zone write never fails for being unaligned or past the
+//!   zone (the host must have refused it first); never two writes in flight to one
+//!   sequential zone under per-zone plugging, never two zone writes of the device
+//!   under the single issuer.
+//! - Data: every read returns what the device was last told to store there (zeroes
+//!   past a write pointer); a completed write is found, sector by sector, where its
+//!   completion says it is; each zone append reports a distinct and correct sector.
+//! - Plugs: the engine's own invariants hold; a plug of an idle zone has the device's
+//!   write pointer; plugs are bounded by the active zones plus the zones with writes
+//!   in flight or queued.
+//!
+//! A violation panics with the seed, so that the run can be replayed.
+
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use zblk_core::bio::{Op, Request, Status};
+use zblk_core::engine::{Engine, IssuePolicy};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
+use zblk_core::zone::ZoneCond;
+use zblk_dev::MemDevice;
+use zblk_workload::pattern::{self, Decoded, Origin};
+
+/// What the device holds in a sector, as far as the checker knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// Sector `k` of the write stamped `stamp`.
+    Data(Origin),
+    /// Written by a write that failed half-way: content not known.
+    Unknown,
+}
+
+/// Step-by-step checker of a simulation. See the module documentation.
+#[derive(Debug)]
+pub struct Checker {
+    seed: u64,
+    geo: Geometry,
+    policy: IssuePolicy,
+    /// Device content model: absent sectors read as zeroes.
+    shadow: BTreeMap<u64, Held>,
+    /// Zone writes issued and not executed, per zone.
+    writes_out: FxHashMap<ZoneNo, u32>,
+    zone_writes_out: u32,
+    /// Zone operations (reset/finish/native append) issued and not executed, per zone;
+    /// while one is out, host and device write pointers may legitimately differ.
+    wp_movers_out: FxHashMap<ZoneNo, u32>,
+    reset_all_out: u32,
+    /// Bumped when a zone's content is thrown away (reset) or rewritten, so that a
+    /// BIO that raced with it is not checked against stale expectations.
+    reset_epoch: Vec<u64>,
+    /// Zones a fault made READONLY or OFFLINE: RESET_ALL leaves them alone.
+    failed: Vec<bool>,
+    /// Appends reported per zone since its last reset: (start, end).
+    appends: FxHashMap<ZoneNo, Vec<(u64, u64)>>,
+    /// Checks made, for the report.
+    pub checks: u64,
+}
+
+impl Checker {
+    /// A checker for a fresh device (no data).
+    pub fn new(geo: &Geometry, policy: IssuePolicy, seed: u64) -> Checker {
+        Checker {
+            seed,
+            geo: geo.clone(),
+            policy,
+            shadow: BTreeMap::new(),
+            writes_out: FxHashMap::default(),
+            zone_writes_out: 0,
+            wp_movers_out: FxHashMap::default(),
+            reset_all_out: 0,
+            reset_epoch: vec![0; geo.nr_zones() as usize],
+            failed: vec![false; geo.nr_zones() as usize],
+            appends: FxHashMap::default(),
+            checks: 0,
+        }
+    }
+
+    fn fail(&self, what: String) -> ! {
+        panic!("checker violation (seed {}): {what}", self.seed);
+    }
+
+    fn seq_zone(&self, sector: Sector) -> Option<ZoneNo> {
+        if !self.geo.is_zoned() {
+            return None;
+        }
+        let z = self.geo.zone_no(sector);
+        (!self.geo.zone_is_conv(z)).then_some(z)
+    }
+
+    /// A plugged zone write: WRITE or WRITE_ZEROES to a sequential zone (a native
+    /// append is not plugged).
+    fn plugged_write_zone(&self, req: &Request) -> Option<ZoneNo> {
+        matches!(req.op, Op::Write | Op::WriteZeroes).then(|| self.seq_zone(req.sector)).flatten()
+    }
+
+    fn wp_mover_zone(&self, op: Op, sector: Sector) -> Option<ZoneNo> {
+        match op {
+            Op::ZoneReset | Op::ZoneFinish | Op::ZoneAppend => self.seq_zone(sector),
+            _ => None,
+        }
+    }
+
+    /// A valid BIO was submitted. Resets, finishes and native appends move the host's
+    /// write pointer at submission, before the device sees them: from here to their
+    /// execution, host and device write pointers may differ.
+    pub fn on_submit(&mut self, bio: &zblk_core::bio::Bio) {
+        let native_append = bio.op == Op::ZoneAppend && !self.geo.emulates_zone_append();
+        if bio.op != Op::ZoneAppend || native_append {
+            if let Some(z) = self.wp_mover_zone(bio.op, bio.sector) {
+                *self.wp_movers_out.entry(z).or_insert(0) += 1;
+            }
+        }
+        if bio.op == Op::ZoneResetAll {
+            self.reset_all_out += 1;
+        }
+    }
+
+    /// The engine issued `req` to the device, under issue policy `policy` (which
+    /// changes when `zoned_qd1_writes` is written).
+    pub fn on_issue(&mut self, req: &Request, policy: IssuePolicy) {
+        self.checks += 1;
+        self.policy = policy;
+        if let Some(z) = self.plugged_write_zone(req) {
+            let n = self.writes_out.entry(z).or_insert(0);
+            *n += 1;
+            self.zone_writes_out += 1;
+            let (n, total) = (*n, self.zone_writes_out);
+            if policy != IssuePolicy::Passthrough && n > 1 {
+                self.fail(format!("{n} writes in flight to zone {z} under {}", policy.name()));
+            }
+            if policy.single_issuer() && total > 1 {
+                self.fail(format!("{total} zone writes in flight under the single issuer ({})", policy.name()));
+            }
+        }
+    }
+
+    /// The device executed `req` with `result`; for a write that failed half-way,
+    /// `partial` sectors were written first. `stamp` is the BIO's data stamp.
+    pub fn on_execute(&mut self, req: &Request, result: Result<Sector, Status>, partial: u32, stamp: u64) {
+        self.checks += 1;
+        if let Some(z) = self.plugged_write_zone(req) {
+            let n = self.writes_out.get_mut(&z).expect("executed a write never issued");
+            *n -= 1;
+            if *n == 0 {
+                self.writes_out.remove(&z);
+            }
+            self.zone_writes_out -= 1;
+            if self.policy.plugs() && matches!(result, Err(Status::Unaligned) | Err(Status::ZoneFull)) {
+                self.fail(format!("device refused plugged write {req:?}: {:?}", result.unwrap_err()));
+            }
+        }
+        if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
+            let n = self.wp_movers_out.get_mut(&z).expect("executed a zone op never submitted");
+            *n -= 1;
+            if *n == 0 {
+                self.wp_movers_out.remove(&z);
+            }
+        }
+        if req.op == Op::ZoneResetAll {
+            self.reset_all_out -= 1;
+        }
+        match (req.op, result) {
+            (Op::Write | Op::ZoneAppend, Ok(at)) if stamp == zblk_workload::pattern::ZEROES => {
+                // A buffer of zeroes: the sectors read as zeroes, as after WRITE_ZEROES.
+                self.forget(at.0, at.0 + u64::from(req.nr_sectors));
+                self.bump_if_conv(at, req.nr_sectors);
+            }
+            (Op::Write | Op::ZoneAppend, Ok(at)) => {
+                for j in 0..u64::from(req.nr_sectors) {
+                    self.shadow.insert(at.0 + j, Held::Data((stamp, req.bio_offset + j as u32)));
+                }
+                self.bump_if_conv(at, req.nr_sectors);
+            }
+            (Op::Write, Err(_)) if partial > 0 => {
+                for j in 0..u64::from(partial) {
+                    self.shadow.insert(req.sector.0 + j, Held::Unknown);
+                }
+            }
+            (Op::WriteZeroes | Op::Discard, Ok(at)) => {
+                self.forget(at.0, at.0 + u64::from(req.nr_sectors));
+                self.bump_if_conv(at, req.nr_sectors);
+            }
+            (Op::ZoneReset, Ok(_)) => self.zone_reset(self.geo.zone_no(req.sector)),
+            (Op::ZoneResetAll, Ok(_)) => {
+                for z in self.geo.nr_conv()..self.geo.nr_zones() {
+                    if !self.failed[z as usize] {
+                        self.zone_reset(ZoneNo(z));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn bump_if_conv(&mut self, at: Sector, nr_sectors: u32) {
+        if self.geo.is_zoned() && self.seq_zone(at).is_none() {
+            let z = self.geo.zone_no(at);
+            self.reset_epoch[z.idx()] += 1;
+            let last = self.geo.zone_no(at + u64::from(nr_sectors) - 1);
+            self.reset_epoch[last.idx()] += 1;
+        }
+    }
+
+    fn forget(&mut self, from: u64, to: u64) {
+        let doomed: Vec<u64> = self.shadow.range(from..to).map(|(k, _)| *k).collect();
+        for k in doomed {
+            self.shadow.remove(&k);
+        }
+    }
+
+    fn zone_reset(&mut self, z: ZoneNo) {
+        let start = self.geo.zone_start(z).0;
+        self.forget(start, start + self.geo.zone_len(z));
+        self.reset_epoch[z.idx()] += 1;
+        self.appends.remove(&z);
+    }
+
+    /// A fault turned a zone READONLY or OFFLINE, or a read hit its data: nothing to
+    /// track but its writes in flight, which the device will fail.
+    pub fn on_zone_failed(&mut self, z: ZoneNo) {
+        self.reset_epoch[z.idx()] += 1;
+        self.failed[z.idx()] = true;
+    }
+
+    /// The device executed read `req` into `buf`: compare with the model.
+    pub fn on_read_data(&mut self, req: &Request, buf: &[u8]) {
+        for (j, actual) in buf.chunks_exact(SECTOR_SIZE as usize).enumerate() {
+            self.checks += 1;
+            let s = req.sector.0 + j as u64;
+            let expect = match self.shadow.get(&s) {
+                Some(Held::Unknown) => continue,
+                Some(Held::Data(o)) => Decoded::Data(*o),
+                None => Decoded::Zeroes,
+            };
+            let got = pattern::decode(actual);
+            if got != expect {
+                self.fail(format!("sector {s} read {got:?}, expected {expect:?} (request {req:?})"));
+            }
+        }
+    }
+
+    /// The sum of the reset epochs of the zones `[sector, sector + nr_sectors)` spans:
+    /// unchanged at completion means nothing threw the BIO's data away meanwhile.
+    pub fn epoch_of(&self, sector: Sector, nr_sectors: u32) -> u64 {
+        if !self.geo.is_zoned() || nr_sectors == 0 || sector.0 >= self.geo.nr_sectors() {
+            return 0;
+        }
+        let end = (sector.0 + u64::from(nr_sectors)).min(self.geo.nr_sectors());
+        let first = self.geo.zone_no(sector).0;
+        let last = self.geo.zone_no(Sector(end - 1)).0;
+        (first..=last).map(|z| self.reset_epoch[z as usize]).sum()
+    }
+
+    /// A write or append BIO completed successfully at `at`: its data must be there,
+    /// sector by sector; an append's sector must not overlap another append's.
+    pub fn on_write_bio_done(&mut self, op: Op, at: Sector, nr_sectors: u32, stamp: u64, epoch: u64) {
+        if self.epoch_of(at, nr_sectors) != epoch {
+            return; // the zone was reset (or overwritten) meanwhile: another incarnation
+        }
+        if op == Op::ZoneAppend {
+            self.check_append_distinct(at, nr_sectors);
+        }
+        for k in 0..nr_sectors {
+            self.checks += 1;
+            let s = at.0 + u64::from(k);
+            match self.shadow.get(&s) {
+                None if stamp == zblk_workload::pattern::ZEROES => {}
+                Some(Held::Data(o)) if *o == (stamp, k) => {}
+                other => self.fail(format!(
+                    "{op} completed at {at}+{nr_sectors}, but sector {s} holds {other:?}, not ({stamp}, {k})"
+                )),
+            }
+        }
+    }
+
+    fn check_append_distinct(&mut self, at: Sector, nr_sectors: u32) {
+        let z = self.geo.zone_no(at);
+        let (a, b) = (at.0, at.0 + u64::from(nr_sectors));
+        let start = self.geo.zone_start(z).0;
+        if a < start || b > start + self.geo.zone_capacity(z) {
+            self.fail(format!("append reported at {at}+{nr_sectors}, outside zone {z}"));
+        }
+        let list = self.appends.entry(z).or_default();
+        if let Some(&(x, y)) = list.iter().find(|&&(x, y)| a < y && x < b) {
+            let seed = self.seed;
+            panic!("checker violation (seed {seed}): append at {a}..{b} overlaps append at {x}..{y} in zone {z}");
+        }
+        list.push((a, b));
+    }
+
+    /// After every step: the engine's own invariants, plug bounds, and idle plugs
+    /// agreeing with the device's write pointers.
+    pub fn check_engine(&mut self, engine: &Engine, dev: &MemDevice) {
+        self.checks += 1;
+        engine.check_invariants();
+        let Some(zones) = dev.zones() else { return };
+        let mut busy = 0;
+        let mut failed = 0;
+        for plug in engine.plugs() {
+            let zone = zones.zone(plug.zone);
+            if matches!(zone.cond, ZoneCond::ReadOnly | ZoneCond::Offline) {
+                failed += 1;
+                continue;
+            }
+            if plug.busy || plug.queued > 0 || plug.need_wp_update {
+                busy += 1;
+                continue;
+            }
+            let moving = self.reset_all_out > 0 || self.wp_movers_out.contains_key(&plug.zone);
+            let device_wp = zone.wp.since(zone.start).min(zone.capacity);
+            if !moving && plug.wp_offset != device_wp {
+                self.fail(format!(
+                    "idle plug of zone {} has wp_offset {}, the device's write pointer is at {}",
+                    plug.zone, plug.wp_offset, device_wp
+                ));
+            }
+        }
+        let bound = zones.nr_active() as usize + busy + failed;
+        if engine.plug_count() > bound {
+            let idle: Vec<_> = engine.plugs().filter(|p| !p.busy && p.queued == 0 && !p.need_wp_update).collect();
+            self.fail(format!(
+                "{} plugs alive, more than {} active zones + {busy} busy + {failed} failed; idle plugs: {idle:?}",
+                engine.plug_count(),
+                zones.nr_active()
+            ));
+        }
+    }
+}

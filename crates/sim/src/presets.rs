@@ -1,0 +1,203 @@
+//! Simulated device presets and their specifications: `PRESET[:name=value,...]`,
+//! a preset followed by null_blk-style parameters that override it
+//! (`nullb:zone_size=64,memory_backed=1`, `smr-30tb:write_cache=0`).
+
+use super::driver::{Sim, SimConfig};
+use super::hdd::{HddModel, HddParams};
+use super::model::{DeviceModel, NullModel};
+use super::ssd::{SsdModel, SsdParams};
+use zblk_core::params::{DeviceParams, ParamError};
+
+/// The presets, with what they are.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("nullb", "null_blk's defaults, zoned: 250 GB, 256 MB zones, native zone append, 10 us completions"),
+    ("smr-30tb", "30 TB host-managed SMR SATA disk, 256 MiB zones, 7200 rpm (HDD model; see docs/calibration.md)"),
+    ("smr-20tb", "20 TB host-managed SMR SATA disk, 256 MiB zones, max 128 open zones (HDD model)"),
+    ("zns", "2 TB NVMe ZNS SSD, 2 GiB zones of 1077 MiB capacity, 14 open/active zones, native zone append"),
+    ("ssd", "2 TB conventional NVMe SSD (not zoned)"),
+    ("hdd", "20 TB conventional 7200 rpm SATA disk (not zoned, HDD model)"),
+];
+
+/// Parameters of the timing model beside the device parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelParams {
+    /// The null device's latency (`completion_nsec`, `completion_dist`).
+    Null,
+    /// A hard disk.
+    Hdd(HddParams),
+    /// A flash SSD.
+    Ssd(SsdParams),
+}
+
+/// A simulated device: what the host sees (geometry, queue) and how it behaves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSpec {
+    /// Preset name.
+    pub preset: String,
+    /// Geometry, limits and queue, by null_blk's names.
+    pub params: DeviceParams,
+    /// The timing model's parameters.
+    pub model: ModelParams,
+}
+
+fn hdd_device(disk: &HddParams, max_open: u32) -> DeviceParams {
+    super::experiments::smr_device(disk, max_open)
+}
+
+impl DeviceSpec {
+    /// The preset called `name`, unmodified.
+    pub fn preset(name: &str) -> Result<DeviceSpec, ParamError> {
+        let (params, model) = match name {
+            "nullb" | "null_blk" => (DeviceParams::default(), ModelParams::Null),
+            "smr-30tb" => {
+                let disk = HddParams::smr_30tb();
+                (hdd_device(&disk, 0), ModelParams::Hdd(disk))
+            }
+            "smr-20tb" => {
+                let disk = HddParams::smr_20tb();
+                (hdd_device(&disk, 128), ModelParams::Hdd(disk))
+            }
+            "hdd" => {
+                let disk = HddParams::cmr_hdd(20_000_000_000_000);
+                let mut p = hdd_device(&disk, 0);
+                p.geometry.zoned = false;
+                (p, ModelParams::Hdd(disk))
+            }
+            "zns" => {
+                let ssd = SsdParams::zns();
+                let mut p = DeviceParams::default();
+                p.apply("size=2T,zone_size=2G,zone_capacity=1077,zone_max_open=14,zone_max_active=14")?;
+                p.apply("zone_append_max_sectors=512,hw_queue_depth=256,completion_dist=fixed")?;
+                (p, ModelParams::Ssd(ssd))
+            }
+            "ssd" => {
+                let ssd = SsdParams::ssd();
+                let mut p = DeviceParams::default();
+                p.apply("size=2T,zoned=0,hw_queue_depth=256")?;
+                (p, ModelParams::Ssd(ssd))
+            }
+            other => {
+                let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+                return Err(ParamError {
+                    param: "preset".to_string(),
+                    message: format!("unknown preset '{other}' (known: {})", names.join(", ")),
+                });
+            }
+        };
+        Ok(DeviceSpec { preset: name.to_string(), params, model })
+    }
+
+    /// Parses `PRESET[:name=value,...]`. Besides null_blk's parameters, the disk
+    /// presets take `write_cache=0|1`.
+    pub fn parse(spec: &str) -> Result<DeviceSpec, ParamError> {
+        let (preset, settings) = spec.split_once(':').unwrap_or((spec, ""));
+        let mut d = DeviceSpec::preset(preset)?;
+        let mut rest = Vec::new();
+        for item in settings.split([',', ' ']).filter(|s| !s.is_empty()) {
+            match item.split_once('=') {
+                Some(("write_cache", v)) => {
+                    let ModelParams::Hdd(h) = &mut d.model else {
+                        return Err(ParamError {
+                            param: "write_cache".to_string(),
+                            message: format!("only the disk presets have a write cache ('{preset}' is not one)"),
+                        });
+                    };
+                    h.write_cache = match v {
+                        "1" => true,
+                        "0" => false,
+                        _ => {
+                            return Err(ParamError {
+                                param: "write_cache".to_string(),
+                                message: format!("'{v}' is not 0 or 1"),
+                            });
+                        }
+                    };
+                }
+                _ => rest.push(item),
+            }
+        }
+        d.params.apply(&rest.join(","))?;
+        d.params.validate()?;
+        if let ModelParams::Hdd(h) = &mut d.model {
+            // The model follows the geometry the user asked for.
+            h.capacity_bytes = d.params.geometry.capacity_bytes;
+            h.zone_bytes = if d.params.geometry.zoned { d.params.geometry.zone_size_bytes } else { 0 };
+            h.ncq_depth = d.params.hw_queue_depth;
+        }
+        Ok(d)
+    }
+
+    /// Whether the device is a hard disk (sets `zoned_qd1_writes`' default).
+    pub fn rotational(&self) -> bool {
+        self.params.rotational || matches!(self.model, ModelParams::Hdd(_))
+    }
+
+    /// The host turnaround the preset was calibrated with: the fitted
+    /// `HOST_LATENCY_NS` for the disk models, none for the others.
+    pub fn host_latency_ns(&self) -> u64 {
+        match self.model {
+            ModelParams::Hdd(_) => super::experiments::HOST_LATENCY_NS,
+            _ => 0,
+        }
+    }
+
+    /// The timing model, seeded.
+    pub fn model(&self, seed: u64) -> Box<dyn DeviceModel> {
+        match &self.model {
+            ModelParams::Null => {
+                Box::new(NullModel::new(self.params.completion_nsec, self.params.completion_dist, seed))
+            }
+            ModelParams::Hdd(h) => {
+                Box::new(HddModel::new(HddParams { layout_seed: h.layout_seed ^ seed, ..h.clone() }))
+            }
+            ModelParams::Ssd(s) => Box::new(SsdModel::new(s.clone())),
+        }
+    }
+
+    /// A simulation of this device with `cfg` (whose device parameters are replaced
+    /// by the spec's).
+    pub fn sim(&self, cfg: &SimConfig) -> Result<Sim, ParamError> {
+        let cfg = SimConfig { device: self.params.clone(), ..cfg.clone() };
+        Sim::with_model(&cfg, self.model(cfg.seed))
+    }
+}
+
+impl Default for DeviceSpec {
+    fn default() -> Self {
+        DeviceSpec { preset: "nullb".to_string(), params: DeviceParams::default(), model: ModelParams::Null }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_builds_a_valid_device() {
+        for (name, _) in PRESETS {
+            let d = DeviceSpec::parse(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let geo = d.params.validate().unwrap();
+            let _ = d.model(1);
+            assert_eq!(d.rotational(), name.contains("smr") || *name == "hdd", "{name}");
+            if *name != "ssd" && *name != "hdd" {
+                assert!(geo.is_zoned(), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn overrides_and_refusals() {
+        let d = DeviceSpec::parse("smr-30tb:write_cache=0,size=1T").unwrap();
+        let ModelParams::Hdd(h) = &d.model else { panic!() };
+        assert!(!h.write_cache);
+        assert_eq!(h.capacity_bytes, 1 << 40);
+        let e = DeviceSpec::parse("nullb:write_cache=0").unwrap_err();
+        assert_eq!(e.param, "write_cache");
+        let e = DeviceSpec::parse("smr-30tb:write_cache=2").unwrap_err();
+        assert_eq!(e.param, "write_cache");
+        let e = DeviceSpec::parse("floppy").unwrap_err();
+        assert!(e.message.contains("smr-30tb"));
+        let e = DeviceSpec::parse("zns:zone_size=3").unwrap_err();
+        assert_eq!(e.param, "zone_size");
+    }
+}
