@@ -107,6 +107,7 @@ fn bad_input_is_refused_with_a_message_and_no_panic() {
         (&["bench", "--dev", SMALL, "--policy", "zwp", "--zoned_qd1_writes", "1"], "contradicts"),
         (&["bench", "--dev", SMALL, "--rw", "sideways"], "sideways"),
         (&["corebench", "--bios", "0"], "at least 1"),
+        (&["corebench", "--shapes", "diagonal"], "unknown shape"),
     ];
     for (args, needle) in cases {
         let o = zblk(args);
@@ -122,6 +123,17 @@ fn corebench_reports_both_policies() {
     let o = zblk(&["corebench", "--bios", "20000", "--rounds", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert!(v["zwp_bios_per_s"].as_f64().unwrap() > 0.0);
-    assert!(v["passthrough_bios_per_s"].as_f64().unwrap() > 0.0);
+    let shapes = v["shapes"].as_array().unwrap();
+    let names: Vec<&str> = shapes.iter().map(|s| s["shape"].as_str().unwrap()).collect();
+    assert_eq!(names, ["uncontended", "queued", "append"]);
+    for s in shapes {
+        assert!(s["zwp_bios_per_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["passthrough_bios_per_s"].as_f64().unwrap() > 0.0, "{s}");
+        let ratio = s["plugging_over_passthrough"].as_f64().unwrap();
+        let rates = s["passthrough_bios_per_s"].as_f64().unwrap() / s["zwp_bios_per_s"].as_f64().unwrap();
+        assert!((ratio - rates).abs() < 1e-9 * rates, "{s}: the ratio is the rates' ratio");
+    }
+    // The queued shape queues: nearly every BIO waited in a plug; the uncontended one never.
+    assert!(shapes[1]["plugged"].as_u64().unwrap() >= 18_000, "{}", shapes[1]);
+    assert_eq!(shapes[0]["plugged"].as_u64().unwrap(), 0, "{}", shapes[0]);
 }

@@ -205,6 +205,16 @@ impl ReqId {
     pub fn unissued(raw: u64) -> ReqId {
         ReqId(raw)
     }
+
+    /// The id of slot `idx` in its `generation` (an engine's fragment table).
+    pub(crate) fn pack(generation: u32, idx: u32) -> ReqId {
+        ReqId((u64::from(generation) << 32) | u64::from(idx))
+    }
+
+    /// `(generation, slot)` of an id made by [`ReqId::pack`].
+    pub(crate) fn unpack(self) -> (u32, u32) {
+        ((self.0 >> 32) as u32, self.0 as u32)
+    }
 }
 
 /// What the core issues to a device: a BIO, or a piece of one.
@@ -243,6 +253,67 @@ pub struct Completion {
     /// On success, the sector where the BIO's data starts on the device: for a zone
     /// append the sector it was written at, otherwise the BIO's own sector.
     pub result: Result<Sector, Status>,
+}
+
+/// The accounting of a BIO cut into pieces (an engine's requests, the BIOs a stacked
+/// device submits to its members): it ends when its last piece ends, with the first
+/// error any piece met, or with its result sector.
+///
+/// One reference is held for the submission itself while the BIO is being cut, so
+/// that a piece ending early (refused at once) cannot end the BIO before every piece
+/// exists: the submitter calls [`BioAccount::end_piece`] once more when it is done
+/// cutting.
+#[derive(Debug)]
+pub(crate) struct BioAccount {
+    /// The submitter's token.
+    pub user_data: u64,
+    /// Pieces not ended yet, plus the submission's own reference.
+    remaining: u32,
+    /// The first error a piece met.
+    status: Option<Status>,
+    /// The BIO's sector, or for a zone append where the data landed.
+    result: Sector,
+}
+
+impl BioAccount {
+    /// A BIO at `sector`, holding the submission's reference.
+    pub fn new(user_data: u64, sector: Sector) -> BioAccount {
+        BioAccount { user_data, remaining: 1, status: None, result: sector }
+    }
+
+    /// One more piece is outstanding.
+    pub fn add_piece(&mut self) {
+        self.remaining += 1;
+    }
+
+    /// Pieces outstanding, the submission's reference included.
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// A zone append's data landed at `at`.
+    pub fn set_result(&mut self, at: Sector) {
+        self.result = at;
+    }
+
+    /// A piece (or the submission's reference) ended. Returns whether the BIO is done.
+    pub fn end_piece(&mut self, result: Result<(), Status>) -> bool {
+        if let Err(s) = result {
+            self.status.get_or_insert(s);
+        }
+        assert!(self.remaining > 0, "BIO {:#x} ended more pieces than it had", self.user_data);
+        self.remaining -= 1;
+        self.remaining == 0
+    }
+
+    /// The BIO's completion, once done.
+    pub fn completion(&self) -> Completion {
+        let result = match self.status {
+            Some(s) => Err(s),
+            None => Ok(self.result),
+        };
+        Completion { user_data: self.user_data, result }
+    }
 }
 
 /// Why an I/O failed: the kernel's `blk_status_t` values, with the causes a zoned

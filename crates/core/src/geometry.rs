@@ -354,7 +354,8 @@ impl Geometry {
     /// Writable sectors of zone `z`: its whole length for a conventional zone,
     /// `min(length, zone_capacity)` for a sequential one.
     pub fn zone_capacity(&self, z: ZoneNo) -> u64 {
-        if self.zone_is_conv(z) { self.zone_len(z) } else { self.zone_len(z).min(self.zone_cap_sectors) }
+        let len = self.zone_len(z);
+        if z.0 < self.nr_conv { len } else { len.min(self.zone_cap_sectors) }
     }
 
     /// Whether zone `z` is conventional.
@@ -376,8 +377,10 @@ impl Geometry {
     /// Whether a sector range `[sector, sector + nr_sectors)` is aligned to the
     /// logical block size.
     pub fn is_block_aligned(&self, sector: Sector, nr_sectors: u64) -> bool {
-        let lbs = u64::from(self.lbs_sectors());
-        sector.0 % lbs == 0 && nr_sectors % lbs == 0
+        // The logical block size is 512 or 4096 bytes (checked at construction): a
+        // mask, not a division, on the path of every BIO.
+        let mask = u64::from(self.lbs_sectors()) - 1;
+        (sector.0 | nr_sectors) & mask == 0
     }
 }
 

@@ -7,6 +7,7 @@
 //!   path that splits and remaps BIOs down to each disk's engine.
 //! - [`zone`]: the device side's zone state machine, which every emulated device
 //!   shares and which checks independently of the host's plugs.
+//! - [`corebench`]: the engine alone under a minimal driver, to measure what it costs.
 //! - [`geometry`], [`bio`], [`units`], [`params`], [`split`]: the vocabulary.
 //!
 //! Nothing here touches the operating system: the crate has no OS dependency, and
@@ -14,6 +15,7 @@
 //! `docs/ARCHITECTURE.md` explains the engine's call-order contract.
 
 pub mod bio;
+pub mod corebench;
 pub mod engine;
 pub mod geometry;
 pub mod params;

@@ -49,7 +49,8 @@ impl SplitLimits {
             max = max.min(to_boundary);
         }
         let lbs = u64::from(self.lbs_sectors);
-        max -= max % lbs;
+        // Logical blocks are 512 or 4096 bytes: a mask, not a division, on the hot path.
+        max = if lbs.is_power_of_two() { max & !(lbs - 1) } else { max - max % lbs };
         assert!(max > 0, "no room for a block at {sector} with {self:?}");
         max as u32
     }

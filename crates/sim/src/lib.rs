@@ -3,7 +3,6 @@
 //! runtime drives. Every run is a function of its configuration and seed.
 
 pub mod checker;
-pub mod corebench;
 pub mod driver;
 pub mod experiments;
 pub mod faults;

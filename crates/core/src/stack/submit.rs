@@ -26,7 +26,7 @@
 
 use super::device::{Dev, DevId, DevInfo, DevKind, Driver, StackBuilder};
 use super::trace::{TraceAction, TraceEvent};
-use crate::bio::{Bio, BioFlags, Completion, Op, ReqId, Request, Status};
+use crate::bio::{Bio, BioAccount, BioFlags, Completion, Op, ReqId, Request, Status};
 use crate::engine::{Action, Engine, validate_bio};
 use crate::units::{Sector, ZoneNo};
 use crate::zone::ZoneInfo;
@@ -130,15 +130,12 @@ pub struct StackStats {
     pub disk_errors: u64,
 }
 
-/// A submitted BIO, until every piece of it is done.
+/// A submitted BIO, until every piece of it is done: BIOs on the list or in a disk
+/// engine.
 #[derive(Debug)]
 struct TopBio {
-    user_data: u64,
+    acct: BioAccount,
     submitter: u32,
-    /// Pieces not ended: BIOs on the list or in a disk engine.
-    pending: u32,
-    status: Option<Status>,
-    result: Sector,
 }
 
 /// A BIO on the per-context list: a submitted BIO or a piece of one, addressed to
@@ -315,13 +312,7 @@ impl Stack {
             self.actions.push_back(StackAction::Complete(Completion { user_data: bio.user_data, result: Err(status) }));
             return;
         }
-        let top = self.tops.insert(TopBio {
-            user_data: bio.user_data,
-            submitter,
-            pending: 1,
-            status: None,
-            result: bio.sector,
-        });
+        let top = self.tops.insert(TopBio { acct: BioAccount::new(bio.user_data, bio.sector), submitter });
         self.list.push_back(Entry {
             dev,
             op: bio.op,
@@ -401,7 +392,7 @@ impl Stack {
         self.event(e.dev, TraceAction::Split { at: e.sector + u64::from(n) }, &e);
         let rest =
             Entry { sector: e.sector + u64::from(n), nr_sectors: e.nr_sectors - n, top_offset: e.top_offset + n, ..e };
-        self.tops[e.top].pending += 1;
+        self.tops[e.top].acct.add_piece();
         match self.cfg.split_order {
             SplitOrder::Head => self.list.push_front(rest),
             SplitOrder::Tail => self.list.push_back(rest),
@@ -450,7 +441,9 @@ impl Stack {
         if targets.is_empty() {
             return self.end_entry(e.top, Ok(()));
         }
-        self.tops[e.top].pending += targets.len() as u32 - 1;
+        for _ in 1..targets.len() {
+            self.tops[e.top].acct.add_piece();
+        }
         for (dev, sector) in targets {
             let c = Entry { dev, sector, ..e };
             if dev == e.dev {
@@ -482,7 +475,8 @@ impl Stack {
                 Action::Issue(req) => {
                     let p = &self.pieces[req.user_data as usize];
                     let top = &self.tops[p.top];
-                    let req = Request { user_data: top.user_data, bio_offset: p.top_offset + req.bio_offset, ..req };
+                    let req =
+                        Request { user_data: top.acct.user_data, bio_offset: p.top_offset + req.bio_offset, ..req };
                     self.stats.requests += 1;
                     if let Some(ev) = &mut self.events {
                         ev.push(TraceEvent::of_request(dev, TraceAction::Issue, &req, top.submitter));
@@ -505,25 +499,16 @@ impl Stack {
                     self.stats.unaligned += 1;
                 }
             }
-            Ok(at) if p.append => self.tops[p.top].result = Sector((at.0 as i64 + p.append_delta) as u64),
+            Ok(at) if p.append => self.tops[p.top].acct.set_result(Sector((at.0 as i64 + p.append_delta) as u64)),
             Ok(_) => {}
         }
         self.end_entry(p.top, result.map(|_| ()));
     }
 
     fn end_entry(&mut self, top: usize, result: Result<(), Status>) {
-        let t = &mut self.tops[top];
-        if let Err(s) = result {
-            t.status.get_or_insert(s);
-        }
-        t.pending -= 1;
-        if t.pending == 0 {
+        if self.tops[top].acct.end_piece(result) {
             let t = self.tops.remove(top);
-            let result = match t.status {
-                Some(s) => Err(s),
-                None => Ok(t.result),
-            };
-            self.actions.push_back(StackAction::Complete(Completion { user_data: t.user_data, result }));
+            self.actions.push_back(StackAction::Complete(t.acct.completion()));
         }
     }
 
@@ -601,7 +586,7 @@ impl Stack {
             per_top[p.top] += 1;
         }
         for (t, top) in self.tops.iter() {
-            assert_eq!(top.pending, per_top[t], "BIO {t}: pending count against pieces in the disks");
+            assert_eq!(top.acct.remaining(), per_top[t], "BIO {t}: pending count against pieces in the disks");
         }
         let mut in_disks = 0;
         for d in &self.devs {

@@ -14,29 +14,111 @@
 //! There is no host write pointer here: a write not at the write pointer reaches the
 //! device and fails there, as it did.
 
+use super::{IssuePolicy, Policy, UnpluggedDone};
+use crate::engine::bios::{FragId, FragState, Kind};
+use crate::engine::plugs::PlugId;
+use crate::engine::{EngineConfig, Queue};
+use crate::units::Sector;
 use rustc_hash::FxHashSet;
 use std::collections::{BTreeSet, VecDeque};
 
-/// The scheduler state. The engine owns the fragments; this holds indices.
+/// Zone write locking as an issue policy: every request with a sector range that no
+/// plug orders (all of them: this policy has no plugs) goes through the scheduler.
 #[derive(Debug)]
-pub(crate) struct ZwlSched {
+pub(crate) struct ZoneWriteLocking {
+    sched: ZwlSched<FragId>,
+}
+
+impl ZoneWriteLocking {
+    /// The scheduler's tags are `zwl_sched_tags`, or twice the device queue depth
+    /// (the kernel's default `nr_requests`).
+    pub fn new(cfg: &EngineConfig) -> ZoneWriteLocking {
+        let tags = if cfg.zwl_sched_tags == 0 { 2 * cfg.queue_depth } else { cfg.zwl_sched_tags };
+        ZoneWriteLocking { sched: ZwlSched::new(tags) }
+    }
+
+    /// The sequential zone a write at `sector` locks, if any.
+    fn locked_zone(q: &Queue, sector: Sector, write: bool) -> Option<u32> {
+        let z = q.geo.zone_no(sector);
+        (write && q.geo.is_zoned() && !q.geo.zone_is_conv(z)).then_some(z.0)
+    }
+
+    /// Dispatches from the scheduler while the device has tags.
+    fn pump(&mut self, q: &mut Queue) {
+        while q.has_tag() {
+            let zone_of = |sector: u64| Self::locked_zone(q, Sector(sector), true);
+            let len_of = |f: FragId| u64::from(q.frags[f].nr_sectors);
+            let Some(f) = self.sched.next(zone_of, len_of) else { break };
+            q.issue(f);
+        }
+    }
+}
+
+impl Policy for ZoneWriteLocking {
+    fn kind(&self) -> IssuePolicy {
+        IssuePolicy::Zwl
+    }
+
+    /// No operation is ever plugged; a plug left from the start-up zone report (a
+    /// partially written zone) only records its write pointer.
+    fn plug_changed(&mut self, _q: &mut Queue, _p: PlugId) {}
+
+    /// The request takes a scheduler tag (or waits for one) and waits to be
+    /// dispatched in elevator order.
+    fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
+        let frag = &mut q.frags[f];
+        frag.kind = Kind::Sched;
+        frag.state = FragState::Sched;
+        let (sector, write) = (frag.sector.0, frag.op.is_zone_write());
+        self.sched.admit(f, sector, write);
+        self.pump(q);
+    }
+
+    /// A request of the scheduler frees its tag and its zone's lock, and a request
+    /// waiting for a tag gets it; any completion frees a device tag for the scheduler.
+    fn unplugged_done(&mut self, q: &mut Queue, done: UnpluggedDone) {
+        if done.kind == Kind::Sched {
+            let locked = Self::locked_zone(q, done.sector, done.op.is_zone_write());
+            if let Some(w) = self.sched.done(locked) {
+                let (sector, write) = (q.frags[w].sector.0, q.frags[w].op.is_zone_write());
+                let admitted = self.sched.admit(w, sector, write);
+                assert!(admitted, "a freed tag must admit its waiter");
+            }
+        }
+        self.pump(q);
+    }
+
+    fn check(&self, q: &Queue) {
+        let out = q.frags.iter().filter(|(_, fr)| fr.kind == Kind::Sched && fr.state != FragState::Sched).count();
+        let held = q.frags.iter().filter(|(_, fr)| fr.state == FragState::Sched).count();
+        let (queued, waiting) = self.sched.queued();
+        assert_eq!(self.sched.tags_used() as usize, out + queued, "ZWL tags: in scheduler + dispatched");
+        assert_eq!(held, queued + waiting, "ZWL fragments lost");
+    }
+}
+
+/// The scheduler state, over requests named by `F`. The engine owns the requests;
+/// this holds their names.
+#[derive(Debug)]
+pub(crate) struct ZwlSched<F> {
     sched_tags: u32,
     tags_used: u32,
-    /// Fragments waiting for a scheduler tag, oldest first (submitters sleeping in
+    /// Requests waiting for a scheduler tag, oldest first (submitters sleeping in
     /// blk_mq_get_tag()).
-    tag_wait: VecDeque<usize>,
+    tag_wait: VecDeque<F>,
     /// Reads holding a tag, not dispatched, oldest first.
-    reads: VecDeque<usize>,
-    /// Writes holding a tag, not dispatched, by (sector, fragment).
-    writes: BTreeSet<(u64, usize)>,
+    reads: VecDeque<F>,
+    /// Writes holding a tag, not dispatched, by (sector, request).
+    writes: BTreeSet<(u64, F)>,
     /// Zones with a write on the device.
     locked: FxHashSet<u32>,
     /// Where the elevator is: the end of the last dispatched write.
     head: u64,
 }
 
-impl ZwlSched {
-    pub fn new(sched_tags: u32) -> ZwlSched {
+// `F::default()` must be the lowest name: writes are looked up by `(sector, F::default())..`.
+impl<F: Copy + Ord + Default> ZwlSched<F> {
+    pub fn new(sched_tags: u32) -> ZwlSched<F> {
         assert!(sched_tags > 0, "zone write locking needs scheduler tags");
         ZwlSched {
             sched_tags,
@@ -51,7 +133,7 @@ impl ZwlSched {
 
     /// A fragment enters: it takes a tag and waits in the scheduler, or waits for a
     /// tag. Returns false if it has to wait for a tag.
-    pub fn admit(&mut self, f: usize, sector: u64, write: bool) -> bool {
+    pub fn admit(&mut self, f: F, sector: u64, write: bool) -> bool {
         if self.tags_used >= self.sched_tags {
             self.tag_wait.push_back(f);
             return false;
@@ -69,14 +151,14 @@ impl ZwlSched {
     /// after the elevator head (wrapping once) whose zone is not locked. `zone_of`
     /// gives a write's sequential zone (None for a conventional zone, never locked).
     /// The chosen write's zone is locked.
-    pub fn next(&mut self, zone_of: impl Fn(u64) -> Option<u32>, len_of: impl Fn(usize) -> u64) -> Option<usize> {
+    pub fn next(&mut self, zone_of: impl Fn(u64) -> Option<u32>, len_of: impl Fn(F) -> u64) -> Option<F> {
         if let Some(f) = self.reads.pop_front() {
             return Some(f);
         }
         let pick = self
             .writes
-            .range((self.head, 0)..)
-            .chain(self.writes.range(..(self.head, 0)))
+            .range((self.head, F::default())..)
+            .chain(self.writes.range(..(self.head, F::default())))
             .find(|(sector, _)| zone_of(*sector).is_none_or(|z| !self.locked.contains(&z)))
             .copied();
         let (sector, f) = pick?;
@@ -91,7 +173,7 @@ impl ZwlSched {
     /// A fragment of the scheduler completed: its tag is free and its zone (if it was
     /// a sequential zone write) unlocked. Returns the fragment that gets the tag, if
     /// one was waiting: the caller admits it.
-    pub fn done(&mut self, locked_zone: Option<u32>) -> Option<usize> {
+    pub fn done(&mut self, locked_zone: Option<u32>) -> Option<F> {
         if let Some(z) = locked_zone {
             assert!(self.locked.remove(&z), "zone {z} was not locked");
         }

@@ -1,0 +1,146 @@
+//! The device side of the queue: tags, issuing requests, and completions coming back
+//! (the kernel's blk-mq dispatch and `blk_mq_end_request()`).
+//!
+//! The device accepts `queue_depth` requests at once; a released request beyond that
+//! waits for a tag in FIFO order. A completion frees the tag, ends the fragment (and
+//! its BIO with its last fragment), then tells whoever ordered the request: its plug,
+//! the RESET_ALL barrier, or the issue policy.
+
+use super::bios::{BioId, FragId, FragState, Kind};
+use super::policy::Policy;
+use super::policy::UnpluggedDone;
+use super::{Action, Engine, Queue};
+use crate::bio::{Completion, ReqId, Request, Status};
+use crate::units::Sector;
+use std::collections::VecDeque;
+
+/// The device's tags.
+#[derive(Debug, Default)]
+pub(crate) struct Tags {
+    /// Requests on the device.
+    pub inflight: u32,
+    /// Requests waiting for a tag, oldest first.
+    pub wait: VecDeque<FragId>,
+}
+
+impl Queue {
+    /// Whether the device has a free tag.
+    pub(crate) fn has_tag(&self) -> bool {
+        self.tags.inflight < self.cfg.queue_depth
+    }
+
+    /// Sends fragment `f` to the device, or to the tag wait list.
+    pub(crate) fn dispatch(&mut self, f: FragId) {
+        if self.has_tag() {
+            self.issue(f);
+        } else {
+            self.frags[f].state = FragState::WaitTag;
+            self.tags.wait.push_back(f);
+        }
+    }
+
+    /// Issues fragment `f` to the device: it takes a tag.
+    pub(crate) fn issue(&mut self, f: FragId) {
+        let id = self.frags.req_id(f);
+        let frag = &mut self.frags[f];
+        frag.state = FragState::InFlight;
+        self.tags.inflight += 1;
+        self.stats.requests += 1;
+        let user_data = self.bios.user_data(frag.bio);
+        self.actions.push_back(Action::Issue(Request {
+            id,
+            op: frag.op,
+            sector: frag.sector,
+            nr_sectors: frag.nr_sectors,
+            flags: frag.flags,
+            user_data,
+            bio_offset: frag.bio_offset,
+        }));
+    }
+
+    /// Ends fragment `f` with `result` (for a zone append, where the data landed);
+    /// its BIO completes with its last fragment.
+    pub(crate) fn end_frag(&mut self, f: FragId, result: Result<Sector, Status>) {
+        let frag = self.frags.remove(f);
+        // Native append: where the device put the data. Emulated append: the sector
+        // of the write it became.
+        let at = match result {
+            Ok(sector) if frag.append => Some(sector),
+            _ => None,
+        };
+        if let Some(c) = self.bios.put(frag.bio, result.map(|_| ()), at) {
+            self.actions.push_back(Action::Complete(c));
+        }
+    }
+
+    /// Drops the submission's own reference on BIO `b` (it is fully split).
+    pub(crate) fn put_bio(&mut self, b: BioId) {
+        if let Some(c) = self.bios.put(b, Ok(()), None) {
+            self.actions.push_back(Action::Complete(c));
+        }
+    }
+
+    /// Completes a BIO that never entered the engine (refused, or too many BIOs).
+    pub(crate) fn complete_bio_now(&mut self, user_data: u64, result: Result<Sector, Status>) {
+        self.actions.push_back(Action::Complete(Completion { user_data, result }));
+    }
+}
+
+/// What a completed request was, for whoever ordered it.
+struct Finished {
+    kind: Kind,
+    op: crate::bio::Op,
+    plug: Option<super::plugs::PlugId>,
+    sector: Sector,
+}
+
+impl Engine {
+    /// The device finished request `id`: `Ok(sector)` with the sector it was executed
+    /// at (for a native zone append, where the data landed), or the error status.
+    ///
+    /// Panics on an id that is not on the device: that is a driver bug.
+    pub fn complete(&mut self, id: ReqId, result: Result<Sector, Status>) {
+        let done = self.q.request_done(id, result);
+        let failed = result.is_err();
+        match done.kind {
+            Kind::ZoneWrite | Kind::WpOp => {
+                let p = done.plug.expect("plugged operation without plug");
+                if self.q.zone_op_done(p, done.kind, done.op, failed) {
+                    self.abort_queued_writes(p, Status::Aborted);
+                }
+                self.after_plug_change(p);
+            }
+            Kind::NativeAppend => {
+                let p = done.plug.expect("native append without plug");
+                self.q.append_done(p);
+                self.after_plug_change(p);
+            }
+            Kind::ResetAll => self.reset_all_done(failed),
+            Kind::Free | Kind::Sched => {
+                let d = UnpluggedDone { kind: done.kind, op: done.op, sector: done.sector };
+                self.policy.unplugged_done(&mut self.q, d);
+            }
+        }
+        if self.q.freeze.is_some() {
+            self.maybe_unfreeze();
+        }
+    }
+}
+
+impl Queue {
+    /// Takes request `id` off the device, ends its fragment and hands the freed tag
+    /// to the oldest waiting request.
+    fn request_done(&mut self, id: ReqId, result: Result<Sector, Status>) -> Finished {
+        let f = self.frags.lookup(id).unwrap_or_else(|| panic!("completion of unknown request {id:?}"));
+        let frag = &self.frags[f];
+        assert_eq!(frag.state, FragState::InFlight, "completion of request {id:?} not in flight");
+        let done = Finished { kind: frag.kind, op: frag.op, plug: frag.plug, sector: frag.sector };
+        self.tags.inflight -= 1;
+        self.end_frag(f, result);
+        while self.has_tag() {
+            let Some(next) = self.tags.wait.pop_front() else { break };
+            self.issue(next);
+        }
+        done
+    }
+}

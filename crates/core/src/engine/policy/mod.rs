@@ -1,0 +1,230 @@
+//! Issue policies: how operations leave zone write plugs (or, without plugs, how
+//! requests reach the device).
+//!
+//! The engine ([`super::Queue`]) keeps BIOs, plugs, write pointers, tags and
+//! recovery; a policy only decides *when* what is plugged goes out, and owns the
+//! state that decision needs (the single issuer's list, the plug in service, the
+//! batching issuer's anticipation, zone write locking's scheduler). The engine calls
+//! it at fixed points, the way a QUIC connection consults its congestion controller:
+//!
+//! | hook | when |
+//! |---|---|
+//! | [`Policy::plug_changed`] | an operation joined plug `p`, or one of its operations completed, or its write pointer was re-synchronised |
+//! | [`Policy::plug_drained`] | plug `p` may have nothing left (after the above, or after its queued writes were aborted) |
+//! | [`Policy::kick`] | something finished or changed: issue what is now possible |
+//! | [`Policy::anticipation_expired`] | an [`super::Action::Anticipate`] the policy asked for is over |
+//! | [`Policy::submit_unplugged`] / [`Policy::unplugged_done`] | a request no plug orders enters / completes |
+//! | [`Policy::check`] | the checker verifies the policy's invariants |
+//!
+//! Adding a policy: a new file here with a type implementing [`Policy`], its name in
+//! [`IssuePolicy`], a variant of [`AnyPolicy`] (and its line in `each_policy!`), and
+//! one line in [`build`] (`docs/ARCHITECTURE.md` has a worked example).
+
+mod batch;
+mod issuer;
+mod passthrough;
+mod qd1;
+mod zwl;
+mod zwp;
+
+use super::bios::{FragId, Kind};
+use super::plugs::PlugId;
+use super::{EngineConfig, Queue};
+use crate::bio::Op;
+use crate::units::Sector;
+use std::fmt;
+
+/// How zone writes are released from their plugs to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IssuePolicy {
+    /// Per-zone plugging (`zwp`): at most one write in flight per sequential zone,
+    /// zones independent of each other. The kernel's default since 6.10.
+    Zwp,
+    /// Single issuer (`qd1`, the kernel's `zoned_qd1_writes=1`): one write of the
+    /// whole device in flight; plugs with pending writes wait on a FIFO list and the
+    /// issuer drains the head plug completely before moving to the next.
+    Qd1,
+    /// zblk's single issuer (`batch`): as `qd1`, but the next plug to drain is the one
+    /// with the most data waiting (the largest batch per zone visit, so the fewest
+    /// head switches per byte); among equals, the nearest zone ahead of the last one
+    /// drained (a C-SCAN sweep, so the switches that remain are short seeks). A plug
+    /// passed over `batch_max_bypass` times goes first: the bound keeps a shallow
+    /// plug's writes from waiting behind more than that many other plugs' drains.
+    Batch,
+    /// Legacy zone write locking (`zwl`): no plugs; a request-level zone lock inside
+    /// an mq-deadline-like scheduler with a limited number of tags. See `zwl.rs`.
+    Zwl,
+    /// No plugging at all: writes go to the device as submitted, with no write
+    /// pointer check and no zone append emulation. Only for measuring what plugging
+    /// costs, and for showing what goes wrong without it.
+    Passthrough,
+}
+
+impl IssuePolicy {
+    /// Every policy.
+    pub const ALL: [IssuePolicy; 5] =
+        [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl, IssuePolicy::Passthrough];
+
+    /// The short name used on the command line and in JSON (`zwp`, `qd1`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            IssuePolicy::Zwp => "zwp",
+            IssuePolicy::Qd1 => "qd1",
+            IssuePolicy::Batch => "batch",
+            IssuePolicy::Zwl => "zwl",
+            IssuePolicy::Passthrough => "passthrough",
+        }
+    }
+
+    /// Parses a policy name.
+    pub fn parse(name: &str) -> Option<IssuePolicy> {
+        IssuePolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether zone writes go through zone write plugs.
+    pub fn plugs(self) -> bool {
+        matches!(self, IssuePolicy::Zwp | IssuePolicy::Qd1 | IssuePolicy::Batch)
+    }
+
+    /// Whether one context issues every zone write of the device.
+    pub fn single_issuer(self) -> bool {
+        matches!(self, IssuePolicy::Qd1 | IssuePolicy::Batch)
+    }
+}
+
+/// The policy's implementation for `cfg.policy`.
+pub(crate) fn build(cfg: &EngineConfig) -> AnyPolicy {
+    match cfg.policy {
+        IssuePolicy::Zwp => AnyPolicy::Zwp(zwp::Zwp),
+        IssuePolicy::Qd1 => AnyPolicy::Qd1(issuer::SingleIssuer::new(qd1::Fifo)),
+        IssuePolicy::Batch => AnyPolicy::Batch(issuer::SingleIssuer::new(batch::Batching::new(cfg))),
+        IssuePolicy::Zwl => AnyPolicy::Zwl(zwl::ZoneWriteLocking::new(cfg)),
+        IssuePolicy::Passthrough => AnyPolicy::Passthrough(passthrough::Passthrough),
+    }
+}
+
+/// Every policy, as one type the engine holds: a `match` per hook instead of a
+/// virtual call, so that the hooks a policy does not use (most of them, for
+/// per-zone plugging) cost nothing on the hot path.
+#[derive(Debug)]
+pub(crate) enum AnyPolicy {
+    Zwp(zwp::Zwp),
+    Qd1(issuer::SingleIssuer<qd1::Fifo>),
+    Batch(issuer::SingleIssuer<batch::Batching>),
+    Zwl(zwl::ZoneWriteLocking),
+    Passthrough(passthrough::Passthrough),
+}
+
+/// Calls `$body` with `$p` bound to the policy inside `$any`.
+macro_rules! each_policy {
+    ($any:expr, $p:ident => $body:expr) => {
+        match $any {
+            AnyPolicy::Zwp($p) => $body,
+            AnyPolicy::Qd1($p) => $body,
+            AnyPolicy::Batch($p) => $body,
+            AnyPolicy::Zwl($p) => $body,
+            AnyPolicy::Passthrough($p) => $body,
+        }
+    };
+}
+
+impl Policy for AnyPolicy {
+    fn kind(&self) -> IssuePolicy {
+        each_policy!(self, p => p.kind())
+    }
+    #[inline]
+    fn plug_changed(&mut self, q: &mut Queue, plug: PlugId) {
+        each_policy!(self, p => p.plug_changed(q, plug))
+    }
+    #[inline]
+    fn releases_idle_plugs(&self) -> bool {
+        each_policy!(self, p => p.releases_idle_plugs())
+    }
+    #[inline]
+    fn plug_drained(&mut self, q: &mut Queue, plug: PlugId) {
+        each_policy!(self, p => p.plug_drained(q, plug))
+    }
+    #[inline]
+    fn kick(&mut self, q: &mut Queue) {
+        each_policy!(self, p => p.kick(q))
+    }
+    fn anticipation_expired(&mut self, q: &mut Queue, token: u64) -> bool {
+        each_policy!(self, p => p.anticipation_expired(q, token))
+    }
+    #[inline]
+    fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
+        each_policy!(self, p => p.submit_unplugged(q, f))
+    }
+    #[inline]
+    fn unplugged_done(&mut self, q: &mut Queue, done: UnpluggedDone) {
+        each_policy!(self, p => p.unplugged_done(q, done))
+    }
+    fn is_idle(&self) -> bool {
+        each_policy!(self, p => p.is_idle())
+    }
+    fn check(&self, q: &Queue) {
+        each_policy!(self, p => p.check(q))
+    }
+}
+
+/// A request that no plug ordered, as it completes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UnpluggedDone {
+    /// [`Kind::Free`], or [`Kind::Sched`] if the policy's scheduler dispatched it.
+    pub kind: Kind,
+    /// Its operation.
+    pub op: Op,
+    /// Its sector.
+    pub sector: Sector,
+}
+
+/// An issue policy: see the module documentation for when each hook runs. Every hook
+/// gets the engine's [`Queue`], whose operations (releasing a plug's front,
+/// dispatching, releasing an idle plug) are the policy's only way to act.
+pub(crate) trait Policy: fmt::Debug + Send {
+    /// Which policy this is.
+    fn kind(&self) -> IssuePolicy;
+
+    /// Plug `p` changed: release what it can release now, or note that it has work.
+    /// Never frees the plug.
+    fn plug_changed(&mut self, q: &mut Queue, p: PlugId);
+
+    /// Whether the policy releases the front of an idle plug as soon as it gets it
+    /// (per-zone plugging): the engine then issues a write to an idle, empty plug
+    /// without queueing it. A policy that returns true must behave, for such a
+    /// write, exactly as if it had been queued and `plug_changed` had drained it.
+    fn releases_idle_plugs(&self) -> bool {
+        false
+    }
+
+    /// Plug `p` may be drained (nothing queued, nothing out): forget it if so.
+    fn plug_drained(&mut self, _q: &mut Queue, _p: PlugId) {}
+
+    /// Issue what can be issued now (the single issuer's turn).
+    fn kick(&mut self, _q: &mut Queue) {}
+
+    /// The time asked for by the anticipation `token` has passed. Returns whether the
+    /// policy was still waiting for it (the engine then kicks the policy).
+    fn anticipation_expired(&mut self, _q: &mut Queue, _token: u64) -> bool {
+        false
+    }
+
+    /// A fragment no plug orders enters: dispatch it (the default), or keep it in
+    /// the policy's own scheduler.
+    fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
+        q.dispatch(f);
+    }
+
+    /// A request no plug ordered completed; its tag is free again.
+    fn unplugged_done(&mut self, _q: &mut Queue, _done: UnpluggedDone) {}
+
+    /// Whether the policy holds nothing (checked before a policy switch).
+    fn is_idle(&self) -> bool {
+        true
+    }
+
+    /// Checks the policy's invariants against the engine's state; panics on a
+    /// violation.
+    fn check(&self, q: &Queue);
+}

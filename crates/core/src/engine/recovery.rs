@@ -1,0 +1,119 @@
+//! Write pointer recovery and zone reports.
+//!
+//! A failed write leaves its plug's `wp_offset` unknown (`need_wp_update`) and the
+//! writes queued behind it aborted. With [`WpRecovery::Report`] the engine asks its
+//! driver for a zone report ([`Action::ReportZone`]) as soon as nothing of the zone
+//! is on the device, and releases the held writes once the answer re-synchronises
+//! `wp_offset`. With [`WpRecovery::Kernel`], as Linux, writes fail with
+//! [`Status::NeedWpUpdate`] until the user reports the zone. Either way a report is
+//! trusted only when it cannot be older than what the host sent the zone.
+
+use super::plugs::{CondCache, PlugId};
+use super::{Action, Engine, Queue, WpRecovery};
+use crate::bio::Status;
+use crate::units::ZoneNo;
+use crate::zone::{ZoneCond, ZoneInfo, ZoneType};
+
+impl Queue {
+    /// With report recovery, asks for a zone report when a write waits for an unknown
+    /// write pointer. Never while anything of the zone is on the device: the answer
+    /// could predate it.
+    pub(crate) fn maybe_request_report(&mut self, p: PlugId) {
+        let plug = &self.plugs[p];
+        if !plug.need_wp_update {
+            return; // the common case, on every plug change
+        }
+        let front_is_write = plug.queue.front().is_some_and(|&f| self.frags[f].kind == super::bios::Kind::ZoneWrite);
+        let wanted = self.cfg.wp_recovery == WpRecovery::Report
+            && !plug.report_pending
+            && front_is_write
+            && self.wp_reportable(p);
+        if wanted {
+            let plug = &mut self.plugs[p];
+            plug.report_pending = true;
+            self.stats.reports += 1;
+            self.actions.push_back(Action::ReportZone(plug.zone));
+        }
+    }
+
+    /// A report of zone `z`, which has no plug: learn its condition if the host does
+    /// not know it, and never over what the host knows.
+    fn learn_unplugged(&mut self, z: ZoneNo, info: &ZoneInfo) {
+        let known = self.cond[z.idx()];
+        match info.cond {
+            ZoneCond::ReadOnly => self.cond[z.idx()] = CondCache::ReadOnly,
+            ZoneCond::Offline => self.cond[z.idx()] = CondCache::Offline,
+            _ if known != CondCache::Unknown || self.barrier.out => {}
+            _ => {
+                let wp_offset = info.wp_offset().expect("writable zone has a write pointer");
+                let cap = self.geo.zone_capacity(z);
+                self.cond[z.idx()] = match wp_offset {
+                    0 => CondCache::Empty,
+                    o if o >= cap => CondCache::Full,
+                    o => {
+                        self.plugs.insert(z, o);
+                        CondCache::Empty // the plug describes the zone
+                    }
+                };
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// What the device says zone `info` looks like (an answer to
+    /// [`Action::ReportZone`], or any zone report the user made). A plug waiting for
+    /// its write pointer takes it from here and releases its held writes; a zone the
+    /// host knows nothing of is learnt. A report is ignored where it may be older
+    /// than an operation on the device, and never overrides what the host knows.
+    pub fn zone_report(&mut self, info: &ZoneInfo) {
+        let q = &mut self.q;
+        if !q.geo.is_zoned() || info.ztype == ZoneType::Conventional {
+            return;
+        }
+        let z = q.geo.zone_no(info.start);
+        let Some(p) = q.plugs.get(z) else {
+            q.learn_unplugged(z, info);
+            return;
+        };
+        q.plugs[p].report_pending = false;
+        let trusted = q.plugs[p].need_wp_update && q.wp_reportable(p);
+        if trusted {
+            match info.wp_offset() {
+                Some(wp_offset) => {
+                    let cap = q.geo.zone_capacity(z);
+                    let plug = &mut q.plugs[p];
+                    plug.wp_offset = wp_offset.min(cap);
+                    plug.need_wp_update = false;
+                }
+                None => {
+                    // READONLY or OFFLINE: nothing will ever be written there.
+                    let (status, c) = if info.cond == ZoneCond::Offline {
+                        (Status::ZoneOffline, CondCache::Offline)
+                    } else {
+                        (Status::ZoneReadOnly, CondCache::ReadOnly)
+                    };
+                    self.abort_queued_writes(p, status);
+                    self.q.cond[z.idx()] = c;
+                    if !self.q.plugs[p].in_use() {
+                        self.q.plugs.remove(p);
+                        return;
+                    }
+                }
+            }
+        }
+        self.after_plug_change(p);
+    }
+
+    /// The driver could not report zone `z`: writes held for its write pointer fail
+    /// with `status`; the write pointer stays unknown.
+    pub fn zone_report_failed(&mut self, z: ZoneNo, status: Status) {
+        if let Some(p) = self.q.plugs.get(z) {
+            self.q.plugs[p].report_pending = false;
+            if self.q.plugs[p].need_wp_update {
+                self.abort_queued_writes(p, status);
+            }
+            self.after_plug_change(p);
+        }
+    }
+}

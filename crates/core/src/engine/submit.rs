@@ -1,0 +1,233 @@
+//! Submission: a BIO is validated, split, and each piece goes where it must wait.
+//!
+//! validate (`submit_bio_noacct()`, `blk_check_zone_append()`) → split at
+//! `max_sectors` and zone boundaries (`bio_split_to_limits()`; appends are never
+//! split) → a write, WRITE_ZEROES or emulated append to a sequential zone joins its
+//! zone's plug; a reset or finish too (ordered with the writes); a native append
+//! joins the plug to keep its place; RESET_ALL becomes a barrier; everything else is
+//! handed to the issue policy, which dispatches it (or schedules it, under zone write
+//! locking).
+
+use super::bios::{BioId, FragId, Kind};
+use super::plugs::{Front, PlugId};
+use super::policy::Policy;
+use super::{Engine, Queue};
+use crate::bio::{Bio, BioFlags, Op, Status};
+use crate::geometry::Geometry;
+
+impl Engine {
+    /// Submits a BIO. Its completion arrives as an [`super::Action::Complete`], never
+    /// synchronously, even when it is refused at once.
+    pub fn submit(&mut self, bio: Bio) {
+        let q = &mut self.q;
+        if q.freeze.is_some() {
+            // The queue is frozen for an attribute change: hold new BIOs until it is
+            // drained and switched, as blk_queue_enter() waits.
+            if q.bios.len() + q.frozen.len() >= q.cfg.max_bios as usize {
+                q.stats.bios += 1;
+                q.complete_bio_now(bio.user_data, Err(Status::Again));
+            } else {
+                q.frozen.push_back(bio);
+            }
+            return;
+        }
+        q.stats.bios += 1;
+        if q.bios.len() >= q.cfg.max_bios as usize {
+            q.complete_bio_now(bio.user_data, Err(Status::Again));
+            return;
+        }
+        if let Err(status) = validate_bio(&q.geo, &bio) {
+            q.stats.invalid += 1;
+            q.complete_bio_now(bio.user_data, Err(status));
+            return;
+        }
+        let b = q.bios.insert(bio.user_data, bio.sector);
+        let plugs = q.cfg.policy.plugs();
+        match bio.op {
+            Op::ZoneReset | Op::ZoneFinish if plugs => {
+                let f = self.q.new_frag(b, &bio, 0, 0, Kind::WpOp);
+                self.submit_wp_op(f);
+            }
+            Op::ZoneResetAll if plugs => {
+                let f = self.q.new_frag(b, &bio, 0, 0, Kind::ResetAll);
+                self.submit_reset_all(f);
+            }
+            Op::ZoneAppend => self.submit_append(b, &bio),
+            op if op.has_range() => self.submit_ranged(b, &bio),
+            _ => {
+                let f = self.q.new_frag(b, &bio, 0, 0, Kind::Free);
+                self.q.dispatch(f);
+            }
+        }
+        self.q.put_bio(b);
+    }
+
+    /// Checks a BIO against the geometry, as `submit_bio_noacct()` and
+    /// `blk_check_zone_append()` do. Every failure is [`Status::Invalid`] except
+    /// zone operations on a regular device ([`Status::NotSupported`]).
+    pub fn validate(&self, bio: &Bio) -> Result<(), Status> {
+        validate_bio(&self.q.geo, bio)
+    }
+
+    /// READ, WRITE, WRITE_ZEROES, DISCARD: split at `max_sectors` (WRITE_ZEROES at its
+    /// own limit) and zone boundaries; sequential zone writes go through their plug,
+    /// everything else to the policy.
+    fn submit_ranged(&mut self, b: BioId, bio: &Bio) {
+        let q = &mut self.q;
+        let plugged = bio.op.is_zone_write() && q.geo.is_zoned() && q.cfg.policy.plugs();
+        let limits = if bio.op == Op::WriteZeroes { q.wz_limits } else { q.limits };
+        if !limits.needs_split(bio.sector, bio.nr_sectors) {
+            return self.submit_piece(b, bio, 0, bio.nr_sectors, plugged);
+        }
+        q.stats.splits += 1;
+        for (off, n) in limits.pieces(bio.sector, bio.nr_sectors) {
+            self.submit_piece(b, bio, off, n, plugged);
+        }
+    }
+
+    /// One piece of a ranged BIO: to its zone's plug, or to the policy.
+    fn submit_piece(&mut self, b: BioId, bio: &Bio, off: u32, n: u32, plugged: bool) {
+        let sector = bio.sector + u64::from(off);
+        if plugged && !self.q.geo.zone_is_conv(self.q.geo.zone_no(sector)) {
+            let f = self.q.new_frag(b, bio, off, n, Kind::ZoneWrite);
+            self.plug_write(f);
+        } else {
+            let f = self.q.new_frag(b, bio, off, n, Kind::Free);
+            self.policy.submit_unplugged(&mut self.q, f);
+        }
+    }
+
+    /// ZONE_APPEND: emulated with a plugged write, or native.
+    fn submit_append(&mut self, b: BioId, bio: &Bio) {
+        let passthrough = !self.q.cfg.policy.plugs();
+        if self.q.geo.emulates_zone_append() {
+            let f = self.q.new_frag(b, bio, 0, bio.nr_sectors, Kind::ZoneWrite);
+            if passthrough {
+                // Without a plug there is no write pointer to emulate the append at.
+                self.q.end_frag(f, Err(Status::NotSupported));
+                return;
+            }
+            self.q.stats.emulated_appends += 1;
+            self.plug_write(f);
+            return;
+        }
+        if passthrough {
+            let f = self.q.new_frag(b, bio, 0, bio.nr_sectors, Kind::Free);
+            self.q.dispatch(f);
+            return;
+        }
+        let f = self.q.new_frag(b, bio, 0, bio.nr_sectors, Kind::NativeAppend);
+        let z = self.q.geo.zone_no(bio.sector);
+        let p = match self.q.plug_of(z) {
+            Ok(p) => p,
+            Err(status) => return self.q.refuse(f, status),
+        };
+        // The write pointer will move where the host cannot follow. Writes waiting in
+        // the plug cannot be ordered against the appends and are aborted, as the
+        // kernel does ("Invalid mix of zone append and regular writes").
+        self.abort_queued_writes(p, Status::Aborted);
+        self.enqueue(p, f);
+    }
+
+    /// RESET and FINISH are ordered in their zone's plug. Writes still waiting in the
+    /// plug raced with the operation and are aborted, as the kernel's
+    /// `blk_zone_wplug_handle_reset_or_finish()` does.
+    fn submit_wp_op(&mut self, f: FragId) {
+        let z = self.q.geo.zone_no(self.q.frags[f].sector);
+        let p = match self.q.plug_of(z) {
+            Ok(p) => p,
+            Err(_) => {
+                // A READONLY or OFFLINE zone: the device gives the answer.
+                self.q.frags[f].kind = Kind::Free;
+                return self.q.dispatch(f);
+            }
+        };
+        self.abort_queued_writes(p, Status::Aborted);
+        self.enqueue(p, f);
+    }
+
+    /// A sequential zone write (or emulated append) enters its zone's plug.
+    fn plug_write(&mut self, f: FragId) {
+        let z = self.q.geo.zone_no(self.q.frags[f].sector);
+        let p = match self.q.plug_of(z) {
+            Ok(p) => p,
+            Err(status) => return self.q.refuse(f, status),
+        };
+        let plug = &self.q.plugs[p];
+        if plug.busy || !plug.queue.is_empty() {
+            self.q.stats.plugged += 1;
+        } else if self.policy.releases_idle_plugs() && self.q.front(p, f) == Front::Go {
+            // The plug is idle and the policy would release it at once: prepare and
+            // issue without queueing, as the kernel does for a write to a zone whose
+            // plug is not plugged. What `after_plug_change` would do next has nothing
+            // to do, except drop the plug of a write refused on an EMPTY or FULL zone.
+            self.q.frags[f].plug = Some(p);
+            self.q.release(p, f);
+            self.q.maybe_release(p);
+            return;
+        }
+        self.enqueue(p, f);
+    }
+
+    /// Puts `f` at the tail of plug `p` and lets the policy at it.
+    fn enqueue(&mut self, p: PlugId, f: FragId) {
+        self.q.enqueue(p, f);
+        self.after_plug_change(p);
+    }
+}
+
+impl Queue {
+    /// A fragment of BIO `b`: `nr_sectors` at `bio_offset` sectors into it.
+    fn new_frag(&mut self, b: BioId, bio: &Bio, bio_offset: u32, nr_sectors: u32, kind: Kind) -> FragId {
+        self.bios.get(b);
+        let mut flags = bio.flags;
+        if bio.op == Op::WriteZeroes && self.wzeroes_unmap_sectors == 0 {
+            // Unmap is disabled (or the device cannot): the device must write zeroes.
+            flags = flags | BioFlags::NOUNMAP;
+        }
+        let sector = bio.sector + u64::from(bio_offset);
+        self.frags.insert(b, bio.op, kind, sector, nr_sectors, bio_offset, flags)
+    }
+}
+
+/// Checks a BIO against a device geometry, as `submit_bio_noacct()` and
+/// `blk_check_zone_append()` do: what [`Engine::validate`] checks, for callers that
+/// submit to a device without an engine of its own (a stacked, bio-based device).
+pub fn validate_bio(geo: &Geometry, bio: &Bio) -> Result<(), Status> {
+    if bio.op == Op::Flush {
+        return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
+    }
+    if bio.op.is_zone_mgmt() || bio.op == Op::ZoneAppend {
+        if !geo.is_zoned() {
+            return Err(Status::NotSupported);
+        }
+        if bio.op == Op::ZoneResetAll {
+            return Ok(());
+        }
+        if !geo.is_zone_start(bio.sector) || geo.zone_is_conv(geo.zone_no(bio.sector)) {
+            return Err(Status::Invalid);
+        }
+    }
+    if bio.op.is_zone_mgmt() {
+        return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
+    }
+    let n = u64::from(bio.nr_sectors);
+    let in_range = bio.sector.0.checked_add(n).is_some_and(|end| end <= geo.nr_sectors());
+    if n == 0 || !in_range || !geo.is_block_aligned(bio.sector, n) {
+        return Err(Status::Invalid);
+    }
+    if bio.op == Op::ZoneAppend {
+        let z = geo.zone_no(bio.sector);
+        if bio.nr_sectors > geo.append_limit_sectors() || n > geo.zone_capacity(z) {
+            return Err(Status::Invalid);
+        }
+    }
+    if bio.op == Op::Discard && geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(bio.end() - 1)) {
+        return Err(Status::Invalid);
+    }
+    if bio.op == Op::WriteZeroes && geo.max_write_zeroes_sectors() == 0 {
+        // As submit_bio_noacct(): the caller falls back to writing zero buffers.
+        return Err(Status::NotSupported);
+    }
+    Ok(())
+}
