@@ -563,13 +563,33 @@ impl ZoneSet {
         }
     }
 
-    /// Invariant: the counters match the zone conditions and the limits hold.
-    fn assert_counts(&self) {
-        if cfg!(debug_assertions) {
-            assert_eq!(self.nr_imp_open, self.count(ZoneCond::ImpOpen));
-            assert_eq!(self.nr_exp_open, self.count(ZoneCond::ExpOpen));
-            assert_eq!(self.nr_closed, self.count(ZoneCond::Closed));
+    /// Checks every invariant of the zone set and panics on a violation: the resource
+    /// counters match the zone conditions (a recount, O(zones)), the limits hold, and
+    /// every zone's write pointer agrees with its condition. Checkers call it after
+    /// every step; it runs in release builds as in debug ones.
+    pub fn check_invariants(&self) {
+        assert_eq!(self.nr_imp_open, self.count(ZoneCond::ImpOpen), "implicitly open zones miscounted");
+        assert_eq!(self.nr_exp_open, self.count(ZoneCond::ExpOpen), "explicitly open zones miscounted");
+        assert_eq!(self.nr_closed, self.count(ZoneCond::Closed), "closed zones miscounted");
+        self.assert_counts();
+        for (z, info) in self.zones.iter().enumerate() {
+            let cap = info.capacity;
+            match (info.ztype, info.cond, info.wp_offset()) {
+                (ZoneType::Conventional, ZoneCond::NotWp, _) => {}
+                (ZoneType::Conventional, c, _) => panic!("conventional zone {z} is {c}"),
+                (_, ZoneCond::NotWp, _) => panic!("sequential zone {z} is NOT_WP"),
+                (_, ZoneCond::Empty, _) if info.wp == info.start => {}
+                (_, ZoneCond::Full, _) | (_, ZoneCond::ReadOnly | ZoneCond::Offline, None) => {}
+                (_, ZoneCond::ImpOpen | ZoneCond::ExpOpen, Some(o)) if o < cap => {}
+                (_, ZoneCond::Closed, Some(o)) if o > 0 && o < cap => {}
+                (_, c, wp) => panic!("zone {z} is {c} with write pointer offset {wp:?} (capacity {cap})"),
+            }
         }
+    }
+
+    /// Invariant kept on every transition, O(1): the limits hold. (The recount of
+    /// the counters is [`ZoneSet::check_invariants`].)
+    fn assert_counts(&self) {
         let (mo, ma) = (self.geo.max_open(), self.geo.max_active());
         assert!(mo == 0 || self.nr_open() <= mo, "open zones {} > max_open {mo}", self.nr_open());
         assert!(ma == 0 || self.nr_active() <= ma, "active zones {} > max_active {ma}", self.nr_active());
@@ -611,6 +631,53 @@ mod tests {
         assert_eq!(s.nr_open(), 0);
         assert_eq!(s.write(Sector(Z + CAP), 8, false), Err(Status::ZoneFull));
         assert_eq!(s.zone(ZoneNo(1)).wp_offset(), Some(Z));
+    }
+
+    #[test]
+    fn invariants_hold_through_every_transition_and_a_miscount_trips_them() {
+        let mut s = set(2, 3);
+        s.check_invariants();
+        let steps: [&dyn Fn(&mut ZoneSet); 8] = [
+            &|s| {
+                let _ = s.write(Sector(Z), 8, false);
+            },
+            &|s| {
+                let _ = s.write(Sector(2 * Z), 8, false);
+            },
+            // An implicit close of zone 1:
+            &|s| {
+                let _ = s.write(Sector(3 * Z), 8, false);
+            },
+            &|s| {
+                let _ = s.open_zone(ZoneNo(4));
+            },
+            &|s| {
+                let _ = s.close_zone(ZoneNo(2));
+            },
+            &|s| {
+                let _ = s.finish_zone(ZoneNo(3));
+            },
+            &|s| {
+                let _ = s.reset_zone(ZoneNo(1));
+            },
+            &|s| {
+                let _ = s.reset_all();
+            },
+        ];
+        for step in steps {
+            step(&mut s);
+            s.check_invariants();
+        }
+        // The check bites: a counter off by one is caught (in release builds too).
+        s.write(Sector(Z), 8, false).unwrap();
+        let mut bad = s.clone();
+        bad.nr_imp_open += 1;
+        assert!(std::panic::catch_unwind(|| bad.check_invariants()).is_err());
+        let mut bad = s.clone();
+        bad.zones[1].cond = ZoneCond::Full;
+        bad.nr_imp_open -= 1;
+        bad.zones[2].wp = bad.zones[2].start + 8; // EMPTY with a write pointer moved
+        assert!(std::panic::catch_unwind(|| bad.check_invariants()).is_err());
     }
 
     #[test]
