@@ -6,7 +6,7 @@
 //! As in null_blk, `size`, `zone_size` and `zone_capacity` are in MB when given as a
 //! plain number; zblk also accepts a size suffix (`zone_size=64k`, `size=30T`).
 
-use crate::geometry::{DEFAULT_MAX_SECTORS, Geometry, GeometryError, GeometryParams};
+use crate::geometry::{Geometry, GeometryError, GeometryParams};
 use crate::units::parse_size;
 use std::fmt::Write as _;
 
@@ -45,18 +45,9 @@ impl Default for DeviceParams {
     fn default() -> Self {
         DeviceParams {
             geometry: GeometryParams {
-                lbs_bytes: 512,
                 capacity_bytes: 250 << 30,
-                zoned: true,
                 zone_size_bytes: 256 << 20,
-                zone_capacity_bytes: 0,
-                nr_conv: 0,
-                max_open: 0,
-                max_active: 0,
-                max_append_sectors: DEFAULT_MAX_SECTORS,
-                max_sectors: DEFAULT_MAX_SECTORS,
-                write_zeroes_max_bytes: crate::geometry::DEFAULT_WRITE_ZEROES_BYTES,
-                write_zeroes_unmap_max_hw_bytes: crate::geometry::DEFAULT_WRITE_ZEROES_BYTES,
+                ..GeometryParams::default()
             },
             memory_backed: false,
             rotational: false,
