@@ -4,6 +4,7 @@
 //! machine ([`zblk_core::zone::ZoneSet`]), which checks the write pointer on its own.
 
 pub mod buf;
+pub mod error;
 pub mod file;
 pub mod linux;
 pub mod mem;
@@ -13,6 +14,7 @@ use zblk_core::geometry::Geometry;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneInfo;
 
+pub use error::{DeviceError, DeviceErrorKind};
 pub use file::FileImage;
 pub use mem::MemDevice;
 

@@ -5,7 +5,7 @@
 //! blkzone-style commands on real devices; the kernel does the zone write plugging
 //! there.
 
-use crate::file::{ImageError, ImageErrorKind};
+use crate::error::{DeviceError, DeviceErrorKind};
 use rustix::ioctl::{Getter, Opcode, Setter, Updater, ioctl, opcode};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -100,27 +100,30 @@ pub struct LinuxZoned {
     lbs_bytes: u32,
 }
 
-fn err(path: &Path, kind: ImageErrorKind) -> ImageError {
-    ImageError { path: path.display().to_string(), kind }
-}
-
-fn io_err(path: &Path, op: &'static str, e: io::Error) -> ImageError {
-    match e.kind() {
-        io::ErrorKind::NotFound => err(path, ImageErrorKind::Missing),
-        io::ErrorKind::PermissionDenied => err(path, ImageErrorKind::PermissionDenied),
-        _ => err(path, ImageErrorKind::Io { op, source: e }),
-    }
-}
-
 /// Whether `path` is a block device.
 pub fn is_block_device(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
+/// Refuses a path that is not a block device, saying what it is instead.
+fn check_block_device(path: &Path, meta: &std::fs::Metadata) -> Result<(), DeviceError> {
+    let what = match meta.file_type() {
+        t if t.is_block_device() => return Ok(()),
+        t if t.is_file() => "a regular file, not a block device (a zblk image is opened as an image)",
+        t if t.is_dir() => "a directory, not a block device",
+        _ => "not a block device",
+    };
+    Err(DeviceError::new(path, DeviceErrorKind::Unsupported(what.to_string())))
+}
+
+/// What a block device that is not zoned is told.
+const NOT_ZONED: &str =
+    "not a zoned block device (the kernel reports no zone size): zblk drives zoned block devices only";
+
 impl LinuxZoned {
     /// Opens a zoned block device: for writing (zone management) with `O_EXCL`
     /// unless `force`, as blkzone does, so that a mounted device is refused.
-    pub fn open(path: &Path, write: bool, force: bool) -> Result<LinuxZoned, ImageError> {
+    pub fn open(path: &Path, write: bool, force: bool) -> Result<LinuxZoned, DeviceError> {
         let mut o = OpenOptions::new();
         o.read(true);
         if write {
@@ -129,28 +132,26 @@ impl LinuxZoned {
                 o.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
             }
         }
-        let file = o.open(path).map_err(|e| io_err(path, "open", e))?;
-        if !file.metadata().map_err(|e| io_err(path, "stat", e))?.file_type().is_block_device() {
-            return Err(err(path, ImageErrorKind::NotAnImage("not a block device".to_string())));
-        }
+        let file = o.open(path).map_err(|e| DeviceError::io(path, "open", e))?;
+        check_block_device(path, &file.metadata().map_err(|e| DeviceError::io(path, "stat", e))?)?;
         // SAFETY: BLKGETSIZE64 writes a u64 (the kernel's size_t on 64-bit Linux).
         let bytes = unsafe { ioctl(&file, Getter::<BLKGETSIZE64, u64>::new()) }
-            .map_err(|e| io_err(path, "BLKGETSIZE64", e.into()))?;
+            .map_err(|e| DeviceError::io(path, "BLKGETSIZE64", e.into()))?;
         // SAFETY: BLKSSZGET writes an int.
         let lbs = unsafe { ioctl(&file, Getter::<BLKSSZGET, i32>::new()) }
-            .map_err(|e| io_err(path, "BLKSSZGET", e.into()))?;
+            .map_err(|e| DeviceError::io(path, "BLKSSZGET", e.into()))?;
         // SAFETY: BLKGETZONESZ writes a u32.
         let zone_sectors = unsafe { ioctl(&file, Getter::<BLKGETZONESZ, u32>::new()) }
-            .map_err(|e| io_err(path, "BLKGETZONESZ", e.into()))?;
+            .map_err(|e| DeviceError::io(path, "BLKGETZONESZ", e.into()))?;
         if zone_sectors == 0 {
-            return Err(err(path, ImageErrorKind::NotAnImage("not a zoned block device".to_string())));
+            return Err(DeviceError::new(path, DeviceErrorKind::Unsupported(NOT_ZONED.to_string())));
         }
         Ok(LinuxZoned {
             file,
             path: path.to_path_buf(),
             nr_sectors: bytes >> 9,
             zone_sectors: u64::from(zone_sectors),
-            lbs_bytes: lbs as u32,
+            lbs_bytes: u32::try_from(lbs).unwrap_or(0),
         })
     }
 
@@ -171,7 +172,7 @@ impl LinuxZoned {
 
     /// One `BLKREPORTZONE` call: up to `max` (at most [`REPORT_BATCH`]) zones from the
     /// zone holding `from`.
-    pub fn report(&self, from: Sector, max: usize) -> Result<Vec<RawZone>, ImageError> {
+    pub fn report(&self, from: Sector, max: usize) -> Result<Vec<RawZone>, DeviceError> {
         let layout = std::alloc::Layout::new::<ReportBuf>();
         // SAFETY: the layout has a non-zero size; ReportBuf is plain integers, for
         // which all zeroes is a value; the box frees it with the same layout.
@@ -186,7 +187,7 @@ impl LinuxZoned {
         // SAFETY: BLKREPORTZONE reads the header and writes up to `nr_zones` zones
         // after it, which the buffer has room for.
         unsafe { ioctl(&self.file, Updater::<BLKREPORTZONE, ReportBuf>::new(&mut buf)) }
-            .map_err(|e| io_err(&self.path, "BLKREPORTZONE ioctl failed", e.into()))?;
+            .map_err(|e| DeviceError::io(&self.path, "BLKREPORTZONE ioctl failed", e.into()))?;
         let n = (buf.hdr.nr_zones as usize).min(REPORT_BATCH);
         let has_cap = buf.hdr.flags & BLK_ZONE_REP_CAPACITY != 0;
         Ok(buf.zones[..n]
@@ -206,7 +207,7 @@ impl LinuxZoned {
 
     /// Zone management over `[sector, sector + nr_sectors)`: one ioctl, as blkzone
     /// does (the kernel turns a reset of the whole device into RESET_ALL).
-    pub fn zone_mgmt(&self, op: Op, sector: Sector, nr_sectors: u64) -> Result<(), ImageError> {
+    pub fn zone_mgmt(&self, op: Op, sector: Sector, nr_sectors: u64) -> Result<(), DeviceError> {
         let range = BlkZoneRange { sector: sector.0, nr_sectors };
         // SAFETY: each of these ioctls reads one blk_zone_range.
         let r = unsafe {
@@ -216,10 +217,8 @@ impl LinuxZoned {
                 Op::ZoneClose => ioctl(&self.file, Setter::<BLKCLOSEZONE, BlkZoneRange>::new(range)),
                 Op::ZoneFinish => ioctl(&self.file, Setter::<BLKFINISHZONE, BlkZoneRange>::new(range)),
                 _ => {
-                    return Err(err(
-                        &self.path,
-                        ImageErrorKind::Io { op: "zone management", source: io::Error::from_raw_os_error(22) },
-                    ));
+                    let source = io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error());
+                    return Err(DeviceError::new(&self.path, DeviceErrorKind::Io { op: "zone management", source }));
                 }
             }
         };
@@ -229,7 +228,7 @@ impl LinuxZoned {
             Op::ZoneClose => "BLKCLOSEZONE ioctl failed",
             _ => "BLKFINISHZONE ioctl failed",
         };
-        r.map_err(|e| io_err(&self.path, name, e.into()))
+        r.map_err(|e| DeviceError::io(&self.path, name, e.into()))
     }
 }
 
@@ -253,6 +252,7 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         assert!(!is_block_device(f.path()));
         let e = LinuxZoned::open(f.path(), false, false).unwrap_err();
-        assert!(e.to_string().contains("not a block device"), "{e}");
+        assert!(e.to_string().contains("a regular file, not a block device"), "{e}");
+        assert!(e.to_string().starts_with(&f.path().display().to_string()), "{e}");
     }
 }
