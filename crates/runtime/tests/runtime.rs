@@ -82,7 +82,7 @@ fn exercise(backend: Backend, append: u32) {
     rt.flush().unwrap();
     rt.zone_op(Op::ZoneFinish, Sector(2 * ZONE)).unwrap();
     rt.zone_op(Op::ZoneOpen, Sector(3 * ZONE)).unwrap();
-    let zones = rt.report_zones();
+    let zones = rt.report_zones().unwrap();
     assert_eq!(zones[2].cond, ZoneCond::Full);
     assert_eq!(zones[3].cond, ZoneCond::ExpOpen);
     // conventional zone: random writes
