@@ -1280,6 +1280,22 @@ mod tests {
     }
 
     #[test]
+    fn a_closed_image_refuses_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image(dir.path());
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&[1; 4096])).unwrap();
+        Device::close(&img).unwrap();
+        // A write now would land after the live table was marked clean.
+        assert_eq!(img.execute(&req(Op::Write, 2056, 8), IoBuf::Write(&[1; 4096])), Err(Status::IoErr));
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2056), "reports still answer");
+        drop(img);
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        assert!(img.repairs().is_empty(), "{:?}", img.repairs());
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2056));
+    }
+
+    #[test]
     fn second_open_is_refused_while_in_use() {
         let dir = tempfile::tempdir().unwrap();
         let p = image(dir.path());

@@ -435,20 +435,17 @@ fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
 /// The I/O driver in words: io_uring or threads, and how data moves (`direct`: the
 /// alignment of the device's `O_DIRECT` descriptor; `buffered`: it has a page cache
 /// one for the rest).
-fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, backend: Backend) -> String {
+fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize) -> String {
     let data = match (direct, buffered) {
         (Some(a), true) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
         (Some(a), false) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O bounced by workers)"),
         (Some(a), _) => format!("O_DIRECT (aligned to {a} bytes)"),
         (None, true) => "buffered (the file system does not allow O_DIRECT)".to_string(),
-        (None, false) => "in the device (no descriptor to move data through)".to_string(),
+        (None, false) => return format!("{workers} threads (the device moves its own data)"),
     };
     match uring {
         true => format!("io_uring, {data}"),
-        false => format!(
-            "{workers} threads with pread/pwrite, {data}{}",
-            if backend == Backend::Auto { " (io_uring is not available)" } else { "" }
-        ),
+        false => format!("{workers} threads with pread/pwrite, {data}"),
     }
 }
 
@@ -647,20 +644,33 @@ impl Runtime {
         let geo = device.geometry().clone();
         let zones = device.zones().map_err(|status| RuntimeError::ZoneReport { device: device.name(), status })?;
         let engine = Engine::new(&geo, cfg.engine, &zones);
-        let uring = match cfg.backend {
-            Backend::Threads => None,
-            Backend::IoUring => Some(Uring::new(cfg.engine.queue_depth).map_err(RuntimeError::IoUring)?),
-            Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
-        };
         let fds = device.data_fds();
         let direct = fds.direct.map(|(fd, a)| (fd.as_raw_fd(), a));
         let buffered = fds.buffered.map(|fd| fd.as_raw_fd());
+        let has_fds = direct.is_some() || buffered.is_some();
+        let uring = match cfg.backend {
+            Backend::Threads => None,
+            Backend::IoUring if !has_fds => {
+                return Err(RuntimeError::IoUring(io::Error::other(format!(
+                    "{} offers no descriptor for io_uring to move data through",
+                    device.name()
+                ))));
+            }
+            Backend::IoUring => Some(Uring::new(cfg.engine.queue_depth).map_err(RuntimeError::IoUring)?),
+            // A ring would carry nothing for a device without descriptors.
+            Backend::Auto if !has_fds => None,
+            Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
+        };
         let workers = match (cfg.workers, &uring) {
             (0, Some(_)) => 4,
             (0, None) => cfg.engine.queue_depth.clamp(1, 64) as usize,
             (n, _) => n,
         };
-        let description = describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers, cfg.backend);
+        let description = describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers);
+        let description = match (&uring, cfg.backend, has_fds) {
+            (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
+            _ => description,
+        };
         let (tx, rx) = crossbeam_channel::unbounded();
         let (timers, timer_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
