@@ -79,8 +79,7 @@ fn blocking_api(append: u32, backend: Backend) {
     assert!(out[..4096].iter().all(|&b| b == 1) && out[4096..8192].iter().all(|&b| b == 2), "{what}");
     assert!(out[8192..].iter().all(|&b| b == 0), "{what}: past the write pointer reads zeroes");
     assert_eq!(rt.read_at(Sector(16 * ZONE - 8), &mut [0u8; 8192]), Err(Status::Invalid), "{what}");
-    // Past the zone capacity: the device refuses, the engine reports the zone and
-    // writes at the write pointer go on.
+    // Past the zone capacity: refused whole; writes at the write pointer go on.
     let too_long = vec![4u8; ((CAP - 16 + 8) * 512) as usize];
     assert_eq!(rt.write_at(zone(1) + 16, &too_long), Err(Status::ZoneFull), "{what}");
     rt.write_at_flags(zone(1) + 16, &[5u8; 512], BioFlags::FUA).unwrap();
