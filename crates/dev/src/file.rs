@@ -43,7 +43,7 @@ pub mod zeroing;
 
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
 use crate::error::DeviceError;
-use crate::{IoBuf, check_range, zero_past};
+use crate::{IoBuf, check_discard, check_range, check_write_zeroes, zero_past};
 use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table};
 use media::{FileMedia, Media};
 use std::fs::{File, OpenOptions};
@@ -771,10 +771,7 @@ impl FileImage {
             }),
             Op::WriteZeroes => self.with_commits(req, || self.execute_write_zeroes(req)),
             Op::Discard => {
-                check_range(&self.geo, req)?;
-                if self.geo.is_zoned() && !self.geo.zone_is_conv(self.geo.zone_no(req.end() - 1)) {
-                    return Err(Status::Invalid);
-                }
+                check_discard(&self.geo, req)?;
                 io(self.media.punch_hole(self.file_offset(req.sector), u64::from(req.nr_sectors) << SECTOR_SHIFT))?;
                 Ok(req.sector)
             }
@@ -788,13 +785,7 @@ impl FileImage {
     /// zone, completed like one), the range of the file zeroed by
     /// [`FileImage::zero_file`].
     fn execute_write_zeroes(&self, req: &Request) -> Result<Sector, Status> {
-        let max = self.geo.max_write_zeroes_sectors();
-        if max == 0 {
-            return Err(Status::NotSupported);
-        }
-        if req.nr_sectors > max {
-            return Err(Status::Invalid);
-        }
+        check_write_zeroes(&self.geo, req)?;
         let req_w = Request { op: Op::Write, flags: BioFlags::NONE, ..*req };
         let t = self.prepare_transfer(&req_w)?;
         let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;

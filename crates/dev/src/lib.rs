@@ -80,6 +80,26 @@ pub(crate) fn check_range(geo: &Geometry, req: &Request) -> Result<(), Status> {
     Ok(())
 }
 
+/// The device-side check of a WRITE_ZEROES: EOPNOTSUPP on a device without it
+/// (`write_zeroes_max_bytes` 0), EINVAL above its limit.
+pub(crate) fn check_write_zeroes(geo: &Geometry, req: &Request) -> Result<(), Status> {
+    match geo.max_write_zeroes_sectors() {
+        0 => Err(Status::NotSupported),
+        max if req.nr_sectors > max => Err(Status::Invalid),
+        _ => Ok(()),
+    }
+}
+
+/// The device-side check of a DISCARD: its range, and on a zoned device conventional
+/// zones only (a sequential zone's blocks go with a reset).
+pub(crate) fn check_discard(geo: &Geometry, req: &Request) -> Result<(), Status> {
+    check_range(geo, req)?;
+    if geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(req.end() - 1)) {
+        return Err(Status::Invalid);
+    }
+    Ok(())
+}
+
 /// Zeroes the sectors of `buf` from `valid_sectors` on: they lie past a write pointer
 /// (see [`Transfer::valid_sectors`]).
 pub fn zero_past(buf: &mut [u8], valid_sectors: u32) {

@@ -25,7 +25,7 @@ pub mod sysfs;
 use crate::buf::AlignedBuf;
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
 use crate::error::{DeviceError, DeviceErrorKind};
-use crate::{IoBuf, check_range};
+use crate::{IoBuf, check_discard, check_range, check_write_zeroes};
 pub use ioctl::{REPORT_BATCH, RawZone, ZoneCtl, is_block_device};
 use rustix::fs::{FallocateFlags, fallocate, fdatasync};
 use rustix::io::{Errno, ReadWriteFlags};
@@ -215,13 +215,7 @@ impl LinuxZoned {
             }
             Op::Flush => fdatasync(self.ctl.file()).map_err(io::Error::from),
             Op::WriteZeroes => {
-                let max = self.geo.max_write_zeroes_sectors();
-                if max == 0 {
-                    return Err(Status::NotSupported);
-                }
-                if req.nr_sectors > max {
-                    return Err(Status::Invalid);
-                }
+                check_write_zeroes(&self.geo, req)?;
                 // The kernel turns these into WRITE_ZEROES: PUNCH_HOLE without
                 // NOUNMAP and never falling back to written zeroes, ZERO_RANGE with
                 // NOUNMAP.
@@ -233,9 +227,7 @@ impl LinuxZoned {
                 self.with_syncs(req, || Ok(fallocate(self.ctl.file(), mode, offset, bytes)?))
             }
             Op::Discard => {
-                if !self.geo.zone_is_conv(self.geo.zone_no(req.end() - 1)) {
-                    return Err(Status::Invalid);
-                }
+                check_discard(&self.geo, req)?;
                 self.ctl.discard(req.sector, u64::from(req.nr_sectors))
             }
             op if op.is_zone_mgmt() => {
@@ -297,7 +289,7 @@ impl Device for LinuxZoned {
         if self.read_only && req.op != Op::Read {
             return Err(Status::NotSupported);
         }
-        if req.op.has_data() || matches!(req.op, Op::WriteZeroes | Op::Discard) {
+        if req.op.has_data() || req.op == Op::WriteZeroes {
             check_range(&self.geo, req)?;
         }
         let synced = req.flags.contains(BioFlags::FUA) || req.flags.contains(BioFlags::PREFLUSH);

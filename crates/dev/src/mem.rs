@@ -3,7 +3,7 @@
 //! `memory_backed=0`, for benchmarks), with or without native zone append (the
 //! geometry's `max_append_sectors`).
 
-use super::{BlockDevice, DeviceZeroing, IoBuf, check_range};
+use super::{BlockDevice, DeviceZeroing, IoBuf, check_discard, check_range, check_write_zeroes};
 use std::collections::BTreeMap;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
@@ -229,23 +229,11 @@ impl BlockDevice for MemDevice {
             Op::Write => self.write(req, buf, false),
             Op::ZoneAppend => self.write(req, buf, true),
             Op::WriteZeroes => {
-                let max = self.geo.max_write_zeroes_sectors();
-                if max == 0 {
-                    return Err(Status::NotSupported);
-                }
-                if req.nr_sectors > max {
-                    return Err(Status::Invalid);
-                }
+                check_write_zeroes(&self.geo, req)?;
                 self.write(req, IoBuf::None, false)
             }
             Op::Discard => {
-                check_range(&self.geo, req)?;
-                if let Some(zs) = &self.zones {
-                    let last = self.geo.zone_no(req.end() - 1);
-                    if !zs.geometry().zone_is_conv(last) {
-                        return Err(Status::Invalid);
-                    }
-                }
+                check_discard(&self.geo, req)?;
                 if self.memory_backed {
                     self.zero_range(req.sector, u64::from(req.nr_sectors));
                 }

@@ -4,9 +4,11 @@
 //! zone management; the errors of the device's zone state machine, which the engine
 //! meets only when the device reports them.
 
+mod common;
+
+use common::block_on;
 use std::sync::Arc;
 use std::sync::mpsc::channel;
-use std::task::{Context, Poll, Wake, Waker};
 use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
@@ -39,25 +41,6 @@ fn start(dev: &Arc<Locked<MemDevice>>, backend: Backend) -> Runtime {
 
 fn zone(n: u64) -> Sector {
     Sector(n * ZONE)
-}
-
-/// A minimal executor: polls a future on this thread, parking between wake-ups.
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
 }
 
 fn blocking_api(append: u32, backend: Backend) {
