@@ -192,14 +192,14 @@ impl LinuxZoned {
         }
     }
 
-    /// Runs `op` between the syncs `req`'s flags ask for: PREFLUSH before, FUA
-    /// after (for the operations that cannot carry REQ_FUA themselves).
-    fn with_syncs(&self, req: &Request, op: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    /// Runs `op` after the sync a PREFLUSH asks for, and before the one a FUA asks
+    /// for when `op` cannot carry REQ_FUA itself (`fua_by_sync`).
+    fn with_syncs(&self, req: &Request, fua_by_sync: bool, op: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
         if req.flags.contains(BioFlags::PREFLUSH) {
             fdatasync(self.ctl.file())?;
         }
         op()?;
-        if req.flags.contains(BioFlags::FUA) && !matches!(req.op, Op::Write | Op::ZoneAppend) {
+        if fua_by_sync && req.flags.contains(BioFlags::FUA) {
             fdatasync(self.ctl.file())?;
         }
         Ok(())
@@ -211,7 +211,7 @@ impl LinuxZoned {
         let r = match req.op {
             Op::Write => {
                 let t = Transfer { write: true, at: req.sector, offset, valid_sectors: req.nr_sectors };
-                self.with_syncs(req, || self.transfer(req, t, buf, req.flags.contains(BioFlags::FUA)))
+                self.with_syncs(req, false, || self.transfer(req, t, buf, req.flags.contains(BioFlags::FUA)))
             }
             Op::Flush => fdatasync(self.ctl.file()).map_err(io::Error::from),
             Op::WriteZeroes => {
@@ -224,7 +224,7 @@ impl LinuxZoned {
                 } else {
                     FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE
                 };
-                self.with_syncs(req, || Ok(fallocate(self.ctl.file(), mode, offset, bytes)?))
+                self.with_syncs(req, true, || Ok(fallocate(self.ctl.file(), mode, offset, bytes)?))
             }
             Op::Discard => {
                 check_discard(&self.geo, req)?;
