@@ -42,7 +42,7 @@ pub enum IoBuf<'a> {
 
 /// A device that executes requests synchronously: the in-memory device, and the
 /// data side of simulated devices (whose timing models decide *when* a request
-/// executes; see [`zblk_sim`]).
+/// executes; see the `zblk-sim` crate).
 pub trait BlockDevice {
     /// The device's geometry.
     fn geometry(&self) -> &Geometry;
