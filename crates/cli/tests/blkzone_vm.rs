@@ -2,11 +2,11 @@
 //! null_blk device of the same geometry, after the same operations, inside a Linux VM
 //! (`shared/tools/kernel-vm.sh`); and zblk's zone commands on the device itself.
 //!
-//! Runs when the VM is ready (qemu installed and the kernel cached) or when
-//! `ZBLK_VM=1` (which may install qemu and download a kernel first); `ZBLK_VM=0`
-//! skips it. Otherwise it skips with a message.
+//! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::vm;
 use std::process::Command;
 
 const NULLB: &str = "zoned=1 gb=1 zone_size=4 zone_capacity=3 zone_nr_conv=2 memory_backed=1 zone_max_open=4";
@@ -14,37 +14,11 @@ const CREATE: &str = "size=1024,zone_size=4,zone_capacity=3,zone_nr_conv=2,zone_
 /// Sectors per zone (4 MiB).
 const ZONE: u64 = 8192;
 
-fn vm_script() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/kernel-vm.sh");
-    p.exists().then_some(p)
-}
-
-fn vm_ready() -> Result<PathBuf, String> {
-    let script = vm_script().ok_or("shared/tools/kernel-vm.sh not found beside the repository")?;
-    match std::env::var("ZBLK_VM").as_deref() {
-        Ok("0") => return Err("ZBLK_VM=0".to_string()),
-        Ok("1") => return Ok(script),
-        _ => {}
-    }
-    let qemu = Command::new("sh").args(["-c", "command -v qemu-system-x86_64"]).output();
-    if !qemu.is_ok_and(|o| o.status.success()) {
-        return Err("qemu-system-x86_64 is not installed (ZBLK_VM=1 installs it)".to_string());
-    }
-    let cache = std::env::var("ZBLK_KVM_DIR").unwrap_or_else(|_| "/var/tmp/zblk-kvm".to_string());
-    if !Path::new(&cache).join("k/boot").exists() {
-        return Err(format!("no kernel cached in {cache} (ZBLK_VM=1 downloads one)"));
-    }
-    Ok(script)
-}
-
 #[test]
 fn report_matches_blkzone_on_null_blk() {
-    let script = match vm_ready() {
+    let script = match vm::ready() {
         Ok(s) => s,
-        Err(why) => {
-            eprintln!("skipped: the Linux VM is not available: {why}");
-            return;
-        }
+        Err(why) => return vm::skipped("report_matches_blkzone_on_null_blk", &why),
     };
     let zblk = env!("CARGO_BIN_EXE_zblk");
     let dir = tempfile::Builder::new().prefix("zblk-vm").tempdir_in("/var/tmp").unwrap();
@@ -94,26 +68,11 @@ blkzone report -c 12 $D > $S/dev2.txt; $Z report -c 12 $I > $S/img2.txt; $Z repo
         l4 = zone(4),
     );
     std::fs::write(share.join("guest.sh"), guest).unwrap();
-    // A guest kernel that dies while booting (it happens under emulation) never ran
-    // the script, which leaves the share untouched: boot again, up to three times.
-    // A script that ran and failed is a failure at once.
-    let mut attempts = 0;
-    let (out, log) = loop {
-        attempts += 1;
-        let out = Command::new(&script)
-            .args(["--share", &share.display().to_string(), "--nullb", NULLB, "--", "sh"])
-            .arg(share.join("guest.sh"))
-            .output()
-            .expect("run kernel-vm.sh");
-        let log = String::from_utf8_lossy(&out.stdout).into_owned();
-        if log.contains("@@ exit") || attempts == 3 {
-            break (out, log);
-        }
-        eprintln!("the VM did not boot (attempt {attempts}); booting again");
-    };
+    let guest_sh = share.join("guest.sh").display().to_string();
+    let (out, log) = vm::run(&script, share, NULLB, &["sh", &guest_sh]);
     assert!(
         out.status.success() && log.contains("@@ exit 0"),
-        "VM run failed after {attempts} boot(s):\n{log}\n{}",
+        "VM run failed:\n{log}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     for (dev, img) in

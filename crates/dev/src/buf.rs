@@ -75,7 +75,7 @@ impl std::fmt::Debug for AlignedBuf {
 }
 
 /// The data of an asynchronous I/O, owned by the runtime until the I/O completes and
-/// handed back in its [`super::IoDone`].
+/// handed back in its `IoDone` (`zblk_runtime`).
 #[derive(Debug)]
 pub enum Buffer {
     /// Any vector; not aligned for `O_DIRECT` in general.

@@ -41,7 +41,9 @@ pub mod media;
 pub mod powercut;
 pub mod zeroing;
 
-use super::{BlockDevice, IoBuf};
+use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
+use crate::error::DeviceError;
+use crate::{IoBuf, check_discard, check_range, check_write_zeroes, zero_past};
 use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table};
 use media::{FileMedia, Media};
 use std::fs::{File, OpenOptions};
@@ -171,30 +173,6 @@ pub fn current_boot_id() -> [u8; 36] {
         }
     }
     id
-}
-
-/// How a request is carried out, decided by [`FileImage::prepare`] after the
-/// device-side checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Plan {
-    /// Read `nr_sectors * 512` bytes at `file_offset`; the sectors from
-    /// `valid_sectors` on lie past a write pointer and must read as zeroes.
-    Read {
-        /// Byte offset in the file.
-        file_offset: u64,
-        /// Sectors below the write pointer.
-        valid_sectors: u32,
-    },
-    /// Write the request's data at `file_offset`: device sector `at`.
-    Write {
-        /// Byte offset in the file.
-        file_offset: u64,
-        /// The sector written (for a native zone append, where the data lands).
-        at: Sector,
-    },
-    /// No data transfer a driver can do by itself (flush, zone management, write
-    /// zeroes, discard): call [`FileImage::execute`] from a thread that may block.
-    Blocking,
 }
 
 /// A write accepted by the device and not completed yet.
@@ -504,8 +482,10 @@ impl FileImage {
         r.map_err(io_err(&self.path, "close"))
     }
 
+    /// Closes once: later requests fail (a write after the live table is marked clean
+    /// would be lost by the next open).
     fn close_inner(&self) -> io::Result<()> {
-        if self.read_only || self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) || self.read_only {
             return Ok(());
         }
         self.commit_io()?;
@@ -557,19 +537,6 @@ impl FileImage {
         &self.zeroing_probe
     }
 
-    /// The `O_DIRECT` descriptor and its alignment, when the file system allows
-    /// direct I/O: for drivers that move data themselves. Valid while `self` lives.
-    pub fn direct_fd(&self) -> Option<(BorrowedFd<'_>, u64)> {
-        // SAFETY: the descriptor belongs to the media, which lives as long as `self`.
-        self.direct.map(|(fd, align)| (unsafe { BorrowedFd::borrow_raw(fd) }, align))
-    }
-
-    /// The buffered descriptor, for drivers doing unaligned data I/O themselves.
-    pub fn buffered_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the descriptor belongs to the media, which lives as long as `self`.
-        unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }
-    }
-
     /// The byte offset in the file of device sector `s`.
     pub fn file_offset(&self, s: Sector) -> u64 {
         self.sb.layout.data_offset + (s.0 << SECTOR_SHIFT)
@@ -596,42 +563,26 @@ impl FileImage {
 
     // ------------------------------------------------------------ request checks
 
-    fn check_range(&self, req: &Request) -> Result<(), Status> {
-        let n = u64::from(req.nr_sectors);
-        let end = req.sector.0.checked_add(n).ok_or(Status::Invalid)?;
-        if n == 0 || end > self.geo.nr_sectors() || !self.geo.is_block_aligned(req.sector, n) {
-            return Err(Status::Invalid);
+    /// The device-side checks of a read or a plain write and its transfer. A data
+    /// write to a sequential zone is *accepted* here (the zone's write pointer moves,
+    /// the zone opens); `finish` records it as completed.
+    fn prepare_transfer(&self, req: &Request) -> Result<Transfer, Status> {
+        if req.op == Op::Read {
+            check_range(&self.geo, req)?;
+            let st = self.lock_state();
+            let valid = match &st.zones {
+                Some(z) => z.read(req.sector, req.nr_sectors)? as u32,
+                None => req.nr_sectors,
+            };
+            let offset = self.file_offset(req.sector);
+            return Ok(Transfer { write: false, at: req.sector, offset, valid_sectors: valid });
         }
-        Ok(())
-    }
-
-    /// The device-side checks of `req` and how to carry it out. A data write to a
-    /// sequential zone is *accepted* here (the zone's write pointer moves, the zone
-    /// opens); [`FileImage::finish`] records it as completed.
-    pub fn prepare(&self, req: &Request) -> Result<Plan, Status> {
-        if self.read_only && req.op != Op::Read {
-            return Err(Status::NotSupported);
-        }
-        match req.op {
-            Op::Read => {
-                self.check_range(req)?;
-                let st = self.lock_state();
-                let valid = match &st.zones {
-                    Some(z) => z.read(req.sector, req.nr_sectors)? as u32,
-                    None => req.nr_sectors,
-                };
-                Ok(Plan::Read { file_offset: self.file_offset(req.sector), valid_sectors: valid })
-            }
-            Op::Write | Op::ZoneAppend => {
-                let at = self.accept_write(req)?;
-                Ok(Plan::Write { file_offset: self.file_offset(at), at })
-            }
-            _ => Ok(Plan::Blocking),
-        }
+        let at = self.accept_write(req)?;
+        Ok(Transfer { write: true, at, offset: self.file_offset(at), valid_sectors: req.nr_sectors })
     }
 
     fn accept_write(&self, req: &Request) -> Result<Sector, Status> {
-        self.check_range(req)?;
+        check_range(&self.geo, req)?;
         let append = req.op == Op::ZoneAppend;
         if append && self.geo.max_append_sectors() == 0 {
             return Err(Status::NotSupported);
@@ -656,18 +607,6 @@ impl FileImage {
             self.refresh(&mut st, z);
         }
         Ok(at)
-    }
-
-    /// Ends a request started with [`FileImage::prepare`]: `io` is the outcome of the
-    /// data transfer. Records a completed write in the live table; a failed one moves
-    /// the zone's write pointer back to where it started (later writes to the zone
-    /// already accepted fail too) and discards what it may have written.
-    pub fn finish(&self, req: &Request, plan: Plan, io: io::Result<()>) -> Result<Sector, Status> {
-        match plan {
-            Plan::Read { .. } => io.map(|()| req.sector).map_err(|_| Status::IoErr),
-            Plan::Write { at, .. } => self.finish_write(at, u64::from(req.nr_sectors), io.is_ok()),
-            Plan::Blocking => unreachable!("blocking requests end inside execute()"),
-        }
     }
 
     fn finish_write(&self, at: Sector, len: u64, ok: bool) -> Result<Sector, Status> {
@@ -783,71 +722,56 @@ impl FileImage {
 
     // ---------------------------------------------------------------- execution
 
-    /// Executes `req` synchronously with `buf` (which must match the request's
-    /// length for reads and writes): [`FileImage::prepare`], then
-    /// [`FileImage::perform`].
-    pub fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        let plan = self.prepare(req)?;
-        self.perform(req, plan, buf)
+    /// Carries out a transfer synchronously (the thread-pool driver's path for every
+    /// read and write, and every driver's for buffers it cannot hand to the kernel)
+    /// and finishes it.
+    fn perform_transfer(&self, req: &Request, t: Transfer, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
+        let r = match (t.write, buf) {
+            (false, IoBuf::Read(out)) => {
+                assert_eq!(out.len() as u64, len, "read buffer size");
+                let r = self.media.read_at(out, t.offset);
+                zero_past(out, t.valid_sectors);
+                r
+            }
+            (true, IoBuf::Write(data)) => {
+                assert_eq!(data.len() as u64, len, "write buffer size");
+                self.media.write_at(data, t.offset)
+            }
+            // A write without data: the range reads back as zeroes.
+            (true, _) => self.media.punch_hole(t.offset, len),
+            // A read nobody wants the data of.
+            (false, _) => Ok(()),
+        };
+        Device::finish(self, req, t, r)
     }
 
-    /// Carries out a prepared request synchronously: the blocking path, used for
-    /// every request by the thread-pool driver, and by every driver for FLUSH,
-    /// FUA/PREFLUSH writes, write zeroes, discards and zone management.
-    pub fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+    /// Runs `write` between the commits its flags ask for: before it with PREFLUSH
+    /// (every write completed so far becomes durable), after it with FUA (this one
+    /// too).
+    fn with_commits(&self, req: &Request, write: impl FnOnce() -> Result<Sector, Status>) -> Result<Sector, Status> {
         let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
-        match plan {
-            Plan::Read { file_offset, valid_sectors } => {
-                let IoBuf::Read(out) = buf else { return self.finish(req, plan, Ok(())) };
-                assert_eq!(out.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "read buffer size");
-                let r = self.media.read_at(out, file_offset);
-                zero_past(out, valid_sectors);
-                self.finish(req, plan, r)
-            }
-            Plan::Write { file_offset, .. } => {
-                if req.flags.contains(BioFlags::PREFLUSH) {
-                    if let Err(e) = self.commit_io() {
-                        let _ = self.finish(req, plan, Err(e));
-                        return Err(Status::IoErr);
-                    }
-                }
-                let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
-                let r = match buf {
-                    IoBuf::Write(data) => {
-                        assert_eq!(data.len() as u64, len, "write buffer size");
-                        self.media.write_at(data, file_offset)
-                    }
-                    // A caller without data: the range reads back as zeroes.
-                    _ => self.media.punch_hole(file_offset, len),
-                };
-                let at = self.finish(req, plan, r)?;
-                if req.flags.contains(BioFlags::FUA) {
-                    io(self.commit_io())?;
-                }
-                Ok(at)
-            }
-            Plan::Blocking => self.perform_blocking(req),
+        if req.flags.contains(BioFlags::PREFLUSH) {
+            io(self.commit_io())?;
         }
+        let at = write()?;
+        if req.flags.contains(BioFlags::FUA) {
+            io(self.commit_io())?;
+        }
+        Ok(at)
     }
 
-    fn perform_blocking(&self, req: &Request) -> Result<Sector, Status> {
+    fn perform_blocking(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
         let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
         match req.op {
-            Op::WriteZeroes => {
-                if req.flags.contains(BioFlags::PREFLUSH) {
-                    io(self.commit_io())?;
-                }
-                let r = self.execute_write_zeroes(req)?;
-                if req.flags.contains(BioFlags::FUA) {
-                    io(self.commit_io())?;
-                }
-                Ok(r)
-            }
+            Op::Write | Op::ZoneAppend => self.with_commits(req, || {
+                let plain = Request { flags: BioFlags::NONE, ..*req };
+                let t = self.prepare_transfer(&plain)?;
+                self.perform_transfer(&plain, t, buf)
+            }),
+            Op::WriteZeroes => self.with_commits(req, || self.execute_write_zeroes(req)),
             Op::Discard => {
-                self.check_range(req)?;
-                if self.geo.is_zoned() && !self.geo.zone_is_conv(self.geo.zone_no(req.end() - 1)) {
-                    return Err(Status::Invalid);
-                }
+                check_discard(&self.geo, req)?;
                 io(self.media.punch_hole(self.file_offset(req.sector), u64::from(req.nr_sectors) << SECTOR_SHIFT))?;
                 Ok(req.sector)
             }
@@ -861,19 +785,12 @@ impl FileImage {
     /// zone, completed like one), the range of the file zeroed by
     /// [`FileImage::zero_file`].
     fn execute_write_zeroes(&self, req: &Request) -> Result<Sector, Status> {
-        let max = self.geo.max_write_zeroes_sectors();
-        if max == 0 {
-            return Err(Status::NotSupported);
-        }
-        if req.nr_sectors > max {
-            return Err(Status::Invalid);
-        }
-        let req_w = Request { op: Op::Write, ..*req };
-        let plan = self.prepare(&req_w)?;
-        let Plan::Write { file_offset, .. } = plan else { unreachable!("write plan") };
+        check_write_zeroes(&self.geo, req)?;
+        let req_w = Request { op: Op::Write, flags: BioFlags::NONE, ..*req };
+        let t = self.prepare_transfer(&req_w)?;
         let len = u64::from(req.nr_sectors) << SECTOR_SHIFT;
-        let r = self.zero_file(file_offset, len, req.flags.contains(BioFlags::NOUNMAP));
-        self.finish(&req_w, plan, r.map(|_| ()))
+        let r = self.zero_file(t.offset, len, req.flags.contains(BioFlags::NOUNMAP));
+        Device::finish(self, &req_w, t, r.map(|_| ()))
     }
 
     /// Zeroes `[offset, offset + len)` of the file: with NOUNMAP by writing zeroes,
@@ -945,13 +862,59 @@ impl Drop for FileImage {
     }
 }
 
-impl BlockDevice for FileImage {
+impl Device for FileImage {
     fn geometry(&self) -> &Geometry {
         &self.geo
     }
 
-    fn execute(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        FileImage::execute(self, req, buf)
+    fn rotational(&self) -> bool {
+        self.sb.rotational
+    }
+
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn data_fds(&self) -> DataFds<'_> {
+        // SAFETY: both descriptors belong to the media, which lives as long as `self`.
+        let direct = self.direct.map(|(fd, align)| (unsafe { BorrowedFd::borrow_raw(fd) }, align));
+        // SAFETY: as above.
+        DataFds { direct, buffered: Some(unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }) }
+    }
+
+    fn prepare(&self, req: &Request) -> Result<Plan, Status> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Status::IoErr);
+        }
+        if self.read_only && req.op != Op::Read {
+            return Err(Status::NotSupported);
+        }
+        let synced = req.flags.contains(BioFlags::FUA) || req.flags.contains(BioFlags::PREFLUSH);
+        match req.op {
+            Op::Read => self.prepare_transfer(req).map(Plan::Transfer),
+            // A FUA or PREFLUSH write commits around its data: a thread that may block
+            // does all of it.
+            Op::Write | Op::ZoneAppend if !synced => self.prepare_transfer(req).map(Plan::Transfer),
+            _ => Ok(Plan::Blocking),
+        }
+    }
+
+    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        match plan {
+            Plan::Transfer(t) => self.perform_transfer(req, t, buf),
+            Plan::Blocking => self.perform_blocking(req, buf),
+        }
+    }
+
+    /// Records a completed write in the live table; a failed one moves the zone's
+    /// write pointer back to where it started (later writes to the zone already
+    /// accepted fail too) and discards what it may have written.
+    fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
+        if t.write {
+            self.finish_write(t.at, u64::from(req.nr_sectors), io.is_ok())
+        } else {
+            io.map(|()| req.sector).map_err(|_| Status::IoErr)
+        }
     }
 
     fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
@@ -960,10 +923,18 @@ impl BlockDevice for FileImage {
             None => Err(Status::NotSupported),
         }
     }
+
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+        (self.geo.max_write_zeroes_sectors() > 0).then(|| DeviceZeroing::File(self.zeroing_for(nounmap)))
+    }
+
+    fn close(&self) -> Result<(), DeviceError> {
+        self.close_inner().map_err(|e| DeviceError::io(&self.path, "close", e))
+    }
 }
 
 impl FileImage {
-    /// The device's geometry (also available through [`BlockDevice`]).
+    /// The device's geometry (also available through [`Device`]).
     pub fn geo(&self) -> &Geometry {
         &self.geo
     }
@@ -989,17 +960,7 @@ impl FileImage {
 
     /// The descriptor of the zone holding `sector`, as a report shows it now.
     pub fn zone_info(&self, sector: Sector) -> Result<ZoneInfo, Status> {
-        let mut out = Vec::with_capacity(1);
-        BlockDevice::report_zones(self, sector, 1, &mut out)?;
-        out.pop().ok_or(Status::Invalid)
-    }
-}
-
-/// Zeroes the sectors of `buf` from `valid_sectors` on: they lie past a write pointer.
-pub fn zero_past(buf: &mut [u8], valid_sectors: u32) {
-    let from = (u64::from(valid_sectors) * SECTOR_SIZE) as usize;
-    if from < buf.len() {
-        buf[from..].fill(0);
+        self.report_zone(sector)
     }
 }
 
@@ -1307,6 +1268,22 @@ mod tests {
         img.execute(&req(Op::Read, 2048, 16), IoBuf::Read(&mut out)).unwrap();
         assert!(out[..4096].iter().all(|&b| b == 0x5a));
         assert!(out[4096..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_closed_image_refuses_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image(dir.path());
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&[1; 4096])).unwrap();
+        Device::close(&img).unwrap();
+        // A write now would land after the live table was marked clean.
+        assert_eq!(img.execute(&req(Op::Write, 2056, 8), IoBuf::Write(&[1; 4096])), Err(Status::IoErr));
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2056), "reports still answer");
+        drop(img);
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        assert!(img.repairs().is_empty(), "{:?}", img.repairs());
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2056));
     }
 
     #[test]

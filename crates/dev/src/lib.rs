@@ -1,9 +1,18 @@
 //! Devices: what executes the requests the engine issues.
 //!
+//! Two interfaces. [`BlockDevice`] executes one request at a time through `&mut
+//! self`: the simulator's devices, whose timing models decide when. [`Device`] is
+//! driven from many threads at once by the real-time runtime, which may move the data
+//! itself (io_uring): zoned images ([`FileImage`]), Linux zoned block devices
+//! ([`linux::LinuxZoned`]), and any [`BlockDevice`] behind a lock ([`Locked`]).
+//!
 //! Every emulated zoned device executes against the same device-side zone state
-//! machine ([`zblk_core::zone::ZoneSet`]), which checks the write pointer on its own.
+//! machine ([`zblk_core::zone::ZoneSet`]), which checks the write pointer on its own;
+//! a Linux device leaves those checks to the kernel and the device.
 
 pub mod buf;
+pub mod device;
+pub mod error;
 pub mod file;
 pub mod linux;
 pub mod mem;
@@ -13,6 +22,8 @@ use zblk_core::geometry::Geometry;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneInfo;
 
+pub use device::{DataFds, Device, DeviceZeroing, Locked, Plan, Transfer};
+pub use error::{DeviceError, DeviceErrorKind};
 pub use file::FileImage;
 pub use mem::MemDevice;
 
@@ -31,7 +42,7 @@ pub enum IoBuf<'a> {
 
 /// A device that executes requests synchronously: the in-memory device, and the
 /// data side of simulated devices (whose timing models decide *when* a request
-/// executes; see [`zblk_sim`]).
+/// executes; see the `zblk-sim` crate).
 pub trait BlockDevice {
     /// The device's geometry.
     fn geometry(&self) -> &Geometry;
@@ -49,5 +60,51 @@ pub trait BlockDevice {
         let mut out = Vec::with_capacity(1);
         self.report_zones(sector, 1, &mut out)?;
         out.pop().ok_or(Status::Invalid)
+    }
+
+    /// How the device carries out a WRITE_ZEROES with NOUNMAP set or not; `None`
+    /// when it has none, or does not say.
+    fn zeroing(&self, _nounmap: bool) -> Option<DeviceZeroing> {
+        None
+    }
+}
+
+/// The device-side check every device makes of a data request's range: not empty,
+/// inside the device, aligned to the logical block size; EINVAL otherwise.
+pub(crate) fn check_range(geo: &Geometry, req: &Request) -> Result<(), Status> {
+    let n = u64::from(req.nr_sectors);
+    let end = req.sector.0.checked_add(n).ok_or(Status::Invalid)?;
+    if n == 0 || end > geo.nr_sectors() || !geo.is_block_aligned(req.sector, n) {
+        return Err(Status::Invalid);
+    }
+    Ok(())
+}
+
+/// The device-side check of a WRITE_ZEROES: EOPNOTSUPP on a device without it
+/// (`write_zeroes_max_bytes` 0), EINVAL above its limit.
+pub(crate) fn check_write_zeroes(geo: &Geometry, req: &Request) -> Result<(), Status> {
+    match geo.max_write_zeroes_sectors() {
+        0 => Err(Status::NotSupported),
+        max if req.nr_sectors > max => Err(Status::Invalid),
+        _ => Ok(()),
+    }
+}
+
+/// The device-side check of a DISCARD: its range, and on a zoned device conventional
+/// zones only (a sequential zone's blocks go with a reset).
+pub(crate) fn check_discard(geo: &Geometry, req: &Request) -> Result<(), Status> {
+    check_range(geo, req)?;
+    if geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(req.end() - 1)) {
+        return Err(Status::Invalid);
+    }
+    Ok(())
+}
+
+/// Zeroes the sectors of `buf` from `valid_sectors` on: they lie past a write pointer
+/// (see [`Transfer::valid_sectors`]).
+pub fn zero_past(buf: &mut [u8], valid_sectors: u32) {
+    let from = (u64::from(valid_sectors) * zblk_core::units::SECTOR_SIZE) as usize;
+    if from < buf.len() {
+        buf[from..].fill(0);
     }
 }

@@ -1,235 +1,345 @@
-//! Linux zoned block devices (`/dev/nullb0`, an NVMe ZNS namespace, an SMR disk)
-//! through the kernel's zone ioctls, as util-linux `blkzone` uses them: the zone
-//! report (`BLKREPORTZONE`), zone management over a sector range (`BLKRESETZONE`,
-//! `BLKOPENZONE`, `BLKCLOSEZONE`, `BLKFINISHZONE`) and the geometry. For zblk's
-//! blkzone-style commands on real devices; the kernel does the zone write plugging
-//! there.
+//! Linux zoned block devices (`/dev/nullb0`, an NVMe ZNS namespace, an SMR disk) as a
+//! [`Device`] the runtime drives: [`LinuxZoned`].
+//!
+//! - **Geometry** from sysfs ([`sysfs`]: size, `chunk_sectors`, `nr_zones`, the open
+//!   and active limits, block size, `max_sectors_kb`, `rotational`, the write zeroes
+//!   limits) and the zone report (zone capacity, conventional zones; [`layout`]).
+//! - **Data** with `O_DIRECT` at byte `sector * 512` of the device: the driver moves
+//!   it itself (io_uring) or [`Device::perform`] does with `pread`/`pwrite`, through
+//!   an aligned bounce buffer when the caller's is not aligned (never the page cache,
+//!   whose writeback could reorder writes to a sequential zone). FUA writes are
+//!   `pwritev2(RWF_DSYNC)`, which the kernel sends as REQ_FUA; FLUSH is `fdatasync`.
+//! - **Zone append** is emulated by the engine: the kernel offers userspace no zone
+//!   append on a raw block device, so the geometry says `max_append_sectors` 0.
+//! - **Zone management** through the kernel's zone ioctls ([`ioctl`]), WRITE_ZEROES
+//!   through `fallocate` on the device, DISCARD through `BLKDISCARD`.
+//!
+//! The kernel checks every write against its own write pointer (and plugs it: zblk's
+//! plugs sit above the kernel's, one write per zone in flight reaching it), and the
+//! device checks again.
 
-use crate::file::{ImageError, ImageErrorKind};
-use rustix::ioctl::{Getter, Opcode, Setter, Updater, ioctl, opcode};
-use std::fs::{File, OpenOptions};
+pub mod ioctl;
+pub mod layout;
+pub mod sysfs;
+
+use crate::buf::AlignedBuf;
+use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
+use crate::error::{DeviceError, DeviceErrorKind};
+use crate::{IoBuf, check_discard, check_range, check_write_zeroes};
+pub use ioctl::{REPORT_BATCH, RawZone, ZoneCtl, is_block_device};
+use rustix::fs::{FallocateFlags, fallocate, fdatasync};
+use rustix::io::{Errno, ReadWriteFlags};
+use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use zblk_core::bio::Op;
-use zblk_core::units::Sector;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use sysfs::{QueueLimits, SysfsError};
+use zblk_core::bio::{BioFlags, Op, Request, Status};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::{SECTOR_SHIFT, Sector};
+use zblk_core::zone::ZoneInfo;
 
-/// `struct blk_zone` (`include/uapi/linux/blkzoned.h`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct BlkZone {
-    start: u64,
-    len: u64,
-    wp: u64,
-    ztype: u8,
-    cond: u8,
-    non_seq: u8,
-    reset: u8,
-    resv: [u8; 4],
-    capacity: u64,
-    reserved: [u8; 24],
-}
-
-/// `struct blk_zone_report`, without its trailing array.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct BlkZoneReportHdr {
-    sector: u64,
-    nr_zones: u32,
-    flags: u32,
-}
-
-/// Zones per `BLKREPORTZONE` call: blkzone's `DEF_REPORT_LEN`, so that `-v` prints the
-/// same batches.
-pub const REPORT_BATCH: usize = 4096;
-
-#[repr(C)]
-struct ReportBuf {
-    hdr: BlkZoneReportHdr,
-    zones: [BlkZone; REPORT_BATCH],
-}
-
-/// `struct blk_zone_range`.
-#[repr(C)]
+/// How to open a Linux zoned block device.
 #[derive(Clone, Copy, Debug)]
-struct BlkZoneRange {
-    sector: u64,
-    nr_sectors: u64,
+pub struct LinuxOptions {
+    /// Open for reading only: writes, zone management and zeroing fail.
+    pub read_only: bool,
+    /// Open with `O_EXCL` (when writing), so that a mounted device or one another
+    /// program holds is refused, as blkzone does without `-f`.
+    pub exclusive: bool,
 }
 
-/// `BLK_ZONE_REP_CAPACITY`: the report's zones carry their capacity.
-const BLK_ZONE_REP_CAPACITY: u32 = 1;
-
-const BLKREPORTZONE: Opcode = opcode::read_write::<BlkZoneReportHdr>(0x12, 130);
-const BLKRESETZONE: Opcode = opcode::write::<BlkZoneRange>(0x12, 131);
-const BLKGETZONESZ: Opcode = opcode::read::<u32>(0x12, 132);
-const BLKOPENZONE: Opcode = opcode::write::<BlkZoneRange>(0x12, 134);
-const BLKCLOSEZONE: Opcode = opcode::write::<BlkZoneRange>(0x12, 135);
-const BLKFINISHZONE: Opcode = opcode::write::<BlkZoneRange>(0x12, 136);
-const BLKGETSIZE64: Opcode = opcode::read::<u64>(0x12, 114);
-const BLKSSZGET: Opcode = opcode::none(0x12, 104);
-
-/// One zone as the kernel reports it, every field kept (blkzone prints them all).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct RawZone {
-    /// First sector.
-    pub start: u64,
-    /// Length in sectors.
-    pub len: u64,
-    /// Capacity in sectors (the length when the kernel does not report capacities).
-    pub capacity: u64,
-    /// Write pointer (absolute sector).
-    pub wp: u64,
-    /// `BLK_ZONE_TYPE_*`: 1 conventional, 2 sequential write required, 3 preferred.
-    pub ztype: u8,
-    /// `BLK_ZONE_COND_*`.
-    pub cond: u8,
-    /// The device recommends a reset.
-    pub reset: u8,
-    /// Non-sequential write resources are active.
-    pub non_seq: u8,
-}
-
-/// A zoned block device, open.
-#[derive(Debug)]
-pub struct LinuxZoned {
-    file: File,
-    path: PathBuf,
-    nr_sectors: u64,
-    zone_sectors: u64,
-    lbs_bytes: u32,
-}
-
-fn err(path: &Path, kind: ImageErrorKind) -> ImageError {
-    ImageError { path: path.display().to_string(), kind }
-}
-
-fn io_err(path: &Path, op: &'static str, e: io::Error) -> ImageError {
-    match e.kind() {
-        io::ErrorKind::NotFound => err(path, ImageErrorKind::Missing),
-        io::ErrorKind::PermissionDenied => err(path, ImageErrorKind::PermissionDenied),
-        _ => err(path, ImageErrorKind::Io { op, source: e }),
+impl Default for LinuxOptions {
+    fn default() -> Self {
+        LinuxOptions { read_only: false, exclusive: true }
     }
 }
 
-/// Whether `path` is a block device.
-pub fn is_block_device(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
+/// A Linux zoned block device, open for I/O. See the module documentation.
+#[derive(Debug)]
+pub struct LinuxZoned {
+    /// The zone ioctls, on the `O_DIRECT` descriptor the data goes through too.
+    ctl: ZoneCtl,
+    geo: Geometry,
+    limits: QueueLimits,
+    /// What `O_DIRECT` needs of a buffer's address.
+    align: u64,
+    read_only: bool,
+    closed: AtomicBool,
 }
 
 impl LinuxZoned {
-    /// Opens a zoned block device: for writing (zone management) with `O_EXCL`
-    /// unless `force`, as blkzone does, so that a mounted device is refused.
-    pub fn open(path: &Path, write: bool, force: bool) -> Result<LinuxZoned, ImageError> {
-        let mut o = OpenOptions::new();
-        o.read(true);
-        if write {
-            o.write(true);
-            if !force {
-                o.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
-            }
+    /// Opens the zoned block device at `path`: refuses anything else (a regular file,
+    /// a block device that is not zoned) saying what it is, reads sysfs and the zone
+    /// report, and checks that zblk's geometry describes the device.
+    pub fn open(path: &Path, opts: &LinuxOptions) -> Result<LinuxZoned, DeviceError> {
+        let meta = std::fs::metadata(path).map_err(|e| DeviceError::io(path, "stat", e))?;
+        ioctl::check_block_device(path, &meta)?;
+        let mut flags = rustix::fs::OFlags::DIRECT;
+        if opts.exclusive && !opts.read_only {
+            flags |= rustix::fs::OFlags::EXCL;
         }
-        let file = o.open(path).map_err(|e| io_err(path, "open", e))?;
-        if !file.metadata().map_err(|e| io_err(path, "stat", e))?.file_type().is_block_device() {
-            return Err(err(path, ImageErrorKind::NotAnImage("not a block device".to_string())));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .custom_flags(flags.bits() as i32)
+            .open(path)
+            .map_err(|e| DeviceError::io(path, "open", e))?;
+        let ctl = ZoneCtl::with_file(file, path)?;
+        let rdev = rustix::fs::fstat(ctl.file()).map_err(|e| DeviceError::io(path, "fstat", e.into()))?.st_rdev;
+        let dir = sysfs::device_dir(rustix::fs::major(rdev), rustix::fs::minor(rdev));
+        let limits = sysfs::read(&dir).map_err(|e| {
+            let kind = match e {
+                SysfsError::NotZoned { .. } => DeviceErrorKind::Unsupported(e.to_string()),
+                e => DeviceErrorKind::Invalid(format!("sysfs: {e}")),
+            };
+            DeviceError::new(path, kind)
+        })?;
+        if limits.nr_sectors != ctl.nr_sectors() {
+            return Err(DeviceError::new(
+                path,
+                DeviceErrorKind::Invalid(format!(
+                    "sysfs says {} sectors, BLKGETSIZE64 {}",
+                    limits.nr_sectors,
+                    ctl.nr_sectors()
+                )),
+            ));
         }
-        // SAFETY: BLKGETSIZE64 writes a u64 (the kernel's size_t on 64-bit Linux).
-        let bytes = unsafe { ioctl(&file, Getter::<BLKGETSIZE64, u64>::new()) }
-            .map_err(|e| io_err(path, "BLKGETSIZE64", e.into()))?;
-        // SAFETY: BLKSSZGET writes an int.
-        let lbs = unsafe { ioctl(&file, Getter::<BLKSSZGET, i32>::new()) }
-            .map_err(|e| io_err(path, "BLKSSZGET", e.into()))?;
-        // SAFETY: BLKGETZONESZ writes a u32.
-        let zone_sectors = unsafe { ioctl(&file, Getter::<BLKGETZONESZ, u32>::new()) }
-            .map_err(|e| io_err(path, "BLKGETZONESZ", e.into()))?;
-        if zone_sectors == 0 {
-            return Err(err(path, ImageErrorKind::NotAnImage("not a zoned block device".to_string())));
-        }
+        let zones = ctl.report_all()?;
+        let (geo, _) =
+            layout::geometry(&limits, &zones).map_err(|e| DeviceError::new(path, DeviceErrorKind::Invalid(e)))?;
         Ok(LinuxZoned {
-            file,
-            path: path.to_path_buf(),
-            nr_sectors: bytes >> 9,
-            zone_sectors: u64::from(zone_sectors),
-            lbs_bytes: lbs as u32,
+            ctl,
+            geo,
+            align: limits.direct_alignment(),
+            limits,
+            read_only: opts.read_only,
+            closed: AtomicBool::new(false),
         })
     }
 
-    /// Capacity in sectors.
-    pub fn nr_sectors(&self) -> u64 {
-        self.nr_sectors
+    /// The device's path, as given.
+    pub fn path(&self) -> &Path {
+        self.ctl.path()
     }
 
-    /// Zone size in sectors (`chunk_sectors`).
-    pub fn zone_sectors(&self) -> u64 {
-        self.zone_sectors
+    /// What sysfs said about the device.
+    pub fn limits(&self) -> &QueueLimits {
+        &self.limits
     }
 
-    /// Logical block size in bytes.
-    pub fn lbs_bytes(&self) -> u32 {
-        self.lbs_bytes
+    /// The device's zone ioctls.
+    pub fn zone_ctl(&self) -> &ZoneCtl {
+        &self.ctl
     }
 
-    /// One `BLKREPORTZONE` call: up to `max` (at most [`REPORT_BATCH`]) zones from the
-    /// zone holding `from`.
-    pub fn report(&self, from: Sector, max: usize) -> Result<Vec<RawZone>, ImageError> {
-        let layout = std::alloc::Layout::new::<ReportBuf>();
-        // SAFETY: the layout has a non-zero size; ReportBuf is plain integers, for
-        // which all zeroes is a value; the box frees it with the same layout.
-        let mut buf: Box<ReportBuf> = unsafe {
-            let p = std::alloc::alloc_zeroed(layout).cast::<ReportBuf>();
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
+    fn is_aligned(&self, p: *const u8) -> bool {
+        (p as u64) % self.align == 0
+    }
+
+    /// Reads `out.len()` bytes at byte `offset`, through an aligned buffer when
+    /// `out` is not aligned for `O_DIRECT`.
+    fn read_at(&self, out: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.is_aligned(out.as_ptr()) {
+            return self.ctl.file().read_exact_at(out, offset);
+        }
+        let mut bounce = AlignedBuf::zeroed(out.len());
+        self.ctl.file().read_exact_at(&mut bounce, offset)?;
+        out.copy_from_slice(&bounce);
+        Ok(())
+    }
+
+    /// Writes `data` at byte `offset` (with `fua`, as REQ_FUA), through an aligned
+    /// buffer when `data` is not aligned for `O_DIRECT`.
+    fn write_at(&self, data: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        let bounce;
+        let data = if self.is_aligned(data.as_ptr()) {
+            data
+        } else {
+            bounce = AlignedBuf::from_slice(data);
+            &bounce
+        };
+        let flags = if fua { ReadWriteFlags::DSYNC } else { ReadWriteFlags::empty() };
+        let mut done = 0;
+        while done < data.len() {
+            let part = [io::IoSlice::new(&data[done..])];
+            let n = rustix::io::pwritev2(self.ctl.file(), &part, offset + done as u64, flags)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
             }
-            Box::from_raw(p)
-        };
-        buf.hdr = BlkZoneReportHdr { sector: from.0, nr_zones: max.min(REPORT_BATCH) as u32, flags: 0 };
-        // SAFETY: BLKREPORTZONE reads the header and writes up to `nr_zones` zones
-        // after it, which the buffer has room for.
-        unsafe { ioctl(&self.file, Updater::<BLKREPORTZONE, ReportBuf>::new(&mut buf)) }
-            .map_err(|e| io_err(&self.path, "BLKREPORTZONE ioctl failed", e.into()))?;
-        let n = (buf.hdr.nr_zones as usize).min(REPORT_BATCH);
-        let has_cap = buf.hdr.flags & BLK_ZONE_REP_CAPACITY != 0;
-        Ok(buf.zones[..n]
-            .iter()
-            .map(|z| RawZone {
-                start: z.start,
-                len: z.len,
-                capacity: if has_cap { z.capacity } else { z.len },
-                wp: z.wp,
-                ztype: z.ztype,
-                cond: z.cond,
-                reset: z.reset,
-                non_seq: z.non_seq,
-            })
-            .collect())
+            done += n;
+        }
+        Ok(())
     }
 
-    /// Zone management over `[sector, sector + nr_sectors)`: one ioctl, as blkzone
-    /// does (the kernel turns a reset of the whole device into RESET_ALL).
-    pub fn zone_mgmt(&self, op: Op, sector: Sector, nr_sectors: u64) -> Result<(), ImageError> {
-        let range = BlkZoneRange { sector: sector.0, nr_sectors };
-        // SAFETY: each of these ioctls reads one blk_zone_range.
-        let r = unsafe {
-            match op {
-                Op::ZoneReset => ioctl(&self.file, Setter::<BLKRESETZONE, BlkZoneRange>::new(range)),
-                Op::ZoneOpen => ioctl(&self.file, Setter::<BLKOPENZONE, BlkZoneRange>::new(range)),
-                Op::ZoneClose => ioctl(&self.file, Setter::<BLKCLOSEZONE, BlkZoneRange>::new(range)),
-                Op::ZoneFinish => ioctl(&self.file, Setter::<BLKFINISHZONE, BlkZoneRange>::new(range)),
-                _ => {
-                    return Err(err(
-                        &self.path,
-                        ImageErrorKind::Io { op: "zone management", source: io::Error::from_raw_os_error(22) },
-                    ));
-                }
+    fn transfer(&self, req: &Request, t: Transfer, buf: IoBuf<'_>, fua: bool) -> io::Result<()> {
+        let len = (u64::from(req.nr_sectors) << SECTOR_SHIFT) as usize;
+        match (t.write, buf) {
+            (false, IoBuf::Read(out)) => {
+                assert_eq!(out.len(), len, "read buffer size");
+                self.read_at(out, t.offset)
             }
+            (true, IoBuf::Write(data)) => {
+                assert_eq!(data.len(), len, "write buffer size");
+                self.write_at(data, t.offset, fua)
+            }
+            // A write without data: zeroes.
+            (true, _) => self.write_at(&AlignedBuf::zeroed(len), t.offset, fua),
+            // A read nobody wants the data of.
+            (false, _) => Ok(()),
+        }
+    }
+
+    /// Runs `op` after the sync a PREFLUSH asks for, and before the one a FUA asks
+    /// for when `op` cannot carry REQ_FUA itself (`fua_by_sync`).
+    fn with_syncs(&self, req: &Request, fua_by_sync: bool, op: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        if req.flags.contains(BioFlags::PREFLUSH) {
+            fdatasync(self.ctl.file())?;
+        }
+        op()?;
+        if fua_by_sync && req.flags.contains(BioFlags::FUA) {
+            fdatasync(self.ctl.file())?;
+        }
+        Ok(())
+    }
+
+    fn perform_blocking(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let bytes = u64::from(req.nr_sectors) << SECTOR_SHIFT;
+        let offset = req.sector.0 << SECTOR_SHIFT;
+        let r = match req.op {
+            Op::Write => {
+                let t = Transfer { write: true, at: req.sector, offset, valid_sectors: req.nr_sectors };
+                self.with_syncs(req, false, || self.transfer(req, t, buf, req.flags.contains(BioFlags::FUA)))
+            }
+            Op::Flush => fdatasync(self.ctl.file()).map_err(io::Error::from),
+            Op::WriteZeroes => {
+                check_write_zeroes(&self.geo, req)?;
+                // The kernel turns these into WRITE_ZEROES: PUNCH_HOLE without
+                // NOUNMAP and never falling back to written zeroes, ZERO_RANGE with
+                // NOUNMAP.
+                let mode = if req.flags.contains(BioFlags::NOUNMAP) {
+                    FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
+                } else {
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE
+                };
+                self.with_syncs(req, true, || Ok(fallocate(self.ctl.file(), mode, offset, bytes)?))
+            }
+            Op::Discard => {
+                check_discard(&self.geo, req)?;
+                self.ctl.discard(req.sector, u64::from(req.nr_sectors))
+            }
+            op if op.is_zone_mgmt() => {
+                let (op, sector, nr_sectors) = self.zone_range(req)?;
+                self.ctl.zone_mgmt_raw(op, sector, nr_sectors)
+            }
+            op => unreachable!("{op} is not a blocking operation"),
         };
-        let name = match op {
-            Op::ZoneReset => "BLKRESETZONE ioctl failed",
-            Op::ZoneOpen => "BLKOPENZONE ioctl failed",
-            Op::ZoneClose => "BLKCLOSEZONE ioctl failed",
-            _ => "BLKFINISHZONE ioctl failed",
-        };
-        r.map_err(|e| io_err(&self.path, name, e.into()))
+        r.map(|()| req.sector).map_err(|e| status_of(&e))
+    }
+
+    /// The zone ioctl for a zone management request: RESET_ALL is a reset of the
+    /// whole device (which the kernel turns into RESET_ALL); the others act on the
+    /// sequential zone starting at `req.sector`.
+    fn zone_range(&self, req: &Request) -> Result<(Op, Sector, u64), Status> {
+        if req.op == Op::ZoneResetAll {
+            return Ok((Op::ZoneReset, Sector::ZERO, self.geo.nr_sectors()));
+        }
+        let s = req.sector;
+        if s.0 >= self.geo.nr_sectors() || !self.geo.is_zone_start(s) || self.geo.zone_is_conv(self.geo.zone_no(s)) {
+            return Err(Status::Invalid);
+        }
+        Ok((req.op, s, self.geo.zone_len(self.geo.zone_no(s))))
+    }
+}
+
+/// The status of a failed system call, as the block layer's errno maps back.
+fn status_of(e: &io::Error) -> Status {
+    match e.raw_os_error().map(Errno::from_raw_os_error) {
+        Some(Errno::INVAL) => Status::Invalid,
+        Some(Errno::OPNOTSUPP) => Status::NotSupported,
+        Some(Errno::TOOMANYREFS) => Status::ZoneOpenResource,
+        Some(Errno::OVERFLOW) => Status::ZoneActiveResource,
+        _ => Status::IoErr,
+    }
+}
+
+impl Device for LinuxZoned {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    fn rotational(&self) -> bool {
+        self.limits.rotational
+    }
+
+    fn name(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn data_fds(&self) -> DataFds<'_> {
+        DataFds { direct: Some((self.ctl.file().as_fd(), self.align)), buffered: None }
+    }
+
+    fn prepare(&self, req: &Request) -> Result<Plan, Status> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Status::IoErr);
+        }
+        if self.read_only && req.op != Op::Read {
+            return Err(Status::NotSupported);
+        }
+        if req.op.has_data() || req.op == Op::WriteZeroes {
+            check_range(&self.geo, req)?;
+        }
+        let synced = req.flags.contains(BioFlags::FUA) || req.flags.contains(BioFlags::PREFLUSH);
+        let offset = req.sector.0 << SECTOR_SHIFT;
+        let t = Transfer { write: req.op != Op::Read, at: req.sector, offset, valid_sectors: req.nr_sectors };
+        match req.op {
+            Op::Read => Ok(Plan::Transfer(t)),
+            Op::Write if !synced => Ok(Plan::Transfer(t)),
+            // The geometry offers none: the engine emulates zone append with writes.
+            Op::ZoneAppend => Err(Status::NotSupported),
+            _ => Ok(Plan::Blocking),
+        }
+    }
+
+    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        match plan {
+            Plan::Transfer(t) => {
+                let r = self.transfer(req, t, buf, false);
+                self.finish(req, t, r)
+            }
+            Plan::Blocking => self.perform_blocking(req, buf),
+        }
+    }
+
+    fn finish(&self, _req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
+        io.map(|()| t.at).map_err(|e| status_of(&e))
+    }
+
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
+        if from.0 >= self.geo.nr_sectors() {
+            return Err(Status::Invalid);
+        }
+        let zones = self.ctl.report_raw(from, max).map_err(|e| status_of(&e))?;
+        for z in &zones {
+            // A report that no longer fits the geometry read at open: the device
+            // changed under us, which the engine cannot follow.
+            out.push(layout::zone_info(&self.geo, z).map_err(|_| Status::IoErr)?);
+        }
+        Ok(zones.len())
+    }
+
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+        (self.geo.max_write_zeroes_sectors() > 0).then_some(DeviceZeroing::BlockDevice { unmap: !nounmap })
+    }
+
+    fn close(&self) -> Result<(), DeviceError> {
+        if self.closed.swap(true, Ordering::AcqRel) || self.read_only {
+            return Ok(());
+        }
+        fdatasync(self.ctl.file()).map_err(|e| DeviceError::io(self.path(), "fdatasync", e.into()))
     }
 }
 
@@ -238,21 +348,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ioctl_numbers_match_the_kernel_headers() {
-        assert_eq!(std::mem::size_of::<BlkZone>(), 64);
-        assert_eq!(BLKREPORTZONE as u64, 0xc010_1282);
-        assert_eq!(BLKRESETZONE as u64, 0x4010_1283);
-        assert_eq!(BLKGETZONESZ as u64, 0x8004_1284);
-        assert_eq!(BLKFINISHZONE as u64, 0x4010_1288);
-        assert_eq!(BLKGETSIZE64 as u64, 0x8008_1272);
-        assert_eq!(BLKSSZGET as u64, 0x1268);
+    fn regular_files_and_directories_are_refused() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let e = LinuxZoned::open(f.path(), &LinuxOptions::default()).unwrap_err();
+        assert!(matches!(e.kind, DeviceErrorKind::Unsupported(_)), "{e}");
+        assert!(e.to_string().contains("a regular file, not a block device"), "{e}");
+        let d = tempfile::tempdir().unwrap();
+        let e = LinuxZoned::open(d.path(), &LinuxOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("a directory, not a block device"), "{e}");
+        let e = LinuxZoned::open(Path::new("/dev/zblk-no-such-device"), &LinuxOptions::default()).unwrap_err();
+        assert_eq!(e.to_string(), "/dev/zblk-no-such-device: no such file or device");
     }
 
     #[test]
-    fn a_regular_file_is_refused() {
-        let f = tempfile::NamedTempFile::new().unwrap();
-        assert!(!is_block_device(f.path()));
-        let e = LinuxZoned::open(f.path(), false, false).unwrap_err();
-        assert!(e.to_string().contains("not a block device"), "{e}");
+    fn errnos_map_back_to_statuses() {
+        let s = |e: Errno| status_of(&io::Error::from(e));
+        assert_eq!(s(Errno::INVAL), Status::Invalid);
+        assert_eq!(s(Errno::TOOMANYREFS), Status::ZoneOpenResource);
+        assert_eq!(s(Errno::OVERFLOW), Status::ZoneActiveResource);
+        assert_eq!(s(Errno::OPNOTSUPP), Status::NotSupported);
+        assert_eq!(s(Errno::IO), Status::IoErr);
+        for st in [Status::Invalid, Status::ZoneOpenResource, Status::ZoneActiveResource, Status::NotSupported] {
+            assert_eq!(status_of(&io::Error::from_raw_os_error(st.errno())), st, "{st}");
+        }
     }
 }

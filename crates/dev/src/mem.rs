@@ -3,7 +3,7 @@
 //! `memory_backed=0`, for benchmarks), with or without native zone append (the
 //! geometry's `max_append_sectors`).
 
-use super::{BlockDevice, IoBuf};
+use super::{BlockDevice, DeviceZeroing, IoBuf, check_discard, check_range, check_write_zeroes};
 use std::collections::BTreeMap;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
@@ -135,17 +135,8 @@ impl MemDevice {
         }
     }
 
-    fn check_range(&self, req: &Request) -> Result<(), Status> {
-        let n = u64::from(req.nr_sectors);
-        let end = req.sector.0.checked_add(n).ok_or(Status::Invalid)?;
-        if n == 0 || end > self.geo.nr_sectors() || !self.geo.is_block_aligned(req.sector, n) {
-            return Err(Status::Invalid);
-        }
-        Ok(())
-    }
-
     fn write(&mut self, req: &Request, buf: IoBuf<'_>, append: bool) -> Result<Sector, Status> {
-        self.check_range(req)?;
+        check_range(&self.geo, req)?;
         if append && self.geo.max_append_sectors() == 0 {
             return Err(Status::NotSupported);
         }
@@ -175,7 +166,7 @@ impl MemDevice {
     }
 
     fn read(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        self.check_range(req)?;
+        check_range(&self.geo, req)?;
         let valid = match &self.zones {
             Some(z) => Some(z.read(req.sector, req.nr_sectors)?),
             None => None,
@@ -238,23 +229,11 @@ impl BlockDevice for MemDevice {
             Op::Write => self.write(req, buf, false),
             Op::ZoneAppend => self.write(req, buf, true),
             Op::WriteZeroes => {
-                let max = self.geo.max_write_zeroes_sectors();
-                if max == 0 {
-                    return Err(Status::NotSupported);
-                }
-                if req.nr_sectors > max {
-                    return Err(Status::Invalid);
-                }
+                check_write_zeroes(&self.geo, req)?;
                 self.write(req, IoBuf::None, false)
             }
             Op::Discard => {
-                self.check_range(req)?;
-                if let Some(zs) = &self.zones {
-                    let last = self.geo.zone_no(req.end() - 1);
-                    if !zs.geometry().zone_is_conv(last) {
-                        return Err(Status::Invalid);
-                    }
-                }
+                check_discard(&self.geo, req)?;
                 if self.memory_backed {
                     self.zero_range(req.sector, u64::from(req.nr_sectors));
                 }
@@ -270,6 +249,10 @@ impl BlockDevice for MemDevice {
             Some(z) => Ok(z.report(from, max, out)),
             None => Err(Status::NotSupported),
         }
+    }
+
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+        (self.geo.max_write_zeroes_sectors() > 0).then_some(DeviceZeroing::Memory { unmap: !nounmap })
     }
 }
 

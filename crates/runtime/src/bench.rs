@@ -95,6 +95,7 @@ pub fn run_jobs(rt: &Runtime, specs: &[JobSpec], seed: u64, group: bool) -> Resu
     let zbd = Arc::new(Mutex::new(Zbd {
         wp: rt
             .report_zones()
+            .map_err(|s| JobError { option: "zonemode", message: format!("zone report failed: {s}") })?
             .iter()
             .map(|z| match z.cond {
                 ZoneCond::Full | ZoneCond::ReadOnly | ZoneCond::Offline => z.capacity,
@@ -131,7 +132,7 @@ pub fn run_jobs(rt: &Runtime, specs: &[JobSpec], seed: u64, group: bool) -> Resu
         }
     }
     Ok(RealReport {
-        image: rt.image().path().display().to_string(),
+        image: rt.device().name(),
         backend: rt.backend().to_string(),
         policy: rt.sh().lock_core().engine.config().policy.name().to_string(),
         seed,

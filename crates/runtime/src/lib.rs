@@ -1,6 +1,6 @@
 //! The real-time driver: the same [`Engine`] the simulator drives, driven by threads
-//! against a [`FileImage`], with io_uring (or a thread pool doing `pread`/`pwrite`
-//! where io_uring is not available).
+//! against any [`Device`] (a zoned image, a Linux zoned block device, memory), with
+//! io_uring (or a thread pool doing `pread`/`pwrite` where io_uring is not available).
 //!
 //! ```text
 //!  submitters ──submit──▶ [engine lock: submit, drain actions] ──▶ prepare + queue I/O
@@ -10,8 +10,13 @@
 //!
 //! The engine is a state machine: it is locked only around `submit`, `complete`,
 //! `zone_report` and the draining of its actions, never across I/O. Device-side checks
-//! ([`FileImage::prepare`]) and the I/O itself happen outside that lock, so any number
+//! ([`Device::prepare`]) and the I/O itself happen outside that lock, so any number
 //! of threads submit at once and the completion thread feeds completions in batches.
+//!
+//! A request the device plans as a data transfer goes on the ring when the device
+//! offers a descriptor that suits its buffer ([`Device::data_fds`]); everything else
+//! (blocking operations, devices without descriptors, the thread-pool driver) goes to
+//! worker threads, which call [`Device::perform`].
 //!
 //! Two APIs: blocking calls ([`Runtime::write_at`], [`Runtime::append`],
 //! [`Runtime::read_at`], [`Runtime::zone_op`], [`Runtime::flush`]) that borrow the
@@ -46,9 +51,7 @@ use zblk_core::engine::{Action, AttrError, Engine, EngineConfig, EngineStats, Ze
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SHIFT, SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
-use zblk_dev::IoBuf;
-use zblk_dev::file::zeroing::FileZeroing;
-use zblk_dev::file::{FileImage, ImageError, Plan, zero_past};
+use zblk_dev::{Device, DeviceError, DeviceZeroing, IoBuf, Plan, zero_past};
 
 /// Which I/O driver to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -95,6 +98,14 @@ pub enum RuntimeError {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(io::Error),
+    /// The device's zone report, which the engine starts from, failed.
+    #[error("{device}: zone report failed: {}: {status}", status.errno_name())]
+    ZoneReport {
+        /// The device.
+        device: String,
+        /// Why.
+        status: Status,
+    },
 }
 
 /// What ends a BIO: called once, outside every lock.
@@ -145,7 +156,7 @@ enum Timer {
 }
 
 struct Shared {
-    image: Arc<FileImage>,
+    device: Arc<dyn Device>,
     geo: Geometry,
     core: Mutex<Core>,
     /// Signalled when no BIO is in the engine.
@@ -153,8 +164,10 @@ struct Shared {
     uring: Option<Uring>,
     jobs: Sender<Job>,
     timers: Sender<Timer>,
+    /// The device's data descriptors ([`Device::data_fds`]), valid while `device`
+    /// lives.
     direct: Option<(RawFd, u64)>,
-    buffered: RawFd,
+    buffered: Option<RawFd>,
     stopping: AtomicBool,
 }
 
@@ -275,7 +288,7 @@ impl Shared {
                 done(r);
             }
             let answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)> =
-                reports.drain(..).map(|z| (z, self.image.zone_info(self.geo.zone_start(z)))).collect();
+                reports.drain(..).map(|z| (z, self.device.report_zone(self.geo.zone_start(z)))).collect();
             if results.is_empty() && answers.is_empty() {
                 return;
             }
@@ -295,20 +308,16 @@ impl Shared {
     /// Device-side checks, then the request goes to the ring (returns true) or to a
     /// worker (false). An error is the request's result.
     fn start(&self, req: Request, buf: Option<RawBuf>) -> Result<bool, Status> {
-        let plan = self.image.prepare(&req)?;
-        let blocking_flags = req.flags.contains(BioFlags::FUA) || req.flags.contains(BioFlags::PREFLUSH);
-        let ring_io = match plan {
-            Plan::Read { file_offset, .. } => Some((file_offset, false)),
-            Plan::Write { file_offset, .. } => Some((file_offset, true)),
-            Plan::Blocking => None,
-        };
-        if let (Some(u), Some((file_offset, write)), Some(b), false) = (&self.uring, ring_io, buf, blocking_flags) {
-            let fd = match self.direct {
-                Some((fd, a)) if (b.ptr as u64) % a == 0 && (b.len as u64) % a == 0 && file_offset % a == 0 => fd,
-                _ => self.buffered,
+        let plan = self.device.prepare(&req)?;
+        if let (Some(u), Plan::Transfer(t), Some(b)) = (&self.uring, plan, buf) {
+            let direct = match self.direct {
+                Some((fd, a)) if (b.ptr as u64) % a == 0 && (b.len as u64) % a == 0 && t.offset % a == 0 => Some(fd),
+                _ => None,
             };
-            u.push_rw(Box::new(Inflight { req, plan, ptr: b.ptr, len: b.len, fd, file_offset }), write);
-            return Ok(true);
+            if let Some(fd) = direct.or(self.buffered) {
+                u.push_rw(Box::new(Inflight { req, t, ptr: b.ptr, len: b.len, fd }));
+                return Ok(true);
+            }
         }
         let sent = self.jobs.send(Job::Run { req, plan, buf });
         assert!(sent.is_ok(), "worker threads gone while requests are issued");
@@ -358,7 +367,7 @@ fn worker_loop(sh: Arc<Shared>, rx: Receiver<Job>) {
             (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
             (None, _) => IoBuf::None,
         };
-        let r = sh.image.perform(&req, plan, iobuf);
+        let r = sh.device.perform(&req, plan, iobuf);
         results.push((req.id, r));
         sh.complete_many(&mut results);
     }
@@ -382,11 +391,11 @@ fn completion_loop(sh: Arc<Shared>) {
             // SAFETY: every other token is a request pushed by push_rw, reaped once.
             let r = unsafe { uring::take(token) };
             let io = transfer_result(&r, res);
-            if let Plan::Read { valid_sectors, .. } = r.plan {
+            if !r.t.write {
                 // SAFETY: the request's part of its BIO's buffer, as in worker_loop.
-                zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, valid_sectors);
+                zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
             }
-            results.push((r.req.id, sh.image.finish(&r.req, r.plan, io)));
+            results.push((r.req.id, sh.device.finish(&r.req, r.t, io)));
         }
         if !results.is_empty() {
             sh.complete_many(&mut results);
@@ -403,13 +412,13 @@ fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(-res));
     }
     let mut done = res as usize;
-    // SAFETY: the descriptor is the image's, open while the runtime runs.
+    // SAFETY: the descriptor is the device's, open while the runtime runs.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(r.fd) };
     while done < r.len {
-        let off = r.file_offset + done as u64;
+        let off = r.t.offset + done as u64;
         // SAFETY: the request's part of its BIO's buffer, as in worker_loop.
         let n = unsafe {
-            if r.req.op == Op::Read {
+            if !r.t.write {
                 rustix::io::pread(fd, std::slice::from_raw_parts_mut(r.ptr.add(done), r.len - done), off)
             } else {
                 rustix::io::pwrite(fd, std::slice::from_raw_parts(r.ptr.add(done), r.len - done), off)
@@ -421,6 +430,23 @@ fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
         done += n;
     }
     Ok(())
+}
+
+/// The I/O driver in words: io_uring or threads, and how data moves (`direct`: the
+/// alignment of the device's `O_DIRECT` descriptor; `buffered`: it has a page cache
+/// one for the rest).
+fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize) -> String {
+    let data = match (direct, buffered) {
+        (Some(a), true) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
+        (Some(a), false) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O bounced by workers)"),
+        (Some(a), _) => format!("O_DIRECT (aligned to {a} bytes)"),
+        (None, true) => "buffered (the file system does not allow O_DIRECT)".to_string(),
+        (None, false) => return format!("{workers} threads (the device moves its own data)"),
+    };
+    match uring {
+        true => format!("io_uring, {data}"),
+        false => format!("{workers} threads with pread/pwrite, {data}"),
+    }
 }
 
 /// How [`Runtime::write_zeroes`] may zero a range (the kernel's `BLKDEV_ZERO_*`
@@ -442,8 +468,8 @@ pub struct ZeroingReport {
     /// `write-zeroes` (the device wrote zeroes) or `zero-buffers` (no WRITE_ZEROES:
     /// ordinary writes of zeroes).
     pub method: ZeroingMethod,
-    /// How the image carried out the WRITE_ZEROES requests; `None` for zero buffers.
-    pub file_method: Option<FileZeroing>,
+    /// How the device carried out the WRITE_ZEROES requests; `None` for zero buffers.
+    pub device_method: Option<DeviceZeroing>,
     /// Bytes zeroed.
     pub bytes: u64,
 }
@@ -590,11 +616,11 @@ impl Submitter {
 
     /// The descriptor of the zone holding `sector`, as the device reports it now.
     pub fn zone_info(&self, sector: Sector) -> Result<ZoneInfo, Status> {
-        self.shared.upgrade().ok_or(Status::IoErr)?.image.zone_info(sector)
+        self.shared.upgrade().ok_or(Status::IoErr)?.device.report_zone(sector)
     }
 }
 
-/// The threaded runtime over one image. See the module documentation.
+/// The threaded runtime over one device. See the module documentation.
 pub struct Runtime {
     shared: Option<Arc<Shared>>,
     threads: Vec<JoinHandle<()>>,
@@ -609,40 +635,46 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Starts a runtime on `image`: an engine built from the image's zone report (as
-    /// the kernel revalidates zones), the I/O driver `cfg` asks for, its threads.
-    pub fn start(image: FileImage, cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let geo = image.geo().clone();
-        let zones = image.zones();
+    /// Starts a runtime on `device`: an engine built from the device's zone report
+    /// (as the kernel revalidates zones), the I/O driver `cfg` asks for, its threads.
+    /// To keep a handle on the device (to look at it while the runtime runs), give an
+    /// `Arc` of it.
+    pub fn start<D: Device + 'static>(device: D, cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let device: Arc<dyn Device> = Arc::new(device);
+        let geo = device.geometry().clone();
+        let zones = device.zones().map_err(|status| RuntimeError::ZoneReport { device: device.name(), status })?;
         let engine = Engine::new(&geo, cfg.engine, &zones);
+        let fds = device.data_fds();
+        let direct = fds.direct.map(|(fd, a)| (fd.as_raw_fd(), a));
+        let buffered = fds.buffered.map(|fd| fd.as_raw_fd());
+        let has_fds = direct.is_some() || buffered.is_some();
         let uring = match cfg.backend {
             Backend::Threads => None,
+            Backend::IoUring if !has_fds => {
+                return Err(RuntimeError::IoUring(io::Error::other(format!(
+                    "{} offers no descriptor for io_uring to move data through",
+                    device.name()
+                ))));
+            }
             Backend::IoUring => Some(Uring::new(cfg.engine.queue_depth).map_err(RuntimeError::IoUring)?),
+            // A ring would carry nothing for a device without descriptors.
+            Backend::Auto if !has_fds => None,
             Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
         };
-        let direct = image.direct_fd().map(|(fd, a)| (fd.as_raw_fd(), a));
-        let buffered = image.buffered_fd().as_raw_fd();
         let workers = match (cfg.workers, &uring) {
             (0, Some(_)) => 4,
             (0, None) => cfg.engine.queue_depth.clamp(1, 64) as usize,
             (n, _) => n,
         };
-        let description = match (&uring, direct) {
-            (Some(_), Some((_, a))) => format!("io_uring, O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
-            (Some(_), None) => "io_uring, buffered (the file system does not allow O_DIRECT)".to_string(),
-            (None, Some((_, a))) => format!(
-                "{workers} threads with pread/pwrite, O_DIRECT (aligned to {a} bytes){}",
-                if cfg.backend == Backend::Auto { " (io_uring is not available)" } else { "" }
-            ),
-            (None, None) => format!(
-                "{workers} threads with pread/pwrite, buffered{}",
-                if cfg.backend == Backend::Auto { " (io_uring is not available)" } else { "" }
-            ),
+        let description = describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers);
+        let description = match (&uring, cfg.backend, has_fds) {
+            (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
+            _ => description,
         };
         let (tx, rx) = crossbeam_channel::unbounded();
         let (timers, timer_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
-            image: Arc::new(image),
+            device,
             geo,
             core: Mutex::new(Core { engine, bios: Slab::new() }),
             idle: Condvar::new(),
@@ -684,9 +716,9 @@ impl Runtime {
         self.sh().uring.is_some()
     }
 
-    /// The image.
-    pub fn image(&self) -> &FileImage {
-        &self.sh().image
+    /// The device.
+    pub fn device(&self) -> &dyn Device {
+        &*self.sh().device
     }
 
     /// The device geometry.
@@ -850,21 +882,21 @@ impl Runtime {
                     Err(Status::NotSupported) if !flags.no_fallback => {
                         return self.write_zero_buffers(sector + done, nr_sectors - done).map(|_| ZeroingReport {
                             method: ZeroingMethod::ZeroBuffers,
-                            file_method: None,
+                            device_method: None,
                             bytes,
                         });
                     }
                     Err(e) => return Err(e),
                 }
             }
-            let file_method = Some(self.image().zeroing_for(method == ZeroingMethod::WriteZeroes));
-            return Ok(ZeroingReport { method, file_method, bytes });
+            let device_method = self.device().zeroing(method == ZeroingMethod::WriteZeroes);
+            return Ok(ZeroingReport { method, device_method, bytes });
         }
         if flags.no_fallback {
             return Err(Status::NotSupported);
         }
         self.write_zero_buffers(sector, nr_sectors)?;
-        Ok(ZeroingReport { method, file_method: None, bytes })
+        Ok(ZeroingReport { method, device_method: None, bytes })
     }
 
     /// Writes zeroes as data, in large buffers, one after the other (on a sequential
@@ -887,7 +919,7 @@ impl Runtime {
         self.sh().lock_core().engine.write_zeroes_unmap_max_bytes()
     }
 
-    /// Writes `write_zeroes_unmap_max_bytes`: 0 disables unmap (the image then
+    /// Writes `write_zeroes_unmap_max_bytes`: 0 disables unmap (the device then
     /// writes zeroes), the hardware value enables it; anything else is refused with
     /// the engine's reason. Applies to WRITE_ZEROES submitted from now on.
     pub fn set_write_zeroes_unmap_max_bytes(&self, bytes: u64) -> Result<(), AttrError> {
@@ -899,32 +931,39 @@ impl Runtime {
         self.sh().lock_core().engine.zeroing_method(nounmap)
     }
 
-    /// How the image would carry out [`Runtime::write_zeroes`] now: the fallocate
-    /// method for unmap, `pwrite-zeroes` for write zeroes, `None` for zero buffers
-    /// (ordinary writes).
-    pub fn file_zeroing(&self, nounmap: bool) -> Option<FileZeroing> {
+    /// How the device would carry out [`Runtime::write_zeroes`] now (for an image:
+    /// its fallocate method for unmap, `pwrite-zeroes` for write zeroes); `None` for
+    /// zero buffers (ordinary writes).
+    pub fn device_zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
         match self.zeroing_method(nounmap) {
-            ZeroingMethod::Unmap => Some(self.image().zeroing()),
-            ZeroingMethod::WriteZeroes => Some(FileZeroing::PwriteZeroes),
+            ZeroingMethod::Unmap => self.device().zeroing(false),
+            ZeroingMethod::WriteZeroes => self.device().zeroing(true),
             ZeroingMethod::ZeroBuffers => None,
         }
     }
 
     /// All zones as the device reports them now.
-    pub fn report_zones(&self) -> Vec<ZoneInfo> {
-        self.sh().image.zones()
+    pub fn report_zones(&self) -> Result<Vec<ZoneInfo>, Status> {
+        self.device().zones()
     }
 
-    /// Waits for every I/O, stops the threads, and closes the image cleanly (commit,
-    /// live table marked clean).
-    pub fn close(mut self) -> Result<(), ImageError> {
+    /// The zone holding `sector` as the device reports it now.
+    pub fn report_zone(&self, sector: Sector) -> Result<ZoneInfo, Status> {
+        self.device().report_zone(sector)
+    }
+
+    /// Waits for every I/O, stops the threads, and closes the device (an image:
+    /// commit, live table marked clean), saying why if it cannot.
+    pub fn close(mut self) -> Result<(), DeviceError> {
         match self.shutdown() {
-            Some(image) => image.close(),
+            Some(device) => device.close(),
             None => Ok(()),
         }
     }
 
-    fn shutdown(&mut self) -> Option<FileImage> {
+    /// Waits for every I/O and stops the threads; returns the device unless it was
+    /// done already.
+    fn shutdown(&mut self) -> Option<Arc<dyn Device>> {
         let shared = self.shared.take()?;
         {
             let mut core = shared.lock_core();
@@ -955,7 +994,7 @@ impl Runtime {
                 }
             }
         };
-        Arc::into_inner(shared.image)
+        Some(shared.device)
     }
 }
 

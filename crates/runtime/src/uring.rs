@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 use zblk_core::bio::Request;
-use zblk_dev::file::Plan;
+use zblk_dev::Transfer;
 
 /// The `user_data` of the entry that wakes the completion thread.
 pub(super) const WAKE: u64 = u64::MAX;
@@ -18,11 +18,11 @@ pub(super) const WAKE: u64 = u64::MAX;
 #[derive(Debug)]
 pub(super) struct Inflight {
     pub req: Request,
-    pub plan: Plan,
+    /// Where the data goes: `t.offset` bytes into `fd`.
+    pub t: Transfer,
     pub ptr: *mut u8,
     pub len: usize,
     pub fd: RawFd,
-    pub file_offset: u64,
 }
 
 // SAFETY: `ptr` points into a BIO's buffer, which its submitter keeps valid until the
@@ -80,9 +80,9 @@ impl Uring {
     }
 
     /// Queues a read or write for `r` (boxed; its pointer is the entry's user data).
-    pub fn push_rw(&self, r: Box<Inflight>, write: bool) {
-        let (fd, ptr, len, off) = (types::Fd(r.fd), r.ptr, r.len as u32, r.file_offset);
-        let entry = if write {
+    pub fn push_rw(&self, r: Box<Inflight>) {
+        let (fd, ptr, len, off) = (types::Fd(r.fd), r.ptr, r.len as u32, r.t.offset);
+        let entry = if r.t.write {
             opcode::Write::new(fd, ptr, len).offset(off).build()
         } else {
             opcode::Read::new(fd, ptr, len).offset(off).build()

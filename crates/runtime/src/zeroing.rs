@@ -17,6 +17,7 @@ use zblk_core::geometry::GeometryParams;
 use zblk_core::units::{SECTOR_SIZE, Sector};
 use zblk_dev::file::zeroing::FileZeroing;
 use zblk_dev::file::{CreateOptions, FileImage, ImageError, ImageOptions};
+use zblk_dev::{DeviceError, DeviceZeroing};
 use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 
 /// The zeroing method a timing asks for.
@@ -127,6 +128,9 @@ pub enum ZeroBenchError {
     /// The runtime did not start.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The image did not close cleanly (it names the file).
+    #[error(transparent)]
+    Close(#[from] DeviceError),
     /// The method asked for is not available on this file system.
     #[error("{0}")]
     Unavailable(String),
@@ -159,15 +163,25 @@ impl Drop for Remove {
     }
 }
 
+/// A fresh image with a runtime on it.
+struct Fresh {
+    rt: Runtime,
+    /// What the image's open probed about zeroing.
+    probe: String,
+    /// Removes the file.
+    _remove: Remove,
+}
+
 /// Creates a regular image of `bytes` at `path` (which must not exist), opens it and
-/// starts a runtime; the guard removes the file.
-fn fresh(path: &Path, bytes: u64, backend: Backend) -> Result<(Runtime, Remove), ZeroBenchError> {
+/// starts a runtime.
+fn fresh(path: &Path, bytes: u64, backend: Backend) -> Result<Fresh, ZeroBenchError> {
     let geometry = GeometryParams { zoned: false, capacity_bytes: bytes, ..GeometryParams::default() };
     FileImage::create(path, &CreateOptions { geometry, rotational: false, force: false })?;
-    let guard = Remove(path.to_path_buf());
+    let remove = Remove(path.to_path_buf());
     let img = FileImage::open(path, &ImageOptions::default())?;
+    let probe = img.zeroing_probe().detail.clone();
     let rt = Runtime::start(img, RuntimeConfig { backend, ..RuntimeConfig::default() })?;
-    Ok((rt, guard))
+    Ok(Fresh { rt, probe, _remove: remove })
 }
 
 fn check_size(what: &str, bytes: u64, unit: u64) -> Result<(), ZeroBenchError> {
@@ -209,14 +223,14 @@ fn verify_zeroes(rt: &Runtime, offset: u64, bytes: u64) -> Result<(), ZeroBenchE
 
 /// Refuses a choice the image cannot honour (unmap on a file system without
 /// fallocate zeroing), so that a timing never carries the wrong method's name.
-fn check_available(rt: &Runtime, choice: ZeroMethodChoice) -> Result<(), ZeroBenchError> {
-    let got = rt.zeroing_method(choice == ZeroMethodChoice::WriteZeroes);
+fn check_available(f: &Fresh, choice: ZeroMethodChoice) -> Result<(), ZeroBenchError> {
+    let got = f.rt.zeroing_method(choice == ZeroMethodChoice::WriteZeroes);
     if got != choice.method() {
         return Err(ZeroBenchError::Unavailable(format!(
             "{} is not available on this file system (the image would use {}; probe: {})",
             choice.name(),
             got.name(),
-            rt.image().zeroing_probe().detail
+            f.probe
         )));
     }
     Ok(())
@@ -234,10 +248,11 @@ pub fn time_zeroing(
     opts: &ZeroingBenchOptions,
 ) -> Result<ZeroingTiming, ZeroBenchError> {
     check_size("bytes", bytes, 4096)?;
-    let (rt, _remove) = fresh(path, bytes, opts.backend)?;
-    check_available(&rt, choice)?;
+    let f = fresh(path, bytes, opts.backend)?;
+    check_available(&f, choice)?;
+    let rt = &f.rt;
     if opts.prefill {
-        prefill(&rt, 0, bytes)?;
+        prefill(rt, 0, bytes)?;
     }
     let flags = ZeroingFlags { nounmap: choice == ZeroMethodChoice::WriteZeroes, no_fallback: true };
     let t0 = Instant::now();
@@ -246,12 +261,12 @@ pub fn time_zeroing(
     rt.flush().map_err(io("flush"))?;
     let t2 = Instant::now();
     if opts.verify {
-        verify_zeroes(&rt, 0, bytes)?;
+        verify_zeroes(rt, 0, bytes)?;
     }
     let timing = ZeroingTiming {
         method: report.method,
-        file_method: report.file_method.unwrap_or(FileZeroing::PwriteZeroes),
-        probe: rt.image().zeroing_probe().detail.clone(),
+        file_method: report.device_method.and_then(DeviceZeroing::file).unwrap_or(FileZeroing::PwriteZeroes),
+        probe: f.probe.clone(),
         bytes,
         seconds: (t2 - t0).as_secs_f64(),
         zeroing_seconds: (t1 - t0).as_secs_f64(),
@@ -260,7 +275,7 @@ pub fn time_zeroing(
         prefilled: opts.prefill,
         verified: opts.verify,
     };
-    rt.close()?;
+    f.rt.close()?;
     Ok(timing)
 }
 
@@ -281,12 +296,13 @@ pub fn time_writer_with_background_zeroing(
     check_size("writer bytes", writer_bytes, 1 << 20)?;
     check_size("zero bytes", zero_bytes, 1 << 20)?;
     let total = writer_bytes.checked_add(zero_bytes).ok_or_else(|| ZeroBenchError::Invalid("too large".into()))?;
-    let (rt, _remove) = fresh(path, total, opts.backend)?;
+    let f = fresh(path, total, opts.backend)?;
     if let Some(choice) = background {
-        check_available(&rt, choice)?;
+        check_available(&f, choice)?;
     }
+    let rt = &f.rt;
     if opts.prefill {
-        prefill(&rt, writer_bytes, zero_bytes)?;
+        prefill(rt, writer_bytes, zero_bytes)?;
     }
     let spec = JobSpec {
         name: "writer".to_string(),
@@ -300,15 +316,14 @@ pub fn time_writer_with_background_zeroing(
     };
     let (writer, zeroing) = std::thread::scope(|s| {
         let zeroer = background.map(|choice| {
-            let rt = &rt;
             s.spawn(move || {
                 let flags = ZeroingFlags { nounmap: choice == ZeroMethodChoice::WriteZeroes, no_fallback: true };
                 let t = Instant::now();
                 let r = rt.write_zeroes(Sector(writer_bytes / SECTOR_SIZE), zero_bytes / SECTOR_SIZE, flags);
-                r.map(|rep| (t.elapsed().as_secs_f64(), rep.file_method))
+                r.map(|rep| (t.elapsed().as_secs_f64(), rep.device_method.and_then(DeviceZeroing::file)))
             })
         });
-        let writer = run_jobs(&rt, &[spec], 1, false);
+        let writer = run_jobs(rt, &[spec], 1, false);
         let zeroing = zeroer.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         (writer, zeroing)
     });
@@ -319,7 +334,7 @@ pub fn time_writer_with_background_zeroing(
     }
     let zeroing = zeroing.transpose().map_err(io("write zeroes"))?;
     if opts.verify && background.is_some() {
-        verify_zeroes(&rt, writer_bytes, zero_bytes)?;
+        verify_zeroes(rt, writer_bytes, zero_bytes)?;
     }
     let seconds = job.runtime_ns as f64 / 1e9;
     let timing = WriterTiming {
@@ -332,6 +347,6 @@ pub fn time_writer_with_background_zeroing(
         zero_file_method: zeroing.and_then(|(_, m)| m),
         backend: rt.backend().to_string(),
     };
-    rt.close()?;
+    f.rt.close()?;
     Ok(timing)
 }

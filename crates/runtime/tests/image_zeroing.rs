@@ -14,6 +14,7 @@ use zblk_core::engine::{AttrError, ZeroingMethod};
 use zblk_core::geometry::GeometryParams;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneCond;
+use zblk_dev::DeviceZeroing;
 use zblk_dev::file::format::Layout;
 use zblk_dev::file::media::{FileMedia, Media};
 use zblk_dev::file::zeroing::{FileZeroing, IMAGE_WRITE_ZEROES_MAX_BYTES, ZeroingSetup};
@@ -24,6 +25,11 @@ use zblk_runtime::zeroing::{
 use zblk_runtime::{Backend, Runtime, RuntimeConfig, ZeroingFlags};
 
 const ZONE: u64 = 2048; // sectors (1 MiB)
+
+/// The image's method, of what the runtime says the device did or would do.
+fn file(m: Option<DeviceZeroing>) -> Option<FileZeroing> {
+    m.and_then(DeviceZeroing::file)
+}
 
 fn params(lbs: u32) -> GeometryParams {
     GeometryParams {
@@ -146,8 +152,8 @@ fn zeroed_ranges_read_back_as_zeroes_by_both_paths() {
         for backend in [Backend::Auto, Backend::Threads] {
             let dir = tempfile::tempdir().unwrap();
             let p = create(dir.path(), 512);
-            let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
-            let rt = Runtime::start(img, RuntimeConfig { backend, ..RuntimeConfig::default() }).unwrap();
+            let img = Arc::new(FileImage::open(&p, &ImageOptions::default()).unwrap());
+            let rt = Runtime::start(img.clone(), RuntimeConfig { backend, ..RuntimeConfig::default() }).unwrap();
             let what = format!("nounmap {nounmap}, {}", rt.backend());
             let flags = ZeroingFlags { nounmap, no_fallback: true };
             // Conventional zone: data, then zeroes over [3, 1003): neither edge on a
@@ -156,7 +162,7 @@ fn zeroed_ranges_read_back_as_zeroes_by_both_paths() {
             let r = rt.write_zeroes(Sector(3), 1000, flags).unwrap();
             assert_eq!(r.method, rt.zeroing_method(nounmap), "{what}");
             assert_eq!(r.method, if nounmap { ZeroingMethod::WriteZeroes } else { rt.zeroing_method(false) });
-            assert_eq!(r.file_method, Some(rt.image().zeroing_for(nounmap)), "{what}");
+            assert_eq!(file(r.device_method), Some(img.zeroing_for(nounmap)), "{what}");
             assert_eq!(r.bytes, 1000 * 512);
             // Sequential zone: data written and reset (its blocks stay in the file,
             // stale), then 5 sectors, zeroes at the write pointer, 3 more sectors.
@@ -166,11 +172,12 @@ fn zeroed_ranges_read_back_as_zeroes_by_both_paths() {
             let e = rt.write_zeroes(Sector(ZONE + 8), 8, flags).unwrap_err();
             assert_eq!(e, Status::Unaligned, "{what}: zeroes not at the write pointer are refused");
             rt.write_zeroes(Sector(ZONE + 5), 611, flags).unwrap();
-            let z = rt.image().zone_info(Sector(ZONE)).unwrap();
+            let z = rt.report_zone(Sector(ZONE)).unwrap();
             assert_eq!((z.cond, z.wp), (ZoneCond::ImpOpen, Sector(ZONE + 616)), "{what}: moves the write pointer");
             rt.write_at(Sector(ZONE + 616), &[0x22; 3 * 512]).unwrap();
             check_zeroed_ranges(&rt, &what);
             rt.close().unwrap();
+            drop(img);
             let rt = start(FileImage::open(&p, &ImageOptions::default()).unwrap());
             check_zeroed_ranges(&rt, &format!("{what}, after reopening"));
             rt.close().unwrap();
@@ -236,7 +243,7 @@ fn probe_tries_each_method_in_order() {
     );
     rt.write_at(Sector(0), &[0x33; 4096]).unwrap();
     let r = rt.write_zeroes(Sector(1), 6, ZeroingFlags::default()).unwrap();
-    assert_eq!((r.method, r.file_method), (ZeroingMethod::WriteZeroes, Some(FileZeroing::PwriteZeroes)));
+    assert_eq!((r.method, file(r.device_method)), (ZeroingMethod::WriteZeroes, Some(FileZeroing::PwriteZeroes)));
     expect(&read(&rt, 0, 8), 0, |s| if (1..7).contains(&s) { 0 } else { 0x33 }, "written zeroes");
     rt.close().unwrap();
 }
@@ -258,8 +265,8 @@ fn a_method_refused_at_run_time_falls_back_and_is_remembered() {
         c.take_calls(),
         [FileZeroing::FallocWriteZeroes, FileZeroing::FallocZeroRange, FileZeroing::PwriteZeroes]
     );
-    assert_eq!((r.method, r.file_method), (ZeroingMethod::Unmap, Some(FileZeroing::PwriteZeroes)));
-    assert_eq!(rt.image().zeroing(), FileZeroing::PwriteZeroes);
+    assert_eq!((r.method, file(r.device_method)), (ZeroingMethod::Unmap, Some(FileZeroing::PwriteZeroes)));
+    assert_eq!(file(rt.device().zeroing(false)), Some(FileZeroing::PwriteZeroes));
     expect(&read(&rt, 0, 16), 0, |s| if (2..11).contains(&s) { 0 } else { 0x44 }, "after the fallback");
     rt.write_zeroes(Sector(12), 1, ZeroingFlags::default()).unwrap();
     assert_eq!(c.take_calls(), [FileZeroing::PwriteZeroes], "the refusal is remembered");
@@ -275,8 +282,8 @@ fn the_attribute_switches_the_method_and_refuses_values_above_the_hardware() {
     let hw = IMAGE_WRITE_ZEROES_MAX_BYTES;
     assert_eq!(rt.write_zeroes_unmap_max_bytes(), hw);
     assert_eq!(rt.zeroing_method(false), ZeroingMethod::Unmap);
-    assert_eq!(rt.file_zeroing(false), Some(FileZeroing::FallocZeroRange));
-    assert_eq!(rt.file_zeroing(true), Some(FileZeroing::PwriteZeroes));
+    assert_eq!(file(rt.device_zeroing(false)), Some(FileZeroing::FallocZeroRange));
+    assert_eq!(file(rt.device_zeroing(true)), Some(FileZeroing::PwriteZeroes));
     let e = rt.set_write_zeroes_unmap_max_bytes(2 * hw).unwrap_err();
     assert_eq!(e, AttrError::AboveHardware { value: 2 * hw, hw });
     assert!(e.to_string().contains("above the hardware limit write_zeroes_unmap_max_hw_bytes (1073741824)"), "{e}");
@@ -286,7 +293,7 @@ fn the_attribute_switches_the_method_and_refuses_values_above_the_hardware() {
     rt.set_write_zeroes_unmap_max_bytes(0).unwrap();
     assert_eq!(rt.zeroing_method(false), ZeroingMethod::WriteZeroes);
     let r = rt.write_zeroes(Sector(0), 16, ZeroingFlags::default()).unwrap();
-    assert_eq!((r.method, r.file_method), (ZeroingMethod::WriteZeroes, Some(FileZeroing::PwriteZeroes)));
+    assert_eq!((r.method, file(r.device_method)), (ZeroingMethod::WriteZeroes, Some(FileZeroing::PwriteZeroes)));
     assert_eq!(c.take_calls(), [FileZeroing::PwriteZeroes]);
     rt.set_write_zeroes_unmap_max_bytes(hw).unwrap();
     let r = rt.write_zeroes(Sector(0), 16, ZeroingFlags::default()).unwrap();
@@ -304,14 +311,14 @@ fn without_write_zeroes_zero_buffers_are_written_unless_refused() {
     assert_eq!(img.geo().max_write_zeroes_sectors(), 0);
     let rt = start(img);
     assert_eq!(rt.zeroing_method(false), ZeroingMethod::ZeroBuffers);
-    assert_eq!(rt.file_zeroing(false), None);
+    assert_eq!(rt.device_zeroing(false), None);
     rt.write_at(Sector(ZONE), &[0x66; 16 * 512]).unwrap();
     let no_fallback = ZeroingFlags { nounmap: false, no_fallback: true };
     assert_eq!(rt.write_zeroes(Sector(ZONE + 16), 8, no_fallback).unwrap_err(), Status::NotSupported);
     // On a sequential zone, at the write pointer: ordinary writes of zeroes.
     let r = rt.write_zeroes(Sector(ZONE + 16), 2 * ZONE / 3, ZeroingFlags::default()).unwrap();
-    assert_eq!((r.method, r.file_method), (ZeroingMethod::ZeroBuffers, None));
-    let wp = rt.image().zone_info(Sector(ZONE)).unwrap().wp;
+    assert_eq!((r.method, file(r.device_method)), (ZeroingMethod::ZeroBuffers, None));
+    let wp = rt.report_zone(Sector(ZONE)).unwrap().wp;
     assert_eq!(wp, Sector(ZONE + 16 + 2 * ZONE / 3));
     expect(&read(&rt, ZONE, 32), ZONE, |s| if s < ZONE + 16 { 0x66 } else { 0 }, "zero buffers");
     rt.close().unwrap();

@@ -2,9 +2,10 @@
 //! with io_uring (skipped with a message where the kernel does not allow it) and with
 //! the thread pool.
 
+mod common;
+
+use common::block_on;
 use std::path::Path;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::geometry::GeometryParams;
 use zblk_core::units::Sector;
@@ -42,25 +43,6 @@ fn start(path: &Path, backend: Backend) -> Option<Runtime> {
     }
 }
 
-/// A minimal executor: polls a future on this thread, parking between wake-ups.
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
-
 fn exercise(backend: Backend, append: u32) {
     let dir = tempfile::tempdir().unwrap();
     let p = create(dir.path(), append);
@@ -82,7 +64,7 @@ fn exercise(backend: Backend, append: u32) {
     rt.flush().unwrap();
     rt.zone_op(Op::ZoneFinish, Sector(2 * ZONE)).unwrap();
     rt.zone_op(Op::ZoneOpen, Sector(3 * ZONE)).unwrap();
-    let zones = rt.report_zones();
+    let zones = rt.report_zones().unwrap();
     assert_eq!(zones[2].cond, ZoneCond::Full);
     assert_eq!(zones[3].cond, ZoneCond::ExpOpen);
     // conventional zone: random writes

@@ -133,7 +133,7 @@ fn stress(backend: Backend, secs: f64) {
 /// The acknowledged extents tile each zone up to its write pointer, and each reads
 /// back with its own pattern.
 fn verify(rt: &Runtime, acked: &[Acked], zones: &[Mutex<ZoneState>], seed: u64) {
-    let report = rt.report_zones();
+    let report = rt.report_zones().unwrap();
     for (z, state) in zones.iter().enumerate() {
         let mut mine: Vec<Acked> = acked.iter().filter(|a| a.zone == z as u64).copied().collect();
         mine.sort_by_key(|a| a.off);

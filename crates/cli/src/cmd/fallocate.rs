@@ -124,7 +124,7 @@ fn parse_set(text: &str) -> Result<(String, u64), CliError> {
 fn explain(rt: &Runtime, offset: u64, status: Status) -> String {
     let base = format!("{}: {status}", status.errno_name());
     let sector = Sector(offset / SECTOR_SIZE);
-    let zone = rt.image().zone_info(sector).ok();
+    let zone = rt.report_zone(sector).ok();
     match (status, zone) {
         (Status::Unaligned, Some(z)) => format!(
             "{base}: on a sequential zone the range must start at the zone's write pointer, byte {} (sector {}); \
@@ -203,7 +203,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
     })?;
     flushed.map_err(|s| CliError(format!("{name}: commit: {}: {s}", s.errno_name())))?;
     let (zeroing_s, commit_s) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
-    let file_method = report.file_method.map_or("zero buffers (ordinary writes)", |m| m.name());
+    let file_method = report.device_method.map_or("zero buffers (ordinary writes)", |m| m.name());
     if a.json {
         let doc = serde_json::json!({
             "image": name,
@@ -212,7 +212,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
             "length": a.length,
             "nounmap": nounmap,
             "method": report.method.name(),
-            "file_method": report.file_method.map(|m| m.name()),
+            "file_method": report.device_method.map(|m| m.name()),
             "seconds": zeroing_s + commit_s,
             "zeroing_seconds": zeroing_s,
             "commit_seconds": commit_s,

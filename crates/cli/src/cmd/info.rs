@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use zblk_core::geometry::DEFAULT_MAX_SECTORS;
 use zblk_core::units::format_bytes_exact;
 use zblk_core::zone::ZoneCond;
+use zblk_dev::Device;
 
 /// Shows an image's geometry, limits, attributes and zone state.
 #[derive(Args, Debug)]
@@ -29,7 +30,7 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
     let (nr_open, nr_active) = img.open_active();
     let qd1 = u8::from(img.rotational() && geo.is_zoned());
     let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
-    let direct = img.direct_fd().map(|(_, a)| a);
+    let direct = img.data_fds().direct.map(|(_, a)| a);
     let lbs = geo.lbs_bytes();
     let queue = json!({
         "zoned": if geo.is_zoned() { "host-managed" } else { "none" },

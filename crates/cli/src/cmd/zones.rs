@@ -10,7 +10,7 @@ use zblk_core::bio::Op;
 use zblk_core::engine::EngineConfig;
 use zblk_core::units::Sector;
 use zblk_dev::file::FileImage;
-use zblk_dev::linux::{self, LinuxZoned, RawZone};
+use zblk_dev::linux::{self, RawZone, ZoneCtl};
 use zblk_runtime::Backend;
 
 /// blkzone's options.
@@ -82,13 +82,13 @@ impl ZoneCmd {
 /// What the zone commands act on: an image, or a Linux zoned block device.
 enum Target {
     Image(Box<FileImage>),
-    Device(LinuxZoned),
+    Device(ZoneCtl),
 }
 
 impl Target {
     fn open(a: &ZoneArgs, write: bool) -> Result<Target, CliError> {
         if linux::is_block_device(&a.image) {
-            return Ok(Target::Device(LinuxZoned::open(&a.image, write, a.force).map_err(CliError::msg)?));
+            return Ok(Target::Device(ZoneCtl::open(&a.image, write, a.force).map_err(CliError::msg)?));
         }
         let img = image::open(&a.image, !write)?;
         if !img.geo().is_zoned() {

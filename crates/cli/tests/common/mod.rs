@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod vm;
+
 use std::process::{Command, Output};
 
 /// Runs `zblk` with `args`.

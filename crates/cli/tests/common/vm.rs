@@ -1,0 +1,63 @@
+//! Tests that need a Linux kernel with zoned block devices run in a VM
+//! (`shared/tools/kernel-vm.sh`: Linux 6.12, a zoned null_blk at /dev/nullb0).
+//!
+//! They run when the VM is ready (qemu installed and a kernel cached in
+//! `ZBLK_KVM_DIR`, by default `/var/tmp/zblk-kvm`) or when `ZBLK_VM=1` (which may
+//! install qemu and download a kernel first); `ZBLK_VM=0` skips them. A skipped test
+//! says SKIPPED on the test output itself, not only in its captured output.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn vm_script() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/kernel-vm.sh");
+    p.exists().then_some(p)
+}
+
+/// The VM script, if the VM can run; else why not.
+pub fn ready() -> Result<PathBuf, String> {
+    let script = vm_script().ok_or("shared/tools/kernel-vm.sh not found beside the repository")?;
+    match std::env::var("ZBLK_VM").as_deref() {
+        Ok("0") => return Err("ZBLK_VM=0".to_string()),
+        Ok("1") => return Ok(script),
+        _ => {}
+    }
+    let qemu = Command::new("sh").args(["-c", "command -v qemu-system-x86_64"]).output();
+    if !qemu.is_ok_and(|o| o.status.success()) {
+        return Err("qemu-system-x86_64 is not installed (ZBLK_VM=1 installs it)".to_string());
+    }
+    let cache = std::env::var("ZBLK_KVM_DIR").unwrap_or_else(|_| "/var/tmp/zblk-kvm".to_string());
+    if !Path::new(&cache).join("k/boot").exists() {
+        return Err(format!("no kernel cached in {cache} (ZBLK_VM=1 downloads one)"));
+    }
+    Ok(script)
+}
+
+/// Says that `test` did not run and why, past the test harness's output capture (a
+/// direct write to the standard error, which the harness does not capture), so that
+/// it shows beside the test's "ok".
+pub fn skipped(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: the Linux VM is not available: {why}");
+}
+
+/// Runs `command` in the VM with `nullb` as null_blk's parameters and `share`
+/// writable; returns its output and standard output. A guest kernel that dies while
+/// booting (it happens under emulation) never ran the command: it boots again, up to
+/// three times. A command that ran and failed is returned as it is.
+pub fn run(script: &Path, share: &Path, nullb: &str, command: &[&str]) -> (Output, String) {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let out = Command::new(script)
+            .args(["--share", &share.display().to_string(), "--nullb", nullb, "--"])
+            .args(command)
+            .output()
+            .expect("run kernel-vm.sh");
+        let log = String::from_utf8_lossy(&out.stdout).into_owned();
+        if log.contains("@@ exit") || attempts == 3 {
+            return (out, log);
+        }
+        eprintln!("the VM did not boot (attempt {attempts}); booting again");
+    }
+}

@@ -1,0 +1,317 @@
+//! [`Device`]: what the real-time runtime drives, from many threads at once. One
+//! interface for every device it runs over: a zoned image ([`crate::FileImage`]), a
+//! Linux zoned block device ([`crate::linux::LinuxZoned`]), memory
+//! ([`Locked`]`<`[`crate::MemDevice`]`>`), and later devices served to the kernel.
+//!
+//! A request goes through three steps, so that the driver can move data itself (with
+//! io_uring) while the device keeps its own checks and bookkeeping:
+//!
+//! 1. [`Device::prepare`]: the device-side checks (a write to a sequential zone is
+//!    *accepted* here: the device's write pointer moves) and a [`Plan`];
+//! 2. the data transfer, by the driver through one of the device's [`DataFds`], or by
+//!    [`Device::perform`] on a thread that may block;
+//! 3. [`Device::finish`]: the device records the outcome (a completed write, or a
+//!    failed one that moves its zone's write pointer back) and gives the result.
+
+use crate::error::DeviceError;
+use crate::file::zeroing::FileZeroing;
+use crate::{BlockDevice, IoBuf};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use zblk_core::bio::{Request, Status};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::{Sector, ZoneNo};
+use zblk_core::zone::ZoneInfo;
+
+/// How a request is carried out, decided by [`Device::prepare`] after the device-side
+/// checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// A data transfer between the request's buffer and the device. The driver may do
+    /// it itself through the device's [`DataFds`] (when the buffer meets a
+    /// descriptor's alignment) and end it with [`Device::finish`]; otherwise it calls
+    /// [`Device::perform`] with this plan, which transfers and finishes.
+    Transfer(Transfer),
+    /// Nothing a driver can do by itself (flush, zone management, write zeroes,
+    /// discard, FUA or PREFLUSH writes, every request of a device without
+    /// descriptors): [`Device::perform`] carries out the whole request, device-side
+    /// checks included, on a thread that may block.
+    Blocking,
+}
+
+/// A data transfer the device has checked and, for a write, accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// Data goes from the buffer to the device (a write or a zone append); else a read.
+    pub write: bool,
+    /// The sector the request executes at: for a native zone append, where the device
+    /// puts the data (the zone's write pointer when it was accepted).
+    pub at: Sector,
+    /// Byte offset of the data in the device's [`DataFds`].
+    pub offset: u64,
+    /// For a read, the sectors from this one on lie past a write pointer and must read
+    /// as zeroes whatever the descriptor holds ([`crate::zero_past`]); the request's
+    /// length when all are below it.
+    pub valid_sectors: u32,
+}
+
+/// The descriptors a driver may move a device's data through itself: for a
+/// [`Plan::Transfer`], `offset` bytes into whichever suits the buffer. Valid while the
+/// device lives.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DataFds<'a> {
+    /// A descriptor opened with `O_DIRECT`, and the alignment (bytes) it needs of the
+    /// buffer's address, the length and the offset.
+    pub direct: Option<(BorrowedFd<'a>, u64)>,
+    /// A descriptor through the page cache, for transfers that do not meet the direct
+    /// one's alignment. None: such transfers go to [`Device::perform`] (a block
+    /// device bounces them through an aligned buffer: its page cache must not reorder
+    /// writes to a sequential zone).
+    pub buffered: Option<BorrowedFd<'a>>,
+}
+
+/// How a device carries out a WRITE_ZEROES: what [`Device::zeroing`] says and the
+/// runtime reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceZeroing {
+    /// A zoned image: the file system call that zeroes the range of the file.
+    File(FileZeroing),
+    /// A Linux block device: `fallocate` on it, which the kernel turns into
+    /// WRITE_ZEROES. With `unmap`, `FALLOC_FL_PUNCH_HOLE` (the device may
+    /// deallocate; never written zeroes); without, `FALLOC_FL_ZERO_RANGE`
+    /// (WRITE_ZEROES with NOUNMAP).
+    BlockDevice {
+        /// The device may deallocate the range.
+        unmap: bool,
+    },
+    /// Memory: the range's pages freed (unmap) or filled with zeroes.
+    Memory {
+        /// Pages are freed.
+        unmap: bool,
+    },
+}
+
+impl DeviceZeroing {
+    /// The method's name: the image's (`fallocate-zero-range`, ...),
+    /// `blkdev-write-zeroes-unmap`, `blkdev-write-zeroes-nounmap`, `memory-free-pages`
+    /// or `memory-zero-fill`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceZeroing::File(m) => m.name(),
+            DeviceZeroing::BlockDevice { unmap: true } => "blkdev-write-zeroes-unmap",
+            DeviceZeroing::BlockDevice { unmap: false } => "blkdev-write-zeroes-nounmap",
+            DeviceZeroing::Memory { unmap: true } => "memory-free-pages",
+            DeviceZeroing::Memory { unmap: false } => "memory-zero-fill",
+        }
+    }
+
+    /// The image's method, for a zoned image.
+    pub fn file(self) -> Option<FileZeroing> {
+        match self {
+            DeviceZeroing::File(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceZeroing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for DeviceZeroing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// A device the runtime drives from many threads at once: every method takes
+/// `&self`, and none holds a lock across I/O that another request needs.
+pub trait Device: Send + Sync {
+    /// The geometry: zones, limits, whether zone append is native (the engine
+    /// emulates it when `max_append_sectors` is 0).
+    fn geometry(&self) -> &Geometry;
+
+    /// Whether the device is rotational (`queue/rotational`): the single issuer is
+    /// the default policy of a rotational zoned device (`zoned_qd1_writes`).
+    fn rotational(&self) -> bool;
+
+    /// What the device is, for messages and reports: its path, or its kind.
+    fn name(&self) -> String;
+
+    /// The descriptors a driver may move data through itself for a
+    /// [`Plan::Transfer`]; none by default (every transfer goes to
+    /// [`Device::perform`]).
+    fn data_fds(&self) -> DataFds<'_> {
+        DataFds::default()
+    }
+
+    /// The device-side checks of `req` and how to carry it out. Writes are accepted
+    /// here in the order of the calls: a driver calls this in the order the engine
+    /// issues. An error is the request's result.
+    fn prepare(&self, req: &Request) -> Result<Plan, Status>;
+
+    /// Carries out a prepared request synchronously on a thread that may block: the
+    /// transfer of a [`Plan::Transfer`] (then [`Device::finish`]), or the whole of a
+    /// [`Plan::Blocking`] request. `buf` is the request's data (`nr_sectors * 512`
+    /// bytes) for reads and writes.
+    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status>;
+
+    /// Ends a [`Plan::Transfer`] the driver moved itself: `io` is the transfer's
+    /// outcome (a short transfer the driver completed is `Ok`). Returns the request's
+    /// result.
+    fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status>;
+
+    /// Appends up to `max` zone descriptors, starting with the zone holding `from`,
+    /// to `out` (REPORT_ZONES), as the device has them now. Returns how many were
+    /// added. A regular device fails with [`Status::NotSupported`].
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status>;
+
+    /// How the device carries out a WRITE_ZEROES with NOUNMAP set or not; `None`
+    /// when it has no WRITE_ZEROES (`write_zeroes_max_bytes` 0).
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing>;
+
+    /// Makes everything acknowledged so far durable and says so, or why not. Call it
+    /// once no request is in flight; requests prepared afterwards fail.
+    fn close(&self) -> Result<(), DeviceError>;
+
+    /// Executes `req` synchronously: [`Device::prepare`], then [`Device::perform`].
+    fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let plan = self.prepare(req)?;
+        self.perform(req, plan, buf)
+    }
+
+    /// The descriptor of the zone holding `sector`.
+    fn report_zone(&self, sector: Sector) -> Result<ZoneInfo, Status> {
+        let mut out = Vec::with_capacity(1);
+        self.report_zones(sector, 1, &mut out)?;
+        out.pop().ok_or(Status::Invalid)
+    }
+
+    /// Every zone, in order (none on a regular device): what an engine starts from,
+    /// as the kernel revalidates zones.
+    fn zones(&self) -> Result<Vec<ZoneInfo>, Status> {
+        let geo = self.geometry();
+        if !geo.is_zoned() {
+            return Ok(Vec::new());
+        }
+        let n = geo.nr_zones() as usize;
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let from = geo.zone_start(ZoneNo(out.len() as u32));
+            if self.report_zones(from, n - out.len(), &mut out)? == 0 {
+                return Err(Status::IoErr);
+            }
+        }
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+/// A shared device is a device: the runtime can drive it while its owner keeps a
+/// handle (to look at it, or to close it).
+impl<D: Device + ?Sized> Device for Arc<D> {
+    fn geometry(&self) -> &Geometry {
+        (**self).geometry()
+    }
+    fn rotational(&self) -> bool {
+        (**self).rotational()
+    }
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn data_fds(&self) -> DataFds<'_> {
+        (**self).data_fds()
+    }
+    fn prepare(&self, req: &Request) -> Result<Plan, Status> {
+        (**self).prepare(req)
+    }
+    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        (**self).perform(req, plan, buf)
+    }
+    fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
+        (**self).finish(req, t, io)
+    }
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
+        (**self).report_zones(from, max, out)
+    }
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+        (**self).zeroing(nounmap)
+    }
+    fn close(&self) -> Result<(), DeviceError> {
+        (**self).close()
+    }
+}
+
+/// A synchronous [`BlockDevice`] (the in-memory device, a simulated device's data
+/// side) behind a mutex: every request is [`Plan::Blocking`] and executes under the
+/// lock. The device executes in memory, so the lock is held for a copy, not for I/O.
+#[derive(Debug)]
+pub struct Locked<D> {
+    dev: Mutex<D>,
+    geo: Geometry,
+    name: String,
+    rotational: bool,
+}
+
+impl<D: BlockDevice> Locked<D> {
+    /// Wraps `dev`, which stands for a device called `name` (its kind: "memory")
+    /// that is `rotational` or not.
+    pub fn new(dev: D, name: impl Into<String>, rotational: bool) -> Locked<D> {
+        Locked { geo: dev.geometry().clone(), dev: Mutex::new(dev), name: name.into(), rotational }
+    }
+
+    /// The device, locked: for checkers that look at its state.
+    pub fn lock(&self) -> MutexGuard<'_, D> {
+        self.dev.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The device back.
+    pub fn into_inner(self) -> D {
+        self.dev.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<D: BlockDevice + Send> Device for Locked<D> {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    fn rotational(&self) -> bool {
+        self.rotational
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn prepare(&self, _req: &Request) -> Result<Plan, Status> {
+        // The device checks when it executes, under its lock: in the order of the
+        // perform calls, which for writes to one zone is the engine's issue order
+        // (one write per zone in flight).
+        Ok(Plan::Blocking)
+    }
+
+    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        assert_eq!(plan, Plan::Blocking, "a locked device plans nothing else");
+        self.lock().execute(req, buf)
+    }
+
+    fn finish(&self, _req: &Request, _t: Transfer, _io: io::Result<()>) -> Result<Sector, Status> {
+        unreachable!("a locked device never plans a transfer")
+    }
+
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
+        self.lock().report_zones(from, max, out)
+    }
+
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+        self.lock().zeroing(nounmap)
+    }
+
+    fn close(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}
