@@ -71,7 +71,8 @@ pub fn run_jobs(cfg: &SimConfig, jobs: &[JobSpec], group: bool) -> Result<BenchR
 /// Runs fio-like `jobs` on an already built simulation (any timing model).
 pub fn run_jobs_on(sim: &mut Sim, jobs: &[JobSpec], group: bool) -> Result<BenchReport, BenchError> {
     let geo = sim.device().geometry().clone();
-    let mut w = FioJobs::new(jobs, &geo, sim.seed())?;
+    let zones = sim.device().zones().map(|z| z.zones().to_vec()).unwrap_or_default();
+    let mut w = FioJobs::with_zones(jobs, &geo, &zones, sim.seed())?;
     sim.run(&mut w);
     Ok(BenchReport {
         device: sim.model_description(),
