@@ -16,7 +16,6 @@ use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::params::{DeviceParams, LatencyDist};
 use zblk_core::units::{Sector, ZoneNo};
-use zblk_dev::BlockDevice;
 
 /// A random small device and engine configuration drawn from `seed`.
 pub fn random_config(seed: u64) -> SimConfig {
@@ -254,8 +253,7 @@ impl RandomOps {
     }
 
     fn resync_guess(&mut self, sim: &Sim, z: ZoneNo) {
-        if let Some(zs) = sim.device().zones() {
-            let zone = zs.zone(z);
+        if let Ok(zone) = sim.report_zone(sim.stack().top(), z) {
             self.guess_wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
         }
     }
@@ -306,7 +304,7 @@ impl Workload for RandomOps {
 pub fn run_random(seed: u64, ops: u64) -> RandomReport {
     let cfg = random_config(seed);
     let mut sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
-    let geo = sim.device().geometry().clone();
+    let geo = sim.device_geometry();
     let mut w = RandomOps::new(&geo, cfg.engine.wp_recovery == WpRecovery::Kernel, ops, seed);
     sim.run(&mut w);
     let mut report = w.report().clone();

@@ -1,12 +1,12 @@
 //! fio-like jobs in the simulator: [`FioJobs`] drives the sans-IO generator
 //! [`FioGen`] (fio's options and `zonemode=zbd` rules, see [`zblk_workload::fio`])
-//! in virtual time. A write's data is its stamp's pattern; a zone report the
-//! generator asks for is answered at once from the simulated device.
+//! in virtual time, on the top device of the simulated stack (a single device, or a
+//! stacked one). A write's data is its stamp's pattern; a zone report the
+//! generator asks for is answered at once from the simulated disks.
 
 use super::driver::{Sim, SimCompletion, Workload};
 use zblk_core::geometry::Geometry;
 use zblk_core::zone::{ZoneInfo, ZoneSet};
-use zblk_dev::BlockDevice;
 use zblk_workload::fio::{FioAction, FioDone, FioGen};
 use zblk_workload::job::{JobError, JobResult, JobSpec};
 
@@ -46,8 +46,7 @@ impl FioJobs {
                     submitted += 1;
                 }
                 FioAction::ReportZone(z) => {
-                    let start = sim.device().geometry().zone_start(z);
-                    let info = sim.device().report_zone(start);
+                    let info = sim.report_zone(sim.stack().top(), z);
                     self.fio.zone_report(z, info);
                 }
             }

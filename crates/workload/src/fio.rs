@@ -275,7 +275,7 @@ impl FioGen {
                 ));
             }
         }
-        Ok(ZbdState { wp, open, locks: vec![ZoneLock::default(); n] })
+        Ok(ZbdState { wp, open, locks: std::iter::repeat_with(ZoneLock::default).take(n).collect() })
     }
 
     /// Starts the jobs: every job submits up to its `iodepth`.
