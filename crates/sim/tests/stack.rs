@@ -281,3 +281,15 @@ fn a_bio_for_a_device_not_in_the_stack_is_refused() {
     );
     assert_eq!(st.stats().invalid, 1);
 }
+
+#[test]
+fn an_append_through_a_linear_device_over_a_striped_one_is_refused() {
+    // The linear device remaps the append to the striped device, which cannot
+    // spread it over its members: it fails there, and no member is written.
+    let mut s = sim("linear[striped:chunk=64k[2*nullb:size=64,zone_size=4,memory_backed=1]]", SplitOrder::Head, 2);
+    let top = s.stack().top();
+    let zs = s.stack().info(top).geometry.zone_sectors();
+    assert_eq!(one(&mut s, Bio::append(Sector(zs), 8, 0)), Err(Status::NotSupported));
+    assert_eq!(s.report_zone(top, ZoneNo(1)).unwrap().cond, ZoneCond::Empty);
+    assert_eq!(one(&mut s, Bio::write(Sector(zs), 8, 0)), Ok(Sector(zs)));
+}

@@ -365,6 +365,11 @@ impl Stack {
     fn submit_stacked(&mut self, e: Entry) {
         match e.op {
             Op::Read | Op::Write | Op::WriteZeroes | Op::Discard => self.submit_ranged(e),
+            // A zone append cannot be spread over members: a striped device fails it
+            // wherever it comes from (a linear device over it remaps appends to it).
+            Op::ZoneAppend if self.devs[e.dev.idx()].info.kind == DevKind::Striped => {
+                self.end_entry(e.top, Err(Status::NotSupported))
+            }
             Op::ZoneAppend => self.remap_whole(e),
             Op::Flush => {
                 let members = self.devs[e.dev.idx()].info.members.clone();
