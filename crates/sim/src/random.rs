@@ -24,6 +24,9 @@ use zblk_core::params::{DeviceParams, LatencyDist};
 use zblk_core::stack::{BuiltStack, DevId, LinearTarget, SplitOrder, StackBuilder, StackConfig};
 use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
 
+/// The fault rates of the runs with faults.
+const FAULTS: FaultConfig = FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 };
+
 /// A random small device and engine configuration drawn from `seed`.
 pub fn random_config(seed: u64) -> SimConfig {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -34,20 +37,30 @@ pub fn random_config(seed: u64) -> SimConfig {
     let capacity_bytes = nr_zones * zone_size_bytes - runt;
     let zone_capacity_bytes = if rng.random_bool(0.3) { zone_size_bytes / 4 * 3 } else { 0 };
     let nr_conv = rng.random_range(0..=2);
+    let shape = Shape { lbs_bytes, zoned: true, zone_size_bytes, zone_capacity_bytes };
+    let device = random_device(&mut rng, shape, capacity_bytes, nr_conv);
+    let engine = random_engine(&mut rng, device.hw_queue_depth, true);
+    let faults = if rng.random_bool(0.5) { FAULTS } else { FaultConfig::default() };
+    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0 }
+}
+
+/// Draws the limits and the timing of a small memory-backed device of `shape` and
+/// `capacity_bytes`, the first `nr_conv` zones conventional.
+fn random_device(rng: &mut impl Rng, shape: Shape, capacity_bytes: u64, nr_conv: u32) -> DeviceParams {
     let max_open = if rng.random_bool(0.5) { rng.random_range(2..=5) } else { 0 };
     let max_active = if rng.random_bool(0.5) { max_open.max(2) + rng.random_range(0..=3) } else { 0 };
-    let lbs_sectors = lbs_bytes / 512;
+    let lbs_sectors = shape.lbs_bytes / 512;
     let max_sectors = [1, 2, 4, 8, 32][rng.random_range(0..5)] * lbs_sectors;
     let max_append_sectors = if rng.random_bool(0.5) { 0 } else { max_sectors };
     // WRITE_ZEROES: none, smaller or larger than max_sectors; unmapping or not.
-    let write_zeroes_max_bytes = [0, 1, 4, 64][rng.random_range(0..4)] * u64::from(lbs_bytes);
+    let write_zeroes_max_bytes = [0, 1, 4, 64][rng.random_range(0..4)] * u64::from(shape.lbs_bytes);
     let write_zeroes_unmap_max_hw_bytes = if rng.random_bool(0.5) { write_zeroes_max_bytes } else { 0 };
     let geometry = GeometryParams {
-        lbs_bytes,
+        lbs_bytes: shape.lbs_bytes,
         capacity_bytes,
-        zoned: true,
-        zone_size_bytes,
-        zone_capacity_bytes,
+        zoned: shape.zoned,
+        zone_size_bytes: shape.zone_size_bytes,
+        zone_capacity_bytes: shape.zone_capacity_bytes,
         nr_conv,
         max_open,
         max_active,
@@ -56,30 +69,14 @@ pub fn random_config(seed: u64) -> SimConfig {
         write_zeroes_max_bytes,
         write_zeroes_unmap_max_hw_bytes,
     };
-    let device = DeviceParams {
+    DeviceParams {
         geometry,
         memory_backed: true,
         rotational: false,
         hw_queue_depth: rng.random_range(1..=32),
         completion_nsec: rng.random_range(1_000..=20_000),
         completion_dist: [LatencyDist::Uniform, LatencyDist::Exp, LatencyDist::Fixed][rng.random_range(0..3)],
-    };
-    let policies = [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl];
-    let engine = EngineConfig {
-        policy: policies[rng.random_range(0..policies.len())],
-        wp_recovery: if rng.random_bool(0.7) { WpRecovery::Report } else { WpRecovery::Kernel },
-        queue_depth: device.hw_queue_depth,
-        max_bios: 1 << 16,
-        zwl_sched_tags: if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=8) },
-        batch_max_bypass: rng.random_range(0..=8),
-        batch_anticipate_ns: if rng.random_bool(0.5) { 0 } else { rng.random_range(1_000..=50_000) },
-    };
-    let faults = if rng.random_bool(0.5) {
-        FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 }
-    } else {
-        FaultConfig::default()
-    };
-    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0 }
+    }
 }
 
 /// What a random run did.
@@ -407,45 +404,15 @@ fn random_engine(rng: &mut impl Rng, queue_depth: u32, zoned: bool) -> EngineCon
     }
 }
 
-/// The zone layout the members of a random stack share: block size, zone size and
-/// capacity (zoned members of a stacked device must agree on them).
+/// The zone layout of a random device: block size, zone size and capacity (the
+/// disks of a random stack share it: zoned members of a stacked device must agree
+/// on it).
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     lbs_bytes: u32,
     zoned: bool,
     zone_size_bytes: u64,
     zone_capacity_bytes: u64,
-}
-
-/// Draws a small memory-backed disk of `shape` with `nr_zones` zones (or as many
-/// bytes, regular) and `nr_conv` conventional ones.
-fn random_disk(rng: &mut impl Rng, shape: Shape, nr_zones: u64, nr_conv: u32) -> DeviceParams {
-    let lbs_sectors = shape.lbs_bytes / 512;
-    let max_sectors = [1, 2, 4, 8, 32][rng.random_range(0..5)] * lbs_sectors;
-    let write_zeroes_max_bytes = [0, 1, 4, 64][rng.random_range(0..4)] * u64::from(shape.lbs_bytes);
-    let max_open = if rng.random_bool(0.5) { rng.random_range(2..=5) } else { 0 };
-    let geometry = GeometryParams {
-        lbs_bytes: shape.lbs_bytes,
-        capacity_bytes: nr_zones * shape.zone_size_bytes,
-        zoned: shape.zoned,
-        zone_size_bytes: shape.zone_size_bytes,
-        zone_capacity_bytes: shape.zone_capacity_bytes,
-        nr_conv,
-        max_open,
-        max_active: if rng.random_bool(0.5) { max_open.max(2) + rng.random_range(0..=3) } else { 0 },
-        max_append_sectors: if rng.random_bool(0.5) { 0 } else { max_sectors },
-        max_sectors,
-        write_zeroes_max_bytes,
-        write_zeroes_unmap_max_hw_bytes: if rng.random_bool(0.5) { write_zeroes_max_bytes } else { 0 },
-    };
-    DeviceParams {
-        geometry,
-        memory_backed: true,
-        rotational: false,
-        hw_queue_depth: rng.random_range(1..=32),
-        completion_nsec: rng.random_range(1_000..=20_000),
-        completion_dist: [LatencyDist::Uniform, LatencyDist::Exp, LatencyDist::Fixed][rng.random_range(0..3)],
-    }
 }
 
 /// Builds the devices of a random stack, drawing every choice from its generator.
@@ -462,7 +429,7 @@ impl StackGen {
     /// A disk of `nr_zones` zones (or as many zone sizes of a regular disk), the
     /// first `nr_conv` conventional, with its own engine settings.
     fn disk(&mut self, nr_zones: u64, nr_conv: u32) -> DevId {
-        let p = random_disk(&mut self.rng, self.shape, nr_zones, nr_conv);
+        let p = random_device(&mut self.rng, self.shape, nr_zones * self.shape.zone_size_bytes, nr_conv);
         let geo = p.validate().unwrap_or_else(|e| panic!("seed {}: random disk {p:?}: {e}", self.seed));
         let engine = random_engine(&mut self.rng, p.hw_queue_depth, self.shape.zoned);
         self.kernel_recovery |= engine.wp_recovery == WpRecovery::Kernel;
@@ -600,11 +567,7 @@ pub fn random_stack(seed: u64) -> RandomStack {
     let StackGen { mut rng, b, disks, kernel_recovery, .. } = g;
     let split_order = if rng.random_bool(0.8) { SplitOrder::Head } else { SplitOrder::Tail };
     let stack = b.build(top, StackConfig { split_order, ..StackConfig::default() });
-    let faults = if rng.random_bool(0.75) {
-        FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 }
-    } else {
-        FaultConfig::default()
-    };
+    let faults = if rng.random_bool(0.75) { FAULTS } else { FaultConfig::default() };
     let host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
     let cfg = StackSimConfig { seed, check: true, trace: false, faults, host_latency_ns };
     RandomStack { built: BuiltStack { stack, disks }, cfg, kernel_recovery }
