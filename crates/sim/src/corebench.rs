@@ -1,6 +1,8 @@
 //! The core's own cost: BIOs per second through submit → issue → complete on the
 //! simulated null device (no data, fixed latency), 4 KiB writes spread round-robin
-//! over 128 zones at QD 16, with per-zone plugging and with plugging bypassed.
+//! over 128 zones at QD 16, with per-zone plugging and with plugging bypassed. The
+//! BIOs take the simulator's host side: the stack's submission path (one disk)
+//! and the disk's engine.
 //!
 //! Wall-clock time is measured by the caller (the `zblk corebench` command); this
 //! module only builds and runs the workload, so that a test can run it too.

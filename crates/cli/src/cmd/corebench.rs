@@ -1,4 +1,5 @@
-//! `zblk corebench`: the engine's own cost, with and without zone write plugging.
+//! `zblk corebench`: the core's own cost (the stack's submission path and the
+//! engine), with and without zone write plugging.
 
 use crate::CliError;
 use clap::Args;
