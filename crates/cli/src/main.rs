@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Run fio-like jobs on a simulated device and print fio-style results.
     Bench(cmd::bench::BenchArgs),
-    /// Measure the engine's own cost: BIOs/s with zone write plugging vs passthrough.
+    /// Measure the core's own cost: BIOs/s with zone write plugging vs passthrough.
     Corebench(cmd::corebench::CorebenchArgs),
     /// Run a published experiment on simulated devices, all policies side by side.
     Sweep(cmd::sweep::SweepArgs),

@@ -323,7 +323,7 @@ pub fn time_writer_with_background_zeroing(
                 r.map(|rep| (t.elapsed().as_secs_f64(), rep.device_method.and_then(DeviceZeroing::file)))
             })
         });
-        let writer = run_jobs(rt, &[spec], 1, false);
+        let writer = run_jobs(rt, &path.display().to_string(), &[spec], 1, false);
         let zeroing = zeroer.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         (writer, zeroing)
     });

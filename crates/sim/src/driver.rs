@@ -1,22 +1,40 @@
-//! The simulator: drives an [`Engine`] in virtual time against an in-memory device
-//! whose timing comes from a [`DeviceModel`], with seeded fault injection and the
-//! [`Checker`] after every step. One thread, no wall clock: a run is a function of
-//! its configuration and seed.
+//! The simulator: one virtual clock driving a [`Stack`] (a single device is a stack
+//! of one disk) and, per disk, an in-memory device (data and device-side zone
+//! state), a [`DeviceModel`] deciding when each request completes, seeded fault
+//! injection and, with checking on, the [`Checker`] after every step. One thread,
+//! no wall clock: a run is a function of its configuration, its models and its seed.
+//!
+//! A request executes on its disk when the disk's model completes it, so a model
+//! that reorders completions reorders execution too, as a device with a queue does.
+//! Every event of the stack (BIOs queued, split, remapped, requests issued and
+//! completed) can be traced, stamped with virtual time, and each device's seek
+//! histogram is kept from them.
+//!
+//! One step of the event loop: move the clock to the earliest event (a model's, a
+//! completion due to the workload, an engine's anticipation timer); execute what
+//! the disks complete then, in disk order; deliver what is due; expire the timers
+//! due; carry out the stack's actions (issue to the models, complete BIOs, answer
+//! zone reports); hand the completions to the workload one by one; check.
 
 use super::checker::Checker;
-use super::faults::{Fault, FaultConfig, Faults};
+use super::disk::SimDisk;
+use super::faults::{FaultConfig, Faults};
 use super::model::{DeviceModel, NullModel};
 use slab::Slab;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use zblk_core::bio::{Bio, Op, Request, Status};
-use zblk_core::engine::{Action, Engine, EngineConfig, EngineStats};
+use zblk_core::engine::{Engine, EngineConfig, EngineStats};
+use zblk_core::geometry::Geometry;
 use zblk_core::params::{DeviceParams, ParamError};
-use zblk_core::units::{SECTOR_SIZE, Sector};
-use zblk_core::zone::ZoneCond;
-use zblk_dev::{BlockDevice, IoBuf, MemDevice};
-use zblk_workload::pattern;
+use zblk_core::stack::{
+    BuiltStack, DevId, SeekTracker, SplitOrder, Stack, StackAction, StackBuilder, StackConfig, TraceAction, TraceEvent,
+};
+use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
+use zblk_core::zone::ZoneInfo;
+use zblk_dev::{BlockDevice, MemDevice};
 
-/// How to build a simulation.
+/// How to build a simulation of one device.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
     /// The device (null_blk-style parameters).
@@ -51,6 +69,41 @@ impl SimConfig {
     }
 }
 
+/// How to run a simulation of a stack (its devices come with the stack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackSimConfig {
+    /// Seed of every random choice (each disk's model and faults get one derived
+    /// from it).
+    pub seed: u64,
+    /// Run the checkers after every step.
+    pub check: bool,
+    /// Record trace events (for the sink and the seek histograms).
+    pub trace: bool,
+    /// Faults to inject, on every disk.
+    pub faults: FaultConfig,
+    /// As [`SimConfig::host_latency_ns`].
+    pub host_latency_ns: u64,
+}
+
+impl StackSimConfig {
+    /// Seeded, checker and tracing off, no faults, no host latency.
+    pub fn new(seed: u64) -> StackSimConfig {
+        StackSimConfig { seed, check: false, trace: false, faults: FaultConfig::default(), host_latency_ns: 0 }
+    }
+}
+
+/// Makes the timing model of a disk: `(disk, its parameters, a seed for it)`.
+pub type ModelFactory<'a> = &'a mut dyn FnMut(DevId, &DeviceParams, u64) -> Box<dyn DeviceModel>;
+
+/// The null device's timing for every disk, from its `completion_nsec` and
+/// `completion_dist`.
+pub fn null_model(_dev: DevId, params: &DeviceParams, seed: u64) -> Box<dyn DeviceModel> {
+    Box::new(NullModel::new(params.completion_nsec, params.completion_dist, seed))
+}
+
+/// Receives every trace event, in order, with its time.
+pub type TraceSink = Box<dyn FnMut(&TraceEvent)>;
+
 /// A progress callback: `(virtual now in ns, BIOs completed)`.
 pub type ProgressFn = Box<dyn FnMut(u64, u64)>;
 
@@ -59,6 +112,8 @@ pub type ProgressFn = Box<dyn FnMut(u64, u64)>;
 pub struct SimCompletion {
     /// The workload's token for the BIO.
     pub token: u64,
+    /// The submitter it was submitted for (0 unless [`Sim::submit_by`] said).
+    pub submitter: u32,
     /// The BIO's operation.
     pub op: Op,
     /// The BIO's sector as submitted.
@@ -89,11 +144,14 @@ pub trait Workload {
 #[derive(Debug)]
 struct BioRec {
     token: u64,
+    submitter: u32,
     submit_ns: u64,
     op: Op,
     sector: Sector,
     nr_sectors: u32,
     stamp: u64,
+    /// The reset epochs of what the BIO covers, at submission (see
+    /// [`Checker::epoch_of`]).
     epoch: u64,
 }
 
@@ -102,40 +160,53 @@ struct BioRec {
 pub struct SimStats {
     /// BIOs submitted.
     pub bios: u64,
-    /// Requests the device executed.
+    /// Requests the disks executed.
     pub executed: u64,
     /// Faults injected.
     pub faults: u64,
-    /// Zone reports answered.
+    /// Zone reports answered to the disks' engines.
     pub reports: u64,
     /// Checker checks made.
     pub checks: u64,
 }
 
+/// A piece of a BIO's range on one disk: `(disk index, sector on the disk, length,
+/// offset in the BIO)`.
+type Extent = (usize, Sector, u32, u32);
+
 /// A simulation in progress. See the module documentation.
 pub struct Sim {
     now_ns: u64,
     seed: u64,
-    engine: Engine,
-    dev: MemDevice,
-    model: Box<dyn DeviceModel>,
-    checker: Option<Checker>,
-    faults: Faults,
+    check: bool,
+    stack: Stack,
+    disks: Vec<SimDisk>,
+    /// Device index → index in `disks`.
+    disk_of: Vec<Option<usize>>,
     bios: Slab<BioRec>,
     completions: VecDeque<SimCompletion>,
-    done: Vec<Request>,
-    buf: Vec<u8>,
-    stats: SimStats,
     /// Completions on their way to the workload: (delivery time, completion).
     delayed: VecDeque<(u64, SimCompletion)>,
-    /// The engine's anticipation timers: (due time, token), earliest first.
-    timers: VecDeque<(u64, u64)>,
+    /// The engines' anticipation timers: (due time, disk, token), earliest first.
+    timers: VecDeque<(u64, DevId, u64)>,
     host_latency_ns: u64,
+    /// Trace events taken from the stack (with the disks' completions between them,
+    /// in the order they happened) and not handed out yet; `None` when not tracing.
+    events: Option<Vec<TraceEvent>>,
+    seeks: Option<SeekTracker>,
+    sink: Option<TraceSink>,
+    done: Vec<Request>,
+    /// Each disk model's next event, during a step.
+    next_ns: Vec<Option<u64>>,
+    buf: Vec<u8>,
+    stats: SimStats,
     /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.
-    trace: bool,
+    debug: bool,
     /// Progress callback and its period in completions.
     progress: Option<(u64, ProgressFn)>,
     completed: u64,
+    /// An engine was handed out mutably: what it decided must be collected.
+    engines_touched: bool,
 }
 
 impl std::fmt::Debug for Sim {
@@ -152,33 +223,72 @@ impl Sim {
         Sim::with_model(cfg, Box::new(model))
     }
 
-    /// A simulation with the given timing model.
+    /// A simulation of one device with the given timing model: a stack of that one
+    /// disk, which the engine configured by `cfg.engine` drives.
     pub fn with_model(cfg: &SimConfig, model: Box<dyn DeviceModel>) -> Result<Sim, ParamError> {
         let geo = cfg.device.validate()?;
         let engine_cfg = EngineConfig { queue_depth: cfg.device.hw_queue_depth, ..cfg.engine };
-        let dev = MemDevice::new(&geo, cfg.device.memory_backed);
-        let engine = Engine::new_empty(&geo, engine_cfg);
-        let checker = cfg.check.then(|| Checker::new(&geo, engine_cfg.policy, cfg.seed));
-        Ok(Sim {
+        let mut b = StackBuilder::new();
+        let disk = b.disk(&geo, engine_cfg);
+        // The engine holds the device's BIO limit: the stack adds none of its own.
+        let stack = b.build(disk, StackConfig { split_order: SplitOrder::Head, max_bios: u32::MAX });
+        let built = BuiltStack { stack, disks: vec![(disk, cfg.device.clone())] };
+        let run = StackSimConfig {
+            seed: cfg.seed,
+            check: cfg.check,
+            trace: false,
+            faults: cfg.faults,
+            host_latency_ns: cfg.host_latency_ns,
+        };
+        let mut model = Some(model);
+        Ok(Sim::with_stack(built, run, &mut |_, _, _| model.take().expect("one disk")))
+    }
+
+    /// A simulation of `built`, each disk timed by the model `models` makes for it
+    /// (seeded from the run's seed and the disk's place).
+    pub fn with_stack(built: BuiltStack, cfg: StackSimConfig, models: ModelFactory<'_>) -> Sim {
+        let BuiltStack { mut stack, disks: params } = built;
+        let mut disk_of = vec![None; stack.devices().count()];
+        let mut disks = Vec::with_capacity(params.len());
+        for (i, (dev, p)) in params.iter().enumerate() {
+            let geo = stack.info(*dev).geometry.clone();
+            let policy = stack.engine(*dev).expect("a disk has an engine").config().policy;
+            disk_of[dev.idx()] = Some(i);
+            disks.push(SimDisk {
+                dev: *dev,
+                mem: MemDevice::new(&geo, p.memory_backed),
+                model: models(*dev, p, cfg.seed ^ ((i as u64 + 1) << 40)),
+                checker: cfg.check.then(|| Checker::new(&geo, policy, cfg.seed)),
+                faults: Faults::new(cfg.faults, cfg.seed ^ ((i as u64) << 40)),
+            });
+        }
+        // The checkers learn of the BIOs reaching each disk from the trace.
+        let tracing = cfg.trace || cfg.check;
+        stack.record_events(tracing);
+        Sim {
             now_ns: 0,
             seed: cfg.seed,
-            engine,
-            dev,
-            model,
-            checker,
-            faults: Faults::new(cfg.faults, cfg.seed),
+            check: cfg.check,
+            seeks: tracing.then(|| SeekTracker::new(&stack)),
+            stack,
+            disks,
+            disk_of,
             bios: Slab::new(),
             completions: VecDeque::new(),
-            done: Vec::new(),
-            buf: Vec::new(),
-            stats: SimStats::default(),
             delayed: VecDeque::new(),
             timers: VecDeque::new(),
             host_latency_ns: cfg.host_latency_ns,
-            trace: std::env::var_os("ZBLK_SIM_TRACE").is_some(),
+            events: tracing.then(Vec::new),
+            sink: None,
+            done: Vec::new(),
+            next_ns: Vec::new(),
+            buf: Vec::new(),
+            stats: SimStats::default(),
+            debug: std::env::var_os("ZBLK_SIM_TRACE").is_some(),
             progress: None,
             completed: 0,
-        })
+            engines_touched: false,
+        }
     }
 
     /// Virtual time now, in nanoseconds.
@@ -191,19 +301,44 @@ impl Sim {
         self.seed
     }
 
-    /// The engine, for inspection.
+    /// The stack.
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
+    fn disk_index(&self, dev: DevId) -> usize {
+        self.disk_of[dev.idx()].unwrap_or_else(|| panic!("{} is not a disk", self.stack.info(dev).name))
+    }
+
+    /// The top device as a disk: what a simulation of one device has.
+    fn top_disk(&self) -> usize {
+        let top = self.stack.top();
+        self.disk_of[top.idx()].unwrap_or_else(|| {
+            panic!("the top device {} is a stacked device: name the disk", self.stack.info(top).name)
+        })
+    }
+
+    /// The engine of the device (the top device must be a disk), for inspection.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.disk_engine(self.disks[self.top_disk()].dev)
     }
 
-    /// The engine, to make zone reports or change settings as a user would.
+    /// The engine of the device (the top device must be a disk), to make zone
+    /// reports or change settings as a user would.
     pub fn engine_mut(&mut self) -> &mut Engine {
-        &mut self.engine
+        let dev = self.disks[self.top_disk()].dev;
+        self.engines_touched = true;
+        self.stack.engine_mut(dev)
     }
 
-    /// The device's geometry.
-    pub fn device_geometry(&self) -> zblk_core::geometry::Geometry {
-        self.dev.geometry().clone()
+    /// The engine of disk `dev`.
+    pub fn disk_engine(&self, dev: DevId) -> &Engine {
+        self.stack.engine(dev).unwrap_or_else(|| panic!("{} is not a disk", self.stack.info(dev).name))
+    }
+
+    /// The top device's geometry.
+    pub fn device_geometry(&self) -> Geometry {
+        self.stack.info(self.stack.top()).geometry.clone()
     }
 
     /// Calls `report(now_ns, completions)` every `every` BIO completions while
@@ -213,43 +348,131 @@ impl Sim {
         self.progress = Some((every, report));
     }
 
-    /// The device.
+    /// The device (the top device must be a disk).
     pub fn device(&self) -> &MemDevice {
-        &self.dev
+        &self.disks[self.top_disk()].mem
     }
 
-    /// The device, for fault injection.
+    /// The device (the top device must be a disk), for fault injection.
     pub fn device_mut(&mut self) -> &mut MemDevice {
-        &mut self.dev
+        let i = self.top_disk();
+        &mut self.disks[i].mem
     }
 
-    /// The timing model's description.
+    /// The in-memory device behind disk `dev`.
+    pub fn disk(&self, dev: DevId) -> &MemDevice {
+        &self.disks[self.disk_index(dev)].mem
+    }
+
+    /// The in-memory device behind disk `dev`, for fault injection.
+    pub fn disk_mut(&mut self, dev: DevId) -> &mut MemDevice {
+        let i = self.disk_index(dev);
+        &mut self.disks[i].mem
+    }
+
+    /// The timing model's description; for a stack, every disk's, named.
     pub fn model_description(&self) -> String {
-        self.model.describe()
+        if let [d] = &self.disks[..] {
+            return d.model.describe();
+        }
+        let each: Vec<String> =
+            self.model_descriptions().into_iter().map(|(d, m)| format!("{}: {m}", self.stack.info(d).name)).collect();
+        each.join("; ")
     }
 
-    /// The timing model's counters (see [`DeviceModel::counters`]).
+    /// The timing model of each disk, described.
+    pub fn model_descriptions(&self) -> Vec<(DevId, String)> {
+        self.disks.iter().map(|d| (d.dev, d.model.describe())).collect()
+    }
+
+    /// The timing model's counters (see [`DeviceModel::counters`]); for a stack,
+    /// each counter summed over the disks.
     pub fn model_counters(&self) -> Vec<(&'static str, f64)> {
-        self.model.counters()
+        let mut sum: Vec<(&'static str, f64)> = Vec::new();
+        for d in &self.disks {
+            for (name, v) in d.model.counters() {
+                match sum.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, s)) => *s += v,
+                    None => sum.push((name, v)),
+                }
+            }
+        }
+        sum
     }
 
     /// Counters.
     pub fn stats(&self) -> SimStats {
-        SimStats { checks: self.checker.as_ref().map_or(0, |c| c.checks), faults: self.faults.injected, ..self.stats }
+        let checks = self.disks.iter().filter_map(|d| d.checker.as_ref()).map(|c| c.checks).sum();
+        let faults = self.disks.iter().map(|d| d.faults.injected).sum();
+        SimStats { checks, faults, ..self.stats }
     }
 
-    /// Engine counters.
+    /// Engine counters of the device (the top device must be a disk).
     pub fn engine_stats(&self) -> EngineStats {
-        self.engine.stats()
+        self.engine().stats()
     }
 
-    /// Submits `bio` now. `token` comes back in its [`SimCompletion`]; a write's
-    /// data is the pattern of `stamp` (see [`pattern`]).
-    pub fn submit(&mut self, mut bio: Bio, token: u64, stamp: u64) {
+    /// Hands every trace event, as it happens, to `sink` (tracing must be on).
+    pub fn set_trace_sink(&mut self, sink: TraceSink) {
+        assert!(self.seeks.is_some(), "trace sink set without tracing on");
+        self.sink = Some(sink);
+    }
+
+    /// Removes the trace sink (dropping it, which flushes what it buffers).
+    pub fn clear_trace_sink(&mut self) {
+        self.sink = None;
+    }
+
+    /// The seek histograms of every device (tracing must be on).
+    pub fn seeks(&self) -> Option<&SeekTracker> {
+        self.seeks.as_ref()
+    }
+
+    /// Zone `z` of device `dev` as its disks' zones make it up.
+    pub fn report_zone(&self, dev: DevId, z: ZoneNo) -> Result<ZoneInfo, Status> {
+        let (disks, disk_of) = (&self.disks, &self.disk_of);
+        self.stack.report_zone(dev, z, &mut |d, s| disks[disk_of[d.idx()].expect("a disk")].mem.report_zone(s))
+    }
+
+    /// Every zone of device `dev` (none if it is not zoned): a disk's zone table as
+    /// it is, a stacked device's made up zone by zone.
+    pub fn report_zones(&self, dev: DevId) -> Cow<'_, [ZoneInfo]> {
+        if let Some(i) = self.disk_of[dev.idx()] {
+            return self.disks[i].mem.zones().map_or(Cow::Borrowed(&[]), |z| Cow::Borrowed(z.zones()));
+        }
+        let geo = &self.stack.info(dev).geometry;
+        if !geo.is_zoned() {
+            return Cow::Borrowed(&[]);
+        }
+        (0..geo.nr_zones()).filter_map(|z| self.report_zone(dev, ZoneNo(z)).ok()).collect()
+    }
+
+    /// Reads `buf.len()` bytes of device `dev` at `sector` straight from the disks'
+    /// stores through the stack's mapping (for checks: no I/O, no time).
+    pub fn peek(&self, dev: DevId, sector: Sector, buf: &mut [u8]) {
+        for (k, chunk) in buf.chunks_mut(SECTOR_SIZE as usize).enumerate() {
+            let (d, s) = self.stack.map_to_disk(dev, sector + k as u64);
+            self.disk(d).peek(s, chunk);
+        }
+    }
+
+    /// Submits `bio` to the top device now. `token` comes back in its
+    /// [`SimCompletion`]; a write's data is the pattern of `stamp` (see
+    /// [`zblk_workload::pattern`]), sector `k` of the BIO holding `(stamp, k)`
+    /// wherever the stack puts it.
+    pub fn submit(&mut self, bio: Bio, token: u64, stamp: u64) {
+        self.submit_by(0, bio, token, stamp);
+    }
+
+    /// As [`Sim::submit`], for `submitter` (a number naming the submitting
+    /// context, in traces and completions).
+    pub fn submit_by(&mut self, submitter: u32, mut bio: Bio, token: u64, stamp: u64) {
         self.stats.bios += 1;
-        let epoch = self.checker.as_ref().map_or(0, |c| c.epoch_of(bio.sector, bio.nr_sectors));
+        let top = self.stack.top();
+        let epoch = if self.check { self.epoch(top, bio.sector, bio.nr_sectors) } else { 0 };
         let key = self.bios.insert(BioRec {
             token,
+            submitter,
             submit_ns: self.now_ns,
             op: bio.op,
             sector: bio.sector,
@@ -258,69 +481,161 @@ impl Sim {
             epoch,
         });
         bio.user_data = key as u64;
-        if self.trace {
+        if self.debug {
             eprintln!("{:>12} submit {bio:?}", self.now_ns);
         }
-        if let Some(c) = &mut self.checker {
-            if self.engine.validate(&bio).is_ok() {
-                c.on_submit(&bio);
+        self.stack.submit(top, bio, submitter);
+    }
+
+    /// Has the user report the zone holding `sector` of the top device to the
+    /// engines of the disks it lies on (what a file system does after a write
+    /// error, and what the kernel's recovery waits for).
+    pub fn report_zone_to_engine(&mut self, sector: Sector) {
+        let top = self.stack.top();
+        let geo = &self.stack.info(top).geometry;
+        if !geo.is_zoned() || sector.0 >= geo.nr_sectors() {
+            return;
+        }
+        let z = geo.zone_no(sector);
+        let mut parts = Vec::new();
+        let (disks, disk_of) = (&self.disks, &self.disk_of);
+        let _ = self.stack.report_zone(top, z, &mut |d, s| {
+            let info = disks[disk_of[d.idx()].expect("a disk")].mem.report_zone(s);
+            if let Ok(i) = info {
+                parts.push((d, i));
+            }
+            info
+        });
+        for (d, info) in parts {
+            self.stats.reports += 1;
+            self.stack.zone_report(d, &info);
+        }
+    }
+
+    /// The disk extents of `[sector, sector + nr_sectors)` of stacked device `dev`,
+    /// in BIO order; none for a range outside the device.
+    fn extents(&self, dev: DevId, sector: Sector, nr_sectors: u32) -> Vec<Extent> {
+        let end = sector.0.checked_add(u64::from(nr_sectors));
+        if end.is_none_or(|e| e > self.stack.info(dev).geometry.nr_sectors()) {
+            return Vec::new();
+        }
+        let mut out: Vec<Extent> = Vec::new();
+        for k in 0..nr_sectors {
+            let (d, s) = self.stack.map_to_disk(dev, sector + u64::from(k));
+            let i = self.disk_index(d);
+            match out.last_mut() {
+                Some((li, ls, ln, _)) if *li == i && *ls + u64::from(*ln) == s => *ln += 1,
+                _ => out.push((i, s, 1, k)),
             }
         }
-        self.engine.submit(bio);
+        out
     }
 
-    /// Has the user report zone `sector`'s zone to the engine (what a file system
-    /// does after a write error, and what the kernel's recovery waits for).
-    pub fn report_zone_to_engine(&mut self, sector: Sector) {
-        if let Ok(info) = self.dev.report_zone(sector) {
-            self.stats.reports += 1;
-            self.engine.zone_report(&info);
+    /// The sum of the disks' reset epochs over `[sector, sector + nr_sectors)` of
+    /// device `dev`: unchanged between a write's submission and its completion when
+    /// nothing threw its data away.
+    fn epoch(&self, dev: DevId, sector: Sector, nr_sectors: u32) -> u64 {
+        match self.disk_of[dev.idx()] {
+            Some(i) => self.epoch_sum(&[(i, sector, nr_sectors, 0)]),
+            None => self.epoch_sum(&self.extents(dev, sector, nr_sectors)),
         }
     }
 
-    /// Carries out the engine's actions until there are none.
+    fn epoch_sum(&self, extents: &[Extent]) -> u64 {
+        extents.iter().map(|&(i, s, n, _)| self.disks[i].checker.as_ref().map_or(0, |c| c.epoch_of(s, n))).sum()
+    }
+
+    /// Moves the stack's events to the simulator's list, in order.
+    fn take_events(&mut self) {
+        if let Some(ev) = &mut self.events {
+            self.stack.take_events(ev);
+        }
+    }
+
+    /// Hands out the events recorded: a BIO queued on a disk to its checker (which
+    /// tracks zone operations from submission), every event, stamped with the time,
+    /// to the seek histograms and the sink.
+    fn drain_events(&mut self) {
+        self.take_events();
+        let Some(mut events) = self.events.take() else { return };
+        for mut e in events.drain(..) {
+            if let (TraceAction::Queue, Some(i)) = (e.action, self.disk_of[e.dev.idx()]) {
+                let bio = Bio { op: e.op, sector: e.sector, nr_sectors: e.nr_sectors, flags: e.flags, user_data: 0 };
+                let d = &mut self.disks[i];
+                let engine = self.stack.engine(d.dev).expect("a disk has an engine");
+                if let (Some(c), true) = (&mut d.checker, engine.validate(&bio).is_ok()) {
+                    c.on_submit(&bio);
+                }
+            }
+            e.time_ns = self.now_ns;
+            if let Some(s) = &mut self.seeks {
+                s.record(&e);
+            }
+            if let Some(sink) = &mut self.sink {
+                sink(&e);
+            }
+        }
+        self.events = Some(events);
+    }
+
+    /// Carries out the stack's actions until there are none.
     fn pump(&mut self) {
-        while let Some(action) = self.engine.poll_action() {
-            if self.trace {
+        if self.engines_touched {
+            self.engines_touched = false;
+            for i in 0..self.disks.len() {
+                self.stack.pump_disk(self.disks[i].dev);
+            }
+        }
+        if self.events.is_some() {
+            self.drain_events();
+        }
+        while let Some(action) = self.stack.poll_action() {
+            if self.debug {
                 eprintln!("{:>12} {action:?}", self.now_ns);
             }
             match action {
-                Action::Issue(req) => {
-                    if let Some(c) = &mut self.checker {
-                        c.on_issue(&req, self.engine.config().policy);
+                StackAction::Issue { dev, req } => {
+                    let i = self.disk_index(dev);
+                    let d = &mut self.disks[i];
+                    if let Some(c) = &mut d.checker {
+                        c.on_issue(&req, self.stack.engine(dev).expect("a disk has an engine").config().policy);
                     }
-                    self.model.submit(self.now_ns, &req);
+                    d.model.submit(self.now_ns, &req);
                 }
-                Action::Complete(c) => self.bio_done(c.user_data as usize, c.result),
-                Action::ReportZone(z) => {
-                    let start = self.dev.geometry().zone_start(z);
-                    match self.dev.report_zone(start) {
+                StackAction::Complete(c) => self.bio_done(c.user_data as usize, c.result),
+                StackAction::ReportZone { dev, zone } => {
+                    let mem = &self.disks[self.disk_index(dev)].mem;
+                    match mem.report_zone(mem.geometry().zone_start(zone)) {
                         Ok(info) => {
                             self.stats.reports += 1;
-                            self.engine.zone_report(&info);
+                            self.stack.zone_report(dev, &info);
                         }
-                        Err(s) => self.engine.zone_report_failed(z, s),
+                        Err(s) => self.stack.zone_report_failed(dev, zone, s),
                     }
                 }
-                Action::Anticipate { token, ns } => {
+                StackAction::Anticipate { dev, token, ns } => {
                     let at = self.now_ns + ns;
-                    let i = self.timers.partition_point(|&(t, _)| t <= at);
-                    self.timers.insert(i, (at, token));
+                    let i = self.timers.partition_point(|&(t, _, _)| t <= at);
+                    self.timers.insert(i, (at, dev, token));
                 }
+            }
+            if self.events.is_some() {
+                self.drain_events();
             }
         }
     }
 
+    /// BIO `key` completed: a successful write's data must be where its completion
+    /// says; the completion goes to the workload now or after the host's latency.
     fn bio_done(&mut self, key: usize, result: Result<Sector, Status>) {
         let rec = self.bios.remove(key);
-        if let (Some(c), Ok(at)) = (&mut self.checker, result) {
-            if matches!(rec.op, Op::Write | Op::ZoneAppend) && self.dev.memory_backed() {
-                c.on_write_bio_done(rec.op, at, rec.nr_sectors, rec.stamp, rec.epoch);
-            }
+        if let (true, Ok(at), Op::Write | Op::ZoneAppend) = (self.check, result, rec.op) {
+            self.check_written(&rec, at);
         }
         let deliver_at = self.now_ns + self.host_latency_ns;
         let c = SimCompletion {
             token: rec.token,
+            submitter: rec.submitter,
             op: rec.op,
             sector: rec.sector,
             nr_sectors: rec.nr_sectors,
@@ -331,6 +646,24 @@ impl Sim {
             self.completions.push_back(c);
         } else {
             self.delayed.push_back((deliver_at, c));
+        }
+    }
+
+    /// A write or append BIO completed at `at` of the top device: each disk it
+    /// landed on must hold its data, unless a reset or overwrite raced with it.
+    fn check_written(&mut self, rec: &BioRec, at: Sector) {
+        let top = self.stack.top();
+        let extents = match self.disk_of[top.idx()] {
+            Some(i) => vec![(i, at, rec.nr_sectors, 0)],
+            None => self.extents(top, at, rec.nr_sectors),
+        };
+        if extents.iter().any(|&(i, ..)| !self.disks[i].mem.memory_backed()) || self.epoch_sum(&extents) != rec.epoch {
+            return;
+        }
+        for (i, s, n, k) in extents {
+            if let Some(c) = &mut self.disks[i].checker {
+                c.check_written(rec.op, s, n, rec.stamp, k);
+            }
         }
     }
 
@@ -345,105 +678,69 @@ impl Sim {
         }
     }
 
-    /// Executes a request the model completes now, with injected faults, and feeds
-    /// the result to the checker and the engine.
-    fn execute(&mut self, req: &Request) {
+    /// Executes on disk `i` a request its model completes now, and tells the stack.
+    fn execute(&mut self, i: usize, req: &Request) {
         self.stats.executed += 1;
-        let stamp = self.bios[req.user_data as usize].stamp;
-        let geo = self.dev.geometry().clone();
-        let seq_zone =
-            (geo.is_zoned() && req.op.has_range()).then(|| geo.zone_no(req.sector)).filter(|z| !geo.zone_is_conv(*z));
-        let fault = match (req.op, seq_zone) {
-            (Op::Write | Op::ZoneAppend | Op::WriteZeroes, Some(_)) => {
-                self.faults.for_write(req.nr_sectors, geo.lbs_sectors())
-            }
-            (Op::Read, _) => self.faults.for_read(),
-            _ => Fault::None,
-        };
-        let mut partial = 0;
-        let result = match fault {
-            Fault::ZoneReadOnly | Fault::ZoneOffline => {
-                let z = seq_zone.expect("zone fault on a sequential zone");
-                let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
-                self.dev.zones_mut().expect("zoned").set_failed(z, cond);
-                if let Some(c) = &mut self.checker {
-                    c.on_zone_failed(z);
-                }
-                self.execute_data(req, stamp)
-            }
-            Fault::PartialWrite(k) if req.op == Op::Write => {
-                if k > 0 {
-                    let head = Request { nr_sectors: k, ..*req };
-                    if self.execute_data(&head, stamp).is_ok() {
-                        partial = k;
-                    }
-                }
-                Err(Status::IoErr)
-            }
-            Fault::ReadError => Err(Status::IoErr),
-            _ => self.execute_data(req, stamp),
-        };
-        if self.trace {
-            eprintln!("{:>12} execute {req:?} -> {result:?} (fault {fault:?})", self.now_ns);
+        let rec = &self.bios[req.user_data as usize];
+        let (stamp, submitter) = (rec.stamp, rec.submitter);
+        let trace = self.debug.then_some(self.now_ns);
+        let d = &mut self.disks[i];
+        let result = d.execute(req, stamp, &mut self.buf, trace);
+        let dev = d.dev;
+        if self.events.is_some() {
+            // After what the stack recorded so far, before what the completion makes.
+            self.take_events();
+            let done = TraceAction::Complete { error: result.err() };
+            self.events.as_mut().expect("tracing").push(TraceEvent::of_request(dev, done, req, submitter));
         }
-        if let Some(c) = &mut self.checker {
-            c.on_execute(req, result, partial, stamp);
-        }
-        self.engine.complete(req.id, result);
+        self.stack.complete(dev, req.id, result);
     }
 
-    fn execute_data(&mut self, req: &Request, stamp: u64) -> Result<Sector, Status> {
-        let bytes = (u64::from(req.nr_sectors) * SECTOR_SIZE) as usize;
-        let with_data = self.dev.memory_backed() && bytes > 0;
-        match req.op {
-            Op::Write | Op::ZoneAppend if with_data => {
-                self.buf.resize(bytes, 0);
-                pattern::fill(stamp, req.bio_offset, &mut self.buf);
-                self.dev.execute(req, IoBuf::Write(&self.buf))
-            }
-            Op::Read if with_data => {
-                self.buf.resize(bytes, 0);
-                let r = self.dev.execute(req, IoBuf::Read(&mut self.buf));
-                if let (Some(c), Ok(_)) = (&mut self.checker, r) {
-                    c.on_read_data(req, &self.buf);
-                }
-                r
-            }
-            _ => self.dev.execute(req, IoBuf::None),
-        }
-    }
-
-    /// Moves virtual time to the model's next event and completes what completes
-    /// then. Returns false when the model has nothing pending.
+    /// Moves virtual time to the next event and processes what happens then: the
+    /// disks' completions (disk by disk in creation order), completions due to the
+    /// workload, anticipation timers. Returns false when nothing is pending.
     fn advance(&mut self) -> bool {
-        let next_delivery =
-            [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0)].into_iter().flatten().min();
-        let t = match (self.model.next_event_ns(), next_delivery) {
-            (None, None) => return false,
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).expect("one is some"),
+        // Executing a request submits nothing to a model (the stack's actions wait
+        // for the pump): the models' next events, asked once, hold for the step.
+        self.next_ns.clear();
+        self.next_ns.extend(self.disks.iter().map(|d| d.model.next_event_ns()));
+        let next_host = [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0)];
+        let Some(t) = self.next_ns.iter().chain(&next_host).flatten().copied().min() else {
+            return false;
         };
         self.now_ns = self.now_ns.max(t);
-        let mut done = std::mem::take(&mut self.done);
-        self.model.advance(self.now_ns, &mut done);
-        for req in done.drain(..) {
-            self.execute(&req);
+        for i in 0..self.disks.len() {
+            if self.next_ns[i].is_none_or(|n| n > self.now_ns) {
+                continue;
+            }
+            let mut done = std::mem::take(&mut self.done);
+            self.disks[i].model.advance(self.now_ns, &mut done);
+            for req in done.drain(..) {
+                self.execute(i, &req);
+            }
+            self.done = done;
         }
-        self.done = done;
         self.deliver_due();
-        while let Some(&(at, token)) = self.timers.front() {
+        while let Some(&(at, dev, token)) = self.timers.front() {
             if at > self.now_ns {
                 break;
             }
             self.timers.pop_front();
-            self.engine.anticipation_expired(token);
+            self.stack.anticipation_expired(dev, token);
         }
         true
     }
 
     fn check(&mut self) {
-        if let Some(c) = &mut self.checker {
-            c.check_engine(&self.engine, &self.dev);
+        if !self.check {
+            return;
+        }
+        // The stack's invariants, its disks' engines' among them.
+        self.stack.check_invariants();
+        for d in &mut self.disks {
+            if let Some(c) = &mut d.checker {
+                c.check_plugs(self.stack.engine(d.dev).expect("a disk has an engine"), &d.mem);
+            }
         }
     }
 
@@ -459,7 +756,7 @@ impl Sim {
         }
         self.pump();
         self.check();
-        assert_eq!(self.engine.bios_in_engine(), 0, "seed {}: BIOs stuck in the engine with an idle device", self.seed);
+        assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack with idle disks", self.seed);
     }
 
     /// Completions gathered since the last call, in completion order.
@@ -490,11 +787,11 @@ impl Sim {
             if !self.completions.is_empty() {
                 continue;
             }
-            assert_eq!(self.engine.bios_in_engine(), 0, "seed {}: BIOs stuck in the engine, device idle", self.seed);
+            assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack, disks idle", self.seed);
             if w.is_done() || !w.on_idle(self) {
                 break;
             }
         }
-        assert_eq!(self.engine.bios_in_engine(), 0, "seed {}: BIOs stuck in the engine at the end", self.seed);
+        assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack at the end", self.seed);
     }
 }

@@ -1,8 +1,11 @@
 //! The deterministic simulator: virtual clock, device timing models, seeded faults,
 //! fio-like workloads and a checker, driving the same [`zblk_core::engine::Engine`] the real
-//! runtime drives. Every run is a function of its configuration and seed.
+//! runtime drives, under a [`zblk_core::stack::Stack`]: one simulator for a single
+//! device (a stack of one disk) and for striped and linear stacks. Every run is a
+//! function of its configuration and seed.
 
 pub mod checker;
+mod disk;
 pub mod driver;
 pub mod experiments;
 pub mod faults;
@@ -11,23 +14,25 @@ pub mod model;
 
 pub mod presets;
 pub mod random;
+pub mod seqjobs;
 pub mod ssd;
-pub mod stack;
 
 pub mod sweeps;
 pub mod workload;
 pub mod zeroing;
 
 pub use checker::Checker;
-pub use driver::{Sim, SimCompletion, SimConfig, SimStats, Workload};
+pub use driver::{
+    ModelFactory, ProgressFn, Sim, SimCompletion, SimConfig, SimStats, StackSimConfig, TraceSink, Workload, null_model,
+};
 pub use faults::FaultConfig;
 pub use model::{DeviceModel, NullModel};
+pub use seqjobs::{SeqJob, SeqJobResult, SeqJobs};
 pub use workload::FioJobs;
 pub use zblk_workload::job::{JobError, JobResult, JobSpec, Rw, ZoneMode};
 
 use zblk_core::engine::EngineStats;
 use zblk_core::params::ParamError;
-use zblk_dev::BlockDevice;
 
 /// What a simulated benchmark run produced.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -69,8 +74,9 @@ pub fn run_jobs(cfg: &SimConfig, jobs: &[JobSpec], group: bool) -> Result<BenchR
 
 /// Runs fio-like `jobs` on an already built simulation (any timing model).
 pub fn run_jobs_on(sim: &mut Sim, jobs: &[JobSpec], group: bool) -> Result<BenchReport, BenchError> {
-    let geo = sim.device().geometry().clone();
-    let mut w = FioJobs::new(jobs, &geo, sim.seed())?;
+    let geo = sim.device_geometry();
+    let zones = sim.report_zones(sim.stack().top());
+    let mut w = FioJobs::with_zones(jobs, &geo, &zones, sim.seed())?;
     sim.run(&mut w);
     Ok(BenchReport {
         device: sim.model_description(),

@@ -4,19 +4,28 @@
 //! with plugged writes, finishes, opens, closes, flushes, write zeroes, invalid
 //! BIOs, zone reports), with the checker after every step.
 //!
-//! `run_random(seed, ops)` replays exactly from its seed; a failure names the seed.
+//! The same operations run on random stacks ([`random_stack`]): striped and linear
+//! devices over zoned disks (or regular ones), each disk with its own engine
+//! settings, faults and checker, the stack's splits and remaps between the
+//! operations and the disks.
+//!
+//! `run_random(seed, ops)` and `run_random_stack(seed, ops)` replay exactly from
+//! their seed; a failure names the seed.
 
-use super::driver::{Sim, SimCompletion, SimConfig, Workload};
+use super::driver::{Sim, SimCompletion, SimConfig, StackSimConfig, Workload, null_model};
 use super::faults::FaultConfig;
 use rand::rngs::ChaCha8Rng;
-use rand::{RngExt, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 use std::collections::BTreeMap;
 use zblk_core::bio::{Bio, BioFlags, Op, Status};
 use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::params::{DeviceParams, LatencyDist};
-use zblk_core::units::{Sector, ZoneNo};
-use zblk_dev::BlockDevice;
+use zblk_core::stack::{BuiltStack, DevId, LinearTarget, SplitOrder, StackBuilder, StackConfig};
+use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
+
+/// The fault rates of the runs with faults.
+const FAULTS: FaultConfig = FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 };
 
 /// A random small device and engine configuration drawn from `seed`.
 pub fn random_config(seed: u64) -> SimConfig {
@@ -28,20 +37,30 @@ pub fn random_config(seed: u64) -> SimConfig {
     let capacity_bytes = nr_zones * zone_size_bytes - runt;
     let zone_capacity_bytes = if rng.random_bool(0.3) { zone_size_bytes / 4 * 3 } else { 0 };
     let nr_conv = rng.random_range(0..=2);
+    let shape = Shape { lbs_bytes, zoned: true, zone_size_bytes, zone_capacity_bytes };
+    let device = random_device(&mut rng, shape, capacity_bytes, nr_conv);
+    let engine = random_engine(&mut rng, device.hw_queue_depth, true);
+    let faults = if rng.random_bool(0.5) { FAULTS } else { FaultConfig::default() };
+    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0 }
+}
+
+/// Draws the limits and the timing of a small memory-backed device of `shape` and
+/// `capacity_bytes`, the first `nr_conv` zones conventional.
+fn random_device(rng: &mut impl Rng, shape: Shape, capacity_bytes: u64, nr_conv: u32) -> DeviceParams {
     let max_open = if rng.random_bool(0.5) { rng.random_range(2..=5) } else { 0 };
     let max_active = if rng.random_bool(0.5) { max_open.max(2) + rng.random_range(0..=3) } else { 0 };
-    let lbs_sectors = lbs_bytes / 512;
+    let lbs_sectors = shape.lbs_bytes / 512;
     let max_sectors = [1, 2, 4, 8, 32][rng.random_range(0..5)] * lbs_sectors;
     let max_append_sectors = if rng.random_bool(0.5) { 0 } else { max_sectors };
     // WRITE_ZEROES: none, smaller or larger than max_sectors; unmapping or not.
-    let write_zeroes_max_bytes = [0, 1, 4, 64][rng.random_range(0..4)] * u64::from(lbs_bytes);
+    let write_zeroes_max_bytes = [0, 1, 4, 64][rng.random_range(0..4)] * u64::from(shape.lbs_bytes);
     let write_zeroes_unmap_max_hw_bytes = if rng.random_bool(0.5) { write_zeroes_max_bytes } else { 0 };
     let geometry = GeometryParams {
-        lbs_bytes,
+        lbs_bytes: shape.lbs_bytes,
         capacity_bytes,
-        zoned: true,
-        zone_size_bytes,
-        zone_capacity_bytes,
+        zoned: shape.zoned,
+        zone_size_bytes: shape.zone_size_bytes,
+        zone_capacity_bytes: shape.zone_capacity_bytes,
         nr_conv,
         max_open,
         max_active,
@@ -50,30 +69,14 @@ pub fn random_config(seed: u64) -> SimConfig {
         write_zeroes_max_bytes,
         write_zeroes_unmap_max_hw_bytes,
     };
-    let device = DeviceParams {
+    DeviceParams {
         geometry,
         memory_backed: true,
         rotational: false,
         hw_queue_depth: rng.random_range(1..=32),
         completion_nsec: rng.random_range(1_000..=20_000),
         completion_dist: [LatencyDist::Uniform, LatencyDist::Exp, LatencyDist::Fixed][rng.random_range(0..3)],
-    };
-    let policies = [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl];
-    let engine = EngineConfig {
-        policy: policies[rng.random_range(0..policies.len())],
-        wp_recovery: if rng.random_bool(0.7) { WpRecovery::Report } else { WpRecovery::Kernel },
-        queue_depth: device.hw_queue_depth,
-        max_bios: 1 << 16,
-        zwl_sched_tags: if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=8) },
-        batch_max_bypass: rng.random_range(0..=8),
-        batch_anticipate_ns: if rng.random_bool(0.5) { 0 } else { rng.random_range(1_000..=50_000) },
-    };
-    let faults = if rng.random_bool(0.5) {
-        FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 }
-    } else {
-        FaultConfig::default()
-    };
-    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0 }
+    }
 }
 
 /// What a random run did.
@@ -109,6 +112,10 @@ pub struct RandomOps {
     /// Tokens of BIOs built to be invalid: they must fail with EINVAL (or
     /// EOPNOTSUPP).
     invalid: Vec<u64>,
+    /// On a regular device, the ranges being written (token, start, end): a
+    /// submitter that writes a range twice at once races with itself, and what the
+    /// range then holds is not defined.
+    writing: Vec<(u64, u64, u64)>,
     report: RandomReport,
 }
 
@@ -129,6 +136,7 @@ impl RandomOps {
             guess_wp: vec![0; geo.nr_zones() as usize],
             stamp: 0,
             invalid: Vec::new(),
+            writing: Vec::new(),
             report: RandomReport { seed, ..RandomReport::default() },
         }
     }
@@ -159,6 +167,9 @@ impl RandomOps {
     }
 
     fn one_op(&mut self, sim: &mut Sim) {
+        if !self.geo.is_zoned() {
+            return self.one_regular_op(sim);
+        }
         let token = self.stamp + 1;
         let roll = self.rng.random_range(0..1000);
         let g = self.geo.clone();
@@ -242,6 +253,16 @@ impl RandomOps {
     fn invalid_bio(&mut self) -> Bio {
         let g = self.geo.clone();
         let lbs = self.lbs() as u32;
+        if !g.is_zoned() {
+            return match self.rng.random_range(0..6) {
+                0 => Bio::read(Sector(g.nr_sectors() - u64::from(lbs)), 2 * lbs, 0),
+                1 if lbs > 1 => Bio::write(Sector(1), lbs, 0),
+                2 => Bio::zone_op(Op::ZoneReset, Sector::ZERO, 0),
+                3 => Bio::append(Sector::ZERO, lbs, 0),
+                4 => Bio::write(Sector::ZERO, 0, 0),
+                _ => Bio { nr_sectors: lbs, ..Bio::flush(0) },
+            };
+        }
         match self.rng.random_range(0..7) {
             0 => Bio::read(Sector(g.nr_sectors() - u64::from(lbs)), 2 * lbs, 0),
             1 if lbs > 1 => Bio::write(Sector(g.zone_start(ZoneNo(g.nr_conv())).0 + 1), lbs, 0),
@@ -253,9 +274,47 @@ impl RandomOps {
         }
     }
 
+    /// An operation on a regular device: reads anywhere, writes, WRITE_ZEROES and
+    /// DISCARD of ranges no other write of this submitter is changing, flushes,
+    /// invalid BIOs.
+    fn one_regular_op(&mut self, sim: &mut Sim) {
+        let token = self.stamp + 1;
+        let g = self.geo.clone();
+        let long = self.rng.random_bool(0.1);
+        let len = self.blocks((if long { 256 } else { 16 }).min(g.nr_sectors() / self.lbs()));
+        let max_start = (g.nr_sectors() - u64::from(len)) / self.lbs();
+        let at = Sector(self.rng.random_range(0..=max_start) * self.lbs());
+        let roll = self.rng.random_range(0..1000);
+        let op = match roll {
+            0..=399 => Op::Write,
+            400..=649 => Op::Read,
+            650..=729 => Op::WriteZeroes,
+            730..=779 => Op::Discard,
+            780..=849 => Op::Flush,
+            _ => {
+                let bio = self.invalid_bio();
+                self.invalid.push(token | INVALID_FLAG);
+                self.submit(sim, bio, token | INVALID_FLAG);
+                return;
+            }
+        };
+        let end = at.0 + u64::from(len);
+        let busy = self.writing.iter().any(|&(_, a, b)| at.0 < b && a < end);
+        let bio = match op {
+            Op::Flush => Bio::flush(0),
+            Op::Read => Bio::read(at, len, 0),
+            _ if busy => Bio::read(at, len, 0),
+            op => {
+                self.writing.push((token, at.0, end));
+                Bio { op, sector: at, nr_sectors: len, flags: BioFlags::NONE, user_data: 0 }
+            }
+        };
+        let bio = if bio.op == Op::Write && self.rng.random_bool(0.1) { bio.with_flags(BioFlags::FUA) } else { bio };
+        self.submit(sim, bio, token);
+    }
+
     fn resync_guess(&mut self, sim: &Sim, z: ZoneNo) {
-        if let Some(zs) = sim.device().zones() {
-            let zone = zs.zone(z);
+        if let Ok(zone) = sim.report_zone(sim.stack().top(), z) {
             self.guess_wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
         }
     }
@@ -274,6 +333,7 @@ impl Workload for RandomOps {
 
     fn on_complete(&mut self, sim: &mut Sim, c: SimCompletion) {
         self.inflight -= 1;
+        self.writing.retain(|&(t, ..)| t != c.token);
         let outcome = match c.result {
             Ok(_) => "ok".to_string(),
             Err(s) => format!("{s:?}"),
@@ -283,7 +343,7 @@ impl Workload for RandomOps {
             let expected = matches!(c.result, Err(Status::Invalid) | Err(Status::NotSupported));
             assert!(expected, "seed {}: invalid BIO {c:?} did not fail with EINVAL", sim.seed());
         }
-        if c.result.is_err() && c.op.is_zone_write() && c.sector.0 < self.geo.nr_sectors() {
+        if self.geo.is_zoned() && c.result.is_err() && c.op.is_zone_write() && c.sector.0 < self.geo.nr_sectors() {
             // As a file system after a write error: look at the zone.
             let z = self.geo.zone_no(c.sector);
             if !self.geo.zone_is_conv(z) {
@@ -306,12 +366,226 @@ impl Workload for RandomOps {
 pub fn run_random(seed: u64, ops: u64) -> RandomReport {
     let cfg = random_config(seed);
     let mut sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
-    let geo = sim.device().geometry().clone();
+    let geo = sim.device_geometry();
     let mut w = RandomOps::new(&geo, cfg.engine.wp_recovery == WpRecovery::Kernel, ops, seed);
     sim.run(&mut w);
     let mut report = w.report().clone();
     report.checks = sim.stats().checks;
     report.faults = sim.stats().faults;
     report.plugged = sim.engine_stats().plugged;
+    report
+}
+
+/// A random stack and how to simulate it, drawn from a seed.
+#[derive(Debug)]
+pub struct RandomStack {
+    /// The stack and its disks' parameters.
+    pub built: BuiltStack,
+    /// Seed, checker on, faults, host latency.
+    pub cfg: StackSimConfig,
+    /// Some disk's engine leaves write pointer recovery to the user (the kernel's
+    /// behaviour): the workload reports zones after write errors.
+    pub kernel_recovery: bool,
+}
+
+/// Draws a disk's engine settings. Zone write locking is for zoned devices only
+/// (mq-deadline locks zones of zoned devices).
+fn random_engine(rng: &mut impl Rng, queue_depth: u32, zoned: bool) -> EngineConfig {
+    let policies = [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl];
+    let n = if zoned { policies.len() } else { policies.len() - 1 };
+    EngineConfig {
+        policy: policies[rng.random_range(0..n)],
+        wp_recovery: if rng.random_bool(0.7) { WpRecovery::Report } else { WpRecovery::Kernel },
+        queue_depth,
+        max_bios: 1 << 16,
+        zwl_sched_tags: if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=8) },
+        batch_max_bypass: rng.random_range(0..=8),
+        batch_anticipate_ns: if rng.random_bool(0.5) { 0 } else { rng.random_range(1_000..=50_000) },
+    }
+}
+
+/// The zone layout of a random device: block size, zone size and capacity (the
+/// disks of a random stack share it: zoned members of a stacked device must agree
+/// on it).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    lbs_bytes: u32,
+    zoned: bool,
+    zone_size_bytes: u64,
+    zone_capacity_bytes: u64,
+}
+
+/// Builds the devices of a random stack, drawing every choice from its generator.
+struct StackGen {
+    seed: u64,
+    rng: ChaCha8Rng,
+    shape: Shape,
+    b: StackBuilder,
+    disks: Vec<(DevId, DeviceParams)>,
+    kernel_recovery: bool,
+}
+
+impl StackGen {
+    /// A disk of `nr_zones` zones (or as many zone sizes of a regular disk), the
+    /// first `nr_conv` conventional, with its own engine settings.
+    fn disk(&mut self, nr_zones: u64, nr_conv: u32) -> DevId {
+        let p = random_device(&mut self.rng, self.shape, nr_zones * self.shape.zone_size_bytes, nr_conv);
+        let geo = p.validate().unwrap_or_else(|e| panic!("seed {}: random disk {p:?}: {e}", self.seed));
+        let engine = random_engine(&mut self.rng, p.hw_queue_depth, self.shape.zoned);
+        self.kernel_recovery |= engine.wp_recovery == WpRecovery::Kernel;
+        let d = self.b.disk(&geo, engine);
+        self.disks.push((d, p));
+        d
+    }
+
+    /// `n` disks with a shared number of conventional zones (striped zoned
+    /// members must agree on it).
+    fn disks(&mut self, n: usize, nr_conv: u32) -> Vec<DevId> {
+        (0..n)
+            .map(|_| {
+                let nr_zones = self.rng.random_range(4..=12) + u64::from(nr_conv);
+                self.disk(nr_zones, nr_conv)
+            })
+            .collect()
+    }
+
+    /// A power-of-two number of members for a zoned striped device, any for a
+    /// regular one.
+    fn stripe_width(&mut self) -> usize {
+        if self.shape.zoned { 1 << self.rng.random_range(0..=2) } else { self.rng.random_range(1..=4) }
+    }
+
+    /// A `max_sectors` for a stacked device over `members`, below what they accept,
+    /// one time in three.
+    fn max_sectors(&mut self, members: &[DevId]) -> Option<u32> {
+        let lbs = self.b.info(members[0]).geometry.lbs_sectors();
+        let accepted = members.iter().map(|&m| self.b.info(m).geometry.max_sectors()).min().expect("members");
+        let blocks = accepted / lbs;
+        self.rng.random_bool(1.0 / 3.0).then(|| self.rng.random_range(1..=blocks) * lbs)
+    }
+
+    /// A striped device over `members`, its chunk a power of two from one block to
+    /// the largest that divides the members' zone capacity (regular members: up to
+    /// two zone sizes, within the smallest member).
+    fn striped(&mut self, members: &[DevId]) -> DevId {
+        let g = self.b.info(members[0]).geometry.clone();
+        let max_chunk = if g.is_zoned() {
+            1 << g.zone_cap_sectors().trailing_zeros()
+        } else {
+            let smallest = members.iter().map(|&m| self.b.info(m).geometry.nr_sectors()).min().expect("members");
+            (2 * (self.shape.zone_size_bytes >> SECTOR_SHIFT)).min(1 << smallest.ilog2())
+        };
+        let lbs = u64::from(g.lbs_sectors());
+        let chunk = 1u64 << self.rng.random_range(lbs.trailing_zeros()..=max_chunk.trailing_zeros());
+        let max_sectors = self.max_sectors(members);
+        let d = self.b.striped(members, chunk, max_sectors);
+        d.unwrap_or_else(|e| panic!("seed {}: random striped device refused: {e}", self.seed))
+    }
+
+    /// A linear device over a range of each of `members`, in order. Zoned: whole
+    /// zones, past the conventional ones but for the first member (conventional
+    /// zones come first); regular: whole blocks. At least three zones (or 64
+    /// blocks) of each, so that every operation fits.
+    fn linear(&mut self, members: &[DevId]) -> DevId {
+        let mut targets = Vec::new();
+        for (t, &dev) in members.iter().enumerate() {
+            let g = self.b.info(dev).geometry.clone();
+            let unit = if g.is_zoned() { g.zone_sectors() } else { u64::from(g.lbs_sectors()) };
+            let first = if g.is_zoned() && t > 0 { u64::from(g.nr_conv()) * unit } else { 0 };
+            let units = (g.nr_sectors() - first) / unit;
+            let least = units.min(if g.is_zoned() { 3 } else { 64 });
+            let skip = self.rng.random_range(0..=(units - least) / 4);
+            let len = self.rng.random_bool(0.5).then(|| self.rng.random_range(least..=units - skip) * unit);
+            targets.push(LinearTarget { dev, offset: Sector(first + skip * unit), len_sectors: len });
+        }
+        let max_sectors = self.max_sectors(members);
+        let d = self.b.linear(&targets, max_sectors);
+        d.unwrap_or_else(|e| panic!("seed {}: random linear device refused: {e}", self.seed))
+    }
+}
+
+/// A random stack drawn from `seed`: a striped or a linear device over small
+/// memory-backed disks, sometimes over striped or linear devices of their own
+/// disks, zoned (three times in four) or regular, with random limits, random
+/// `max_sectors` of their own, split remainders at the head (or, one time in
+/// five, at the tail), each disk with its own engine settings; faults on three
+/// seeds in four, a host latency one in two, the checker on.
+pub fn random_stack(seed: u64) -> RandomStack {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x57ac_c0de);
+    let zone_size_bytes: u64 = 1 << rng.random_range(15..=17);
+    let shape = Shape {
+        lbs_bytes: if rng.random_bool(0.5) { 512 } else { 4096 },
+        zoned: rng.random_bool(0.75),
+        zone_size_bytes,
+        zone_capacity_bytes: if rng.random_bool(0.3) { zone_size_bytes / 4 * 3 } else { 0 },
+    };
+    let mut g = StackGen { seed, rng, shape, b: StackBuilder::new(), disks: Vec::new(), kernel_recovery: false };
+    let max_conv = if shape.zoned { 2 } else { 0 };
+    let top = match g.rng.random_range(0..20) {
+        0..=6 => {
+            let (n, c) = (g.stripe_width(), g.rng.random_range(0..=max_conv));
+            let members = g.disks(n, c);
+            g.striped(&members)
+        }
+        7..=13 => {
+            let n = g.rng.random_range(1..=3);
+            let members: Vec<DevId> = (0..n)
+                .map(|_| {
+                    let c = g.rng.random_range(0..=max_conv);
+                    g.disks(1, c)[0]
+                })
+                .collect();
+            g.linear(&members)
+        }
+        14..=16 => {
+            // Striped over linear devices of whole disks without conventional
+            // zones (striped zoned members agree on them).
+            let n = g.stripe_width();
+            let members: Vec<DevId> = (0..n)
+                .map(|_| {
+                    let k = g.rng.random_range(1..=2);
+                    let disks = g.disks(k, 0);
+                    g.linear(&disks)
+                })
+                .collect();
+            g.striped(&members)
+        }
+        _ => {
+            // Linear over striped devices of the same width (zoned: the same
+            // zone size).
+            let (n, k) = (g.stripe_width(), g.rng.random_range(1..=2));
+            let members: Vec<DevId> = (0..k)
+                .map(|_| {
+                    let c = g.rng.random_range(0..=max_conv);
+                    let disks = g.disks(n, c);
+                    g.striped(&disks)
+                })
+                .collect();
+            g.linear(&members)
+        }
+    };
+    let StackGen { mut rng, b, disks, kernel_recovery, .. } = g;
+    let split_order = if rng.random_bool(0.8) { SplitOrder::Head } else { SplitOrder::Tail };
+    let stack = b.build(top, StackConfig { split_order, ..StackConfig::default() });
+    let faults = if rng.random_bool(0.75) { FAULTS } else { FaultConfig::default() };
+    let host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
+    let cfg = StackSimConfig { seed, check: true, trace: false, faults, host_latency_ns };
+    RandomStack { built: BuiltStack { stack, disks }, cfg, kernel_recovery }
+}
+
+/// Runs `ops` random operations on the stack drawn from `seed`, with every disk's
+/// checker on and the stack's invariants checked after every step. Panics, naming
+/// the seed, on any violation.
+pub fn run_random_stack(seed: u64, ops: u64) -> RandomReport {
+    let RandomStack { built, cfg, kernel_recovery } = random_stack(seed);
+    let mut sim = Sim::with_stack(built, cfg, &mut null_model);
+    let geo = sim.device_geometry();
+    let mut w = RandomOps::new(&geo, kernel_recovery, ops, seed);
+    sim.run(&mut w);
+    let mut report = w.report().clone();
+    let stats = sim.stats();
+    (report.checks, report.faults) = (stats.checks, stats.faults);
+    let stack = sim.stack();
+    report.plugged = stack.devices().filter_map(|(d, _)| stack.engine(d)).map(|e| e.stats().plugged).sum();
     report
 }

@@ -1,573 +1,85 @@
-//! fio-like jobs: `rw`, `bs`, `iodepth`, `numjobs`, `offset`, `size`, `io_size`,
-//! `runtime`, `zonemode`, `max_open_zones`, with fio's meaning.
-//!
-//! With `zonemode=zbd`, as fio's `zbd.c`: a write goes to the write pointer of the
-//! zone its offset falls in (fio keeps a host-side copy of every zone's write
-//! pointer, shared by the jobs of a run, advanced when an I/O is queued); a zone
-//! found full is reset first (when no write to it is in flight) or skipped; with
-//! `max_open_zones`, a write to a zone outside the set of open zones goes to one of
-//! them instead. Reads stay below the write pointers.
+//! fio-like jobs in the simulator: [`FioJobs`] drives the sans-IO generator
+//! [`FioGen`] (fio's options and `zonemode=zbd` rules, see [`zblk_workload::fio`])
+//! in virtual time, on the top device of the simulated stack (a single device, or a
+//! stacked one). A write's data is its stamp's pattern; a zone report the
+//! generator asks for is answered at once from the simulated disks.
 
 use super::driver::{Sim, SimCompletion, Workload};
-use rand::rngs::ChaCha8Rng;
-use rand::{RngExt, SeedableRng};
-use std::collections::VecDeque;
-use zblk_core::bio::{Bio, BioFlags, Op};
 use zblk_core::geometry::Geometry;
-use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
-use zblk_workload::job::{JobError, JobResult, JobSpec, ZoneMode};
-use zblk_workload::stats::Tally;
-
-fn job_err(option: &'static str, message: String) -> JobError {
-    JobError { option, message }
-}
-
-const RESET_FLAG: u64 = 1 << 63;
-const FLUSH_FLAG: u64 = 1 << 62;
-
-/// Where a job is in fio's zone locking protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum JobState {
-    /// Submitting I/O freely.
-    Running,
-    /// fio's `io_u_quiesce()`: waiting for all its own I/O to complete before it
-    /// blocks on the lock of zone `z` held by another job (so that jobs never
-    /// deadlock holding locks), or before it resets full zone `z` it holds.
-    Quiescing(ZoneNo, Then),
-    /// Blocked on the lock of zone `z`.
-    Blocked(ZoneNo),
-    /// Holds the lock of zone `z` (granted, or after a reset): its next I/O goes
-    /// there.
-    Granted(ZoneNo),
-    /// Waiting for its synchronous reset of zone `z`.
-    Resetting(ZoneNo),
-}
-
-/// What a quiescing job does next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Then {
-    Lock,
-    Reset,
-}
-
-#[derive(Debug)]
-struct Job {
-    spec: usize,
-    rng: ChaCha8Rng,
-    region_start: u64,
-    region_end: u64,
-    next_seq: u64,
-    issued_bytes: u64,
-    io_limit_bytes: u64,
-    inflight: u32,
-    stopped: bool,
-    /// The end-of-job flush was submitted.
-    fsynced: bool,
-    state: JobState,
-    tally: Tally,
-}
-
-/// A zone's lock, as fio's recursive per-zone mutex shared by all jobs: held by one
-/// job while it has I/O to the zone in flight (one recursion level per I/O), or
-/// while it resets the zone.
-#[derive(Debug, Default, Clone)]
-struct ZoneLock {
-    owner: Option<usize>,
-    /// The owner's I/Os to the zone in flight.
-    count: u32,
-    /// Held outside of any I/O (granted and not used yet, or around a reset).
-    pinned: bool,
-    waiters: VecDeque<usize>,
-}
-
-/// fio's host-side zone table (`zbd_info`), shared by the jobs of a run.
-#[derive(Debug)]
-struct ZbdState {
-    /// Write pointer offsets as the jobs believe them, advanced when a write is queued.
-    wp: Vec<u64>,
-    /// Zones open for writing (with an open zone limit).
-    open: Vec<u32>,
-    locks: Vec<ZoneLock>,
-}
-
-/// What a job does next.
-enum Next {
-    /// An I/O to zone `z` in zbd mode (the offset is decided once the lock is held).
-    Zone(ZoneNo),
-    /// An I/O at this place (no zones involved).
-    Plain(Op, Sector, u32),
-    /// Nothing now.
-    Wait,
-    /// The job is done.
-    Stop,
-}
+use zblk_core::zone::{ZoneInfo, ZoneSet};
+use zblk_workload::fio::{FioAction, FioDone, FioGen};
+use zblk_workload::job::{JobError, JobResult, JobSpec};
 
 /// A set of fio jobs as one simulation workload.
 #[derive(Debug)]
 pub struct FioJobs {
-    specs: Vec<JobSpec>,
-    jobs: Vec<Job>,
-    geo: Geometry,
-    zbd: Option<ZbdState>,
-    stamp: u64,
-    /// Jobs handed a zone lock since they last ran: filled after the current event.
-    woken: Vec<usize>,
+    fio: FioGen,
 }
 
 impl FioJobs {
-    /// Jobs for `specs` on a device of geometry `geo` (validated here), seeded.
+    /// Jobs for `specs` on a fresh device of geometry `geo` (every zone EMPTY),
+    /// validated, seeded.
     pub fn new(specs: &[JobSpec], geo: &Geometry, seed: u64) -> Result<FioJobs, JobError> {
-        if specs.is_empty() {
-            return Err(job_err("rw", "no job given".to_string()));
-        }
-        let mut jobs = Vec::new();
-        for (i, spec) in specs.iter().enumerate() {
-            spec.validate(geo)?;
-            let start = spec.offset_bytes >> SECTOR_SHIFT;
-            let end = start + (spec.region_bytes(geo) >> SECTOR_SHIFT);
-            for n in 0..spec.numjobs {
-                let job_seed = seed ^ ((i as u64) << 48) ^ (u64::from(n) << 32) ^ 0x5eed;
-                jobs.push(Job {
-                    spec: i,
-                    rng: ChaCha8Rng::seed_from_u64(job_seed),
-                    region_start: start,
-                    region_end: end,
-                    next_seq: start,
-                    issued_bytes: 0,
-                    io_limit_bytes: spec.io_size_bytes.unwrap_or(spec.region_bytes(geo)),
-                    inflight: 0,
-                    stopped: false,
-                    fsynced: false,
-                    state: JobState::Running,
-                    tally: Tally { jobs: 1, ..Tally::default() },
-                });
-            }
-        }
-        let zbd = specs.iter().any(|s| s.zonemode == ZoneMode::Zbd).then(|| {
-            let n = geo.nr_zones() as usize;
-            ZbdState { wp: vec![0; n], open: Vec::new(), locks: vec![ZoneLock::default(); n] }
-        });
-        Ok(FioJobs { specs: specs.to_vec(), jobs, geo: geo.clone(), zbd, stamp: 0, woken: Vec::new() })
+        let zones = if geo.is_zoned() { ZoneSet::new(geo).zones().to_vec() } else { Vec::new() };
+        FioJobs::with_zones(specs, geo, &zones, seed)
+    }
+
+    /// Jobs for `specs` on a device of geometry `geo` whose zones are as `zones`
+    /// reports them (empty for a device that is not zoned).
+    pub fn with_zones(specs: &[JobSpec], geo: &Geometry, zones: &[ZoneInfo], seed: u64) -> Result<FioJobs, JobError> {
+        Ok(FioJobs { fio: FioGen::new(specs, geo, zones, seed)? })
     }
 
     /// Per-job results; with `group`, one result per job description (fio's
     /// `group_reporting`).
     pub fn results(&self, group: bool) -> Vec<JobResult> {
-        let mut merged: Vec<(usize, Tally)> = Vec::new();
-        for job in &self.jobs {
-            match merged.iter_mut().find(|(spec, _)| group && *spec == job.spec) {
-                Some((_, tally)) => tally.merge(&job.tally),
-                None => merged.push((job.spec, job.tally.clone())),
-            }
-        }
-        merged.iter().map(|(spec, tally)| tally.result(&self.specs[*spec].name)).collect()
+        self.fio.results(group)
     }
 
-    fn spec(&self, j: usize) -> &JobSpec {
-        &self.specs[self.jobs[j].spec]
-    }
-
-    fn out_of_budget(&self, j: usize, now_ns: u64) -> bool {
-        let job = &self.jobs[j];
-        match self.spec(j).runtime_ns {
-            Some(rt) => now_ns >= rt,
-            None => job.issued_bytes >= job.io_limit_bytes,
-        }
-    }
-
-    /// Submits as much as job `j` may: up to its iodepth, until its budget is spent or
-    /// it has to wait for a zone.
-    fn fill(&mut self, j: usize, sim: &mut Sim) {
-        loop {
-            let job = &self.jobs[j];
-            if job.stopped && !job.fsynced && job.inflight == 0 {
-                // end_fsync: everything written is flushed before the job ends.
-                self.jobs[j].fsynced = true;
-                self.jobs[j].inflight += 1;
-                sim.submit(Bio::flush(0), (j as u64) | FLUSH_FLAG, 0);
-                return;
-            }
-            if job.stopped || job.inflight >= self.spec(j).iodepth {
-                return;
-            }
-            if self.out_of_budget(j, sim.now_ns()) {
-                self.stop(j);
-                return;
-            }
-            let next = match job.state {
-                JobState::Granted(z) => Next::Zone(z),
-                JobState::Running => self.next_target(j),
-                _ => return, // quiescing, blocked or resetting
-            };
-            match next {
-                Next::Plain(op, sector, n) => self.submit_io(j, sim, op, sector, n),
-                Next::Zone(z) => {
-                    if !self.zone_io(j, z, sim) {
-                        return;
-                    }
+    /// Carries out what the generator decided; returns how many BIOs it submitted.
+    fn drain(&mut self, sim: &mut Sim) -> u64 {
+        let mut submitted = 0;
+        while let Some(a) = self.fio.next(sim.now_ns()) {
+            match a {
+                FioAction::Submit(io) => {
+                    sim.submit(io.bio, io.token, io.stamp);
+                    submitted += 1;
                 }
-                Next::Wait => return,
-                Next::Stop => {
-                    self.stop(j);
-                    return;
+                FioAction::ReportZone(z) => {
+                    let info = sim.report_zone(sim.stack().top(), z);
+                    self.fio.zone_report(z, info);
                 }
             }
         }
-    }
-
-    fn stop(&mut self, j: usize) {
-        self.jobs[j].stopped = true;
-        self.jobs[j].fsynced |= !self.spec(j).end_fsync;
-        if let JobState::Granted(z) = self.jobs[j].state {
-            // Granted a zone it will not use: give the lock back.
-            self.jobs[j].state = JobState::Running;
-            self.unpin(z);
-        }
-    }
-
-    /// Takes zone `z`'s lock for job `j`, or makes the job wait for it as fio does:
-    /// quiesce its own I/O first, then block. Returns whether `j` holds the lock.
-    fn acquire(&mut self, j: usize, z: ZoneNo) -> bool {
-        let zbd = self.zbd.as_mut().expect("zbd");
-        let lock = &mut zbd.locks[z.idx()];
-        match lock.owner {
-            None => {
-                lock.owner = Some(j);
-                true
-            }
-            Some(o) if o == j => true,
-            Some(_) => {
-                let job = &mut self.jobs[j];
-                if job.inflight > 0 {
-                    job.state = JobState::Quiescing(z, Then::Lock);
-                } else {
-                    job.state = JobState::Blocked(z);
-                    lock.waiters.push_back(j);
-                }
-                false
-            }
-        }
-    }
-
-    /// Releases zone `z`'s lock if its owner holds it for nothing any more, handing it
-    /// to the first waiting job (which runs after the current event).
-    fn maybe_release(&mut self, z: ZoneNo) {
-        let zbd = self.zbd.as_mut().expect("zbd");
-        let lock = &mut zbd.locks[z.idx()];
-        if lock.count > 0 || lock.pinned {
-            return;
-        }
-        lock.owner = lock.waiters.pop_front();
-        if let Some(w) = lock.owner {
-            lock.pinned = true;
-            self.jobs[w].state = JobState::Granted(z);
-            self.woken.push(w);
-        }
-    }
-
-    fn unpin(&mut self, z: ZoneNo) {
-        self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = false;
-        self.maybe_release(z);
-    }
-
-    /// An I/O of job `j` to zone `z` (zbd mode): lock the zone, reset it if full
-    /// (after quiescing), else issue at its write pointer. Returns whether the job
-    /// can go on submitting.
-    fn zone_io(&mut self, j: usize, z: ZoneNo, sim: &mut Sim) -> bool {
-        if !self.acquire(j, z) {
-            return false;
-        }
-        let write = self.spec(j).rw.is_write();
-        let bs = (self.spec(j).bs_bytes >> SECTOR_SHIFT) as u32;
-        let lbs = self.geo.lbs_sectors();
-        let cap = self.geo.zone_capacity(z);
-        let wp = self.zbd.as_ref().expect("zbd").wp[z.idx()];
-        if write && wp + u64::from(lbs) > cap {
-            // A full zone: fio waits for its own writes, then resets it synchronously.
-            self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = true;
-            if self.jobs[j].inflight > 0 {
-                self.jobs[j].state = JobState::Quiescing(z, Then::Reset);
-            } else {
-                self.submit_reset(j, z, sim);
-            }
-            return false;
-        }
-        let granted = self.jobs[j].state == JobState::Granted(z);
-        self.jobs[j].state = JobState::Running;
-        let start = self.geo.zone_start(z);
-        let (op, at, len) = if write {
-            let len = (u64::from(bs).min(cap - wp) as u32) / lbs * lbs;
-            if !self.spec(j).rw.is_random() {
-                self.jobs[j].next_seq = start.0 + wp + u64::from(len);
-            }
-            (Op::Write, start + wp, len)
-        } else {
-            match self.read_offset(j, z, bs, wp) {
-                Some((at, len)) => (Op::Read, at, len),
-                None => {
-                    // Nothing to read there (it was just reset): try elsewhere.
-                    if granted {
-                        self.unpin(z);
-                    }
-                    self.maybe_release(z);
-                    return true;
-                }
-            }
-        };
-        let zbd = self.zbd.as_mut().expect("zbd");
-        zbd.locks[z.idx()].count += 1;
-        if granted {
-            zbd.locks[z.idx()].pinned = false;
-        }
-        self.submit_io(j, sim, op, at, len);
-        true
-    }
-
-    fn read_offset(&mut self, j: usize, z: ZoneNo, bs: u32, wp: u64) -> Option<(Sector, u32)> {
-        if wp == 0 {
-            return None;
-        }
-        let lbs = u64::from(self.geo.lbs_sectors());
-        let start = self.geo.zone_start(z).0;
-        let len = u64::from(bs).min(wp);
-        if self.spec(j).rw.is_random() {
-            let slots = (wp - len) / lbs + 1;
-            let at = start + self.jobs[j].rng.random_range(0..slots) * lbs;
-            return Some((Sector(at), len as u32));
-        }
-        let at = self.jobs[j].next_seq.max(start);
-        if at >= start + wp {
-            return None;
-        }
-        let len = len.min(start + wp - at);
-        self.jobs[j].next_seq = at + len;
-        Some((Sector(at), len as u32))
-    }
-
-    fn submit_reset(&mut self, j: usize, z: ZoneNo, sim: &mut Sim) {
-        let zbd = self.zbd.as_mut().expect("zbd");
-        zbd.wp[z.idx()] = 0;
-        zbd.open.retain(|&o| o != z.0);
-        let job = &mut self.jobs[j];
-        job.state = JobState::Resetting(z);
-        job.inflight += 1;
-        job.tally.zone_resets += 1;
-        sim.submit(Bio::zone_op(Op::ZoneReset, self.geo.zone_start(z), 0), (j as u64) | RESET_FLAG, 0);
-    }
-
-    fn submit_io(&mut self, j: usize, sim: &mut Sim, op: Op, sector: Sector, nr_sectors: u32) {
-        let spec = &self.specs[self.jobs[j].spec];
-        let mut bio = Bio { op, sector, nr_sectors, flags: BioFlags::NONE, user_data: 0 };
-        if spec.fua && op == Op::Write {
-            bio = bio.with_flags(BioFlags::FUA);
-        }
-        if op == Op::Write {
-            if let Some(zbd) = &mut self.zbd {
-                let z = self.geo.zone_no(sector);
-                if !self.geo.zone_is_conv(z) {
-                    // As fio's zbd_queue_io(): the write pointer moves when queued.
-                    zbd.wp[z.idx()] = sector.since(self.geo.zone_start(z)) + u64::from(nr_sectors);
-                    if zbd.wp[z.idx()] >= self.geo.zone_capacity(z) {
-                        zbd.open.retain(|&o| o != z.0);
-                    }
-                }
-            }
-        }
-        let job = &mut self.jobs[j];
-        job.inflight += 1;
-        job.issued_bytes += u64::from(nr_sectors) << SECTOR_SHIFT;
-        self.stamp += 1;
-        sim.submit(bio, j as u64, self.stamp);
-    }
-
-    /// The next target of job `j`: a zone (zbd mode) or a plain offset.
-    fn next_target(&mut self, j: usize) -> Next {
-        let spec = self.spec(j);
-        let bs = (spec.bs_bytes >> SECTOR_SHIFT) as u32;
-        match spec.zonemode {
-            ZoneMode::None => self.next_plain(j, bs, if spec.rw.is_write() { Op::Write } else { Op::Read }),
-            ZoneMode::Zbd if spec.rw.is_write() => self.next_write_zone(j),
-            ZoneMode::Zbd => self.next_read_zone(j),
-        }
-    }
-
-    fn next_plain(&mut self, j: usize, bs: u32, op: Op) -> Next {
-        let random = self.spec(j).rw.is_random();
-        let time_based = self.spec(j).runtime_ns.is_some();
-        let job = &mut self.jobs[j];
-        let bs64 = u64::from(bs);
-        if random {
-            let blocks = (job.region_end - job.region_start) / bs64;
-            let b = job.rng.random_range(0..blocks);
-            return Next::Plain(op, Sector(job.region_start + b * bs64), bs);
-        }
-        if job.next_seq + bs64 > job.region_end {
-            if !time_based && job.issued_bytes >= job.io_limit_bytes {
-                return Next::Stop;
-            }
-            job.next_seq = job.region_start; // wrap: time based, or io_size > size
-        }
-        let at = job.next_seq;
-        job.next_seq += bs64;
-        Next::Plain(op, Sector(at), bs)
-    }
-
-    fn zone_range(&self, j: usize) -> (u32, u32) {
-        let job = &self.jobs[j];
-        let first = self.geo.zone_no(Sector(job.region_start)).0;
-        let last = self.geo.zone_no(Sector(job.region_end - 1)).0;
-        (first.max(self.geo.nr_conv()), last)
-    }
-
-    /// The zone a write goes to, as fio's `zbd_adjust_block()`: sequential jobs
-    /// follow their offset (wrapping at the region end), random ones pick a random
-    /// zone; with an open zone limit (the job's, or the device's), a zone not open
-    /// when the limit is reached is replaced by a random open one.
-    fn next_write_zone(&mut self, j: usize) -> Next {
-        let (first, last) = self.zone_range(j);
-        let max_open = match self.spec(j).max_open_zones {
-            0 => self.geo.max_open() as usize,
-            n => n as usize,
-        };
-        let z = if self.spec(j).rw.is_random() {
-            self.jobs[j].rng.random_range(first..=last)
-        } else {
-            let job = &mut self.jobs[j];
-            if job.next_seq >= job.region_end {
-                job.next_seq = job.region_start;
-            }
-            self.geo.zone_no(Sector(job.next_seq)).0
-        };
-        let zbd = self.zbd.as_mut().expect("zbd");
-        if max_open > 0 && !zbd.open.contains(&z) {
-            if zbd.open.len() >= max_open {
-                let pick = self.jobs[j].rng.random_range(0..zbd.open.len());
-                return Next::Zone(ZoneNo(zbd.open[pick]));
-            }
-            zbd.open.push(z);
-        }
-        Next::Zone(ZoneNo(z))
-    }
-
-    /// The zone a read goes to: one holding data (fio's `zbd_find_zone()`).
-    fn next_read_zone(&mut self, j: usize) -> Next {
-        let (first, last) = self.zone_range(j);
-        let random = self.spec(j).rw.is_random();
-        let zbd = self.zbd.as_ref().expect("zbd");
-        if random {
-            for _ in 0..32 {
-                let z = self.jobs[j].rng.random_range(first..=last);
-                if zbd.wp[z as usize] > 0 {
-                    return Next::Zone(ZoneNo(z));
-                }
-            }
-        } else {
-            let job = &mut self.jobs[j];
-            for _ in first..=last + 1 {
-                if job.next_seq >= job.region_end {
-                    job.next_seq = job.region_start;
-                }
-                let z = self.geo.zone_no(Sector(job.next_seq));
-                let start = self.geo.zone_start(z).0;
-                if job.next_seq < start + zbd.wp[z.idx()] {
-                    return Next::Zone(z);
-                }
-                job.next_seq = start + self.geo.zone_len(z);
-            }
-        }
-        // Nothing written to read: fio ends such a job.
-        if self.jobs[j].inflight == 0 { Next::Stop } else { Next::Wait }
-    }
-
-    /// Job `j`'s I/O (or reset) to zone `z` completed.
-    fn zone_io_done(&mut self, j: usize, z: ZoneNo, reset: bool, c: &SimCompletion, sim: &Sim) {
-        let zbd = self.zbd.as_mut().expect("zbd");
-        if reset {
-            // Keep the lock: the write that found the zone full goes there now.
-            self.jobs[j].state = JobState::Granted(z);
-            return;
-        }
-        let lock = &mut zbd.locks[z.idx()];
-        assert_eq!(lock.owner, Some(j), "zone {z} I/O completed for a job not holding its lock");
-        lock.count -= 1;
-        if c.result.is_err() && c.op == Op::Write && lock.count == 0 {
-            // As fio after an error: take the write pointer from the device.
-            if let Some(zs) = sim.device().zones() {
-                let zone = zs.zone(z);
-                zbd.wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
-            }
-        }
-        self.maybe_release(z)
+        submitted
     }
 }
 
 impl Workload for FioJobs {
     fn start(&mut self, sim: &mut Sim) {
-        for j in 0..self.jobs.len() {
-            self.fill(j, sim);
-        }
-        while let Some(w) = self.woken.pop() {
-            self.fill(w, sim);
-        }
+        self.fio.start();
+        self.drain(sim);
     }
 
     fn on_complete(&mut self, sim: &mut Sim, c: SimCompletion) {
-        let j = (c.token & !(RESET_FLAG | FLUSH_FLAG)) as usize;
-        let reset = c.token & RESET_FLAG != 0;
-        let flush = c.token & FLUSH_FLAG != 0;
-        let job = &mut self.jobs[j];
-        job.inflight -= 1;
-        job.tally.end_ns = sim.now_ns();
-        if let Err(s) = c.result {
-            job.tally.errors += 1;
-            job.tally.first_error.get_or_insert(s);
-        }
-        if !reset && !flush && c.result.is_ok() {
-            let bytes = u64::from(c.nr_sectors) << SECTOR_SHIFT;
-            match c.op {
-                Op::Read => job.tally.read.record(bytes, c.latency_ns),
-                _ => job.tally.write.record(bytes, c.latency_ns),
-            }
-        }
-        if self.zbd.is_some() && self.spec(j).zonemode == ZoneMode::Zbd && !flush {
-            let z = self.geo.zone_no(c.sector);
-            if !self.geo.zone_is_conv(z) {
-                self.zone_io_done(j, z, reset, &c, sim);
-            }
-        }
-        // A quiescing job whose I/O has drained goes on to what it waited for.
-        if let JobState::Quiescing(z, then) = self.jobs[j].state {
-            if self.jobs[j].inflight == 0 {
-                match then {
-                    Then::Reset => self.submit_reset(j, z, sim),
-                    Then::Lock => {
-                        self.jobs[j].state = JobState::Running;
-                        if self.acquire(j, z) {
-                            self.jobs[j].state = JobState::Granted(z);
-                            self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = true;
-                        }
-                    }
-                }
-            }
-        }
-        self.fill(j, sim);
-        while let Some(w) = self.woken.pop() {
-            self.fill(w, sim);
-        }
+        let done = FioDone {
+            token: c.token,
+            op: c.op,
+            sector: c.sector,
+            nr_sectors: c.nr_sectors,
+            result: c.result,
+            latency_ns: c.latency_ns,
+        };
+        self.fio.on_complete(sim.now_ns(), done);
+        self.drain(sim);
     }
 
     fn on_idle(&mut self, sim: &mut Sim) -> bool {
-        let before = sim.stats().bios;
-        for k in 0..self.jobs.len() {
-            self.fill(k, sim);
-        }
-        while let Some(w) = self.woken.pop() {
-            self.fill(w, sim);
-        }
-        sim.stats().bios > before
+        self.fio.idle();
+        self.drain(sim) > 0
     }
 
     fn is_done(&self) -> bool {
-        self.jobs.iter().all(|j| j.stopped && j.inflight == 0 && j.fsynced)
+        self.fio.is_done()
     }
 }

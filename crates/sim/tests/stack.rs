@@ -9,7 +9,7 @@ use zblk_core::stack::{
 };
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
-use zblk_sim::stack::{SeqJob, SeqJobs, StackSim, StackSimConfig, null_model};
+use zblk_sim::{SeqJob, SeqJobs, Sim, StackSimConfig, null_model};
 use zblk_workload::pattern::{self, Decoded};
 
 fn spec(text: &str) -> StackSpec {
@@ -20,9 +20,9 @@ fn stack(text: &str, order: SplitOrder) -> Stack {
     spec(text).build(StackConfig { split_order: order, ..StackConfig::default() }, None).unwrap().stack
 }
 
-fn sim(text: &str, order: SplitOrder, seed: u64) -> StackSim {
+fn sim(text: &str, order: SplitOrder, seed: u64) -> Sim {
     let built = spec(text).build(StackConfig { split_order: order, ..StackConfig::default() }, None).unwrap();
-    StackSim::new(built, StackSimConfig { seed, check: true, trace: true }, &mut null_model)
+    Sim::with_stack(built, StackSimConfig { check: true, trace: true, ..StackSimConfig::new(seed) }, &mut null_model)
 }
 
 /// Drives a stack synchronously: every request completes at once, in issue order.
@@ -95,7 +95,7 @@ fn two_mib_read_trace_lines() {
     );
 }
 
-fn zoned_write_errors(text: &str, order: SplitOrder, seed: u64) -> (u64, u64, StackSim) {
+fn zoned_write_errors(text: &str, order: SplitOrder, seed: u64) -> (u64, u64, Sim) {
     let mut s = sim(text, order, seed);
     let top = s.stack().top();
     let geo = s.stack().info(top).geometry.clone();
@@ -215,8 +215,8 @@ fn data_lands_where_the_mapping_says() {
     }
 }
 
-fn one(s: &mut StackSim, bio: Bio) -> Result<Sector, Status> {
-    s.submit(bio, 0, 0, 1);
+fn one(s: &mut Sim, bio: Bio) -> Result<Sector, Status> {
+    s.submit(bio, 0, 1);
     s.run_until_idle();
     let c = s.take_completions();
     assert_eq!(c.len(), 1, "{c:?}");
@@ -280,4 +280,16 @@ fn a_bio_for_a_device_not_in_the_stack_is_refused() {
         "{c:?}"
     );
     assert_eq!(st.stats().invalid, 1);
+}
+
+#[test]
+fn an_append_through_a_linear_device_over_a_striped_one_is_refused() {
+    // The linear device remaps the append to the striped device, which cannot
+    // spread it over its members: it fails there, and no member is written.
+    let mut s = sim("linear[striped:chunk=64k[2*nullb:size=64,zone_size=4,memory_backed=1]]", SplitOrder::Head, 2);
+    let top = s.stack().top();
+    let zs = s.stack().info(top).geometry.zone_sectors();
+    assert_eq!(one(&mut s, Bio::append(Sector(zs), 8, 0)), Err(Status::NotSupported));
+    assert_eq!(s.report_zone(top, ZoneNo(1)).unwrap().cond, ZoneCond::Empty);
+    assert_eq!(one(&mut s, Bio::write(Sector(zs), 8, 0)), Ok(Sector(zs)));
 }

@@ -14,7 +14,7 @@ use zblk_core::bio::Op;
 use zblk_core::params::{DeviceParams, LatencyDist};
 use zblk_core::stack::{DevKind, SplitOrder, StackConfig, StackSpec, TargetSpec, TraceAction, TraceEvent};
 use zblk_core::units::Sector;
-use zblk_sim::stack::{SeqJob, SeqJobs, StackSim, StackSimConfig, null_model};
+use zblk_sim::{SeqJob, SeqJobs, Sim, StackSimConfig, null_model};
 
 /// A regular disk of `mb` MiB with blocks of `lbs` bytes, a random `max_sectors`
 /// and queue depth, and completions that reorder.
@@ -86,7 +86,8 @@ fn run(c: &Case, order: SplitOrder) -> Option<Outcome> {
     let events = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     // No checker: its engine invariant check costs O(requests queued) per request, and
     // disks with one tag and one-block chunks queue thousands; the order is the point.
-    let mut sim = StackSim::new(built, StackSimConfig { seed: c.seed, check: false, trace: true }, &mut null_model);
+    let cfg = StackSimConfig { trace: true, ..StackSimConfig::new(c.seed) };
+    let mut sim = Sim::with_stack(built, cfg, &mut null_model);
     let st = sim.stack();
     let disks: Vec<bool> = st.devices().map(|(_, i)| i.kind == DevKind::Disk).collect();
     let geo = st.info(st.top()).geometry.clone();

@@ -4,8 +4,10 @@
 //! runtime drive the same generator, one in virtual time, the other in wall-clock
 //! time.
 
+pub mod fio;
 pub mod job;
 pub mod pattern;
 pub mod stats;
 
+pub use fio::{FioAction, FioDone, FioGen, FioIo};
 pub use job::{JobError, JobResult, JobSpec, Rw, ZoneMode};

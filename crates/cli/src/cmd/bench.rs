@@ -56,7 +56,8 @@ pub struct BenchArgs {
     /// zonemode=zbd). Default: zbd on a zoned device, none otherwise.
     #[arg(long, value_enum)]
     pub zonemode: Option<ZoneModeArg>,
-    /// With zonemode=zbd: zones written at once by all jobs (0: no limit).
+    /// With zonemode=zbd: zones written at once by all jobs (0: the device's open zone
+    /// limit, none if it has none, as fio).
     #[arg(long = "max_open_zones", default_value_t = 0)]
     pub max_open_zones: u32,
     /// Write with forced unit access.

@@ -41,8 +41,9 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let engine = EngineConfig { policy, wp_recovery, queue_depth: qd, ..EngineConfig::default() };
     let rt = image::start(img, engine, backend)?;
     eprintln!("zblk: {}: I/O with {}", path.display(), rt.backend());
-    let report =
-        run_jobs(&rt, std::slice::from_ref(&job), a.seed, a.group_reporting).map_err(|e| CliError(format!("{e}")));
+    let name = path.display().to_string();
+    let report = run_jobs(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting)
+        .map_err(|e| CliError(format!("{e}")));
     rt.close().map_err(CliError::msg)?;
     let report = report?;
     if a.json || a.output_format == Some(OutputFormat::Json) {

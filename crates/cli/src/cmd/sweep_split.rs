@@ -17,7 +17,7 @@ use zblk_core::stack::{DevKind, SeekHist, SplitOrder, StackSpec};
 use zblk_core::units::{SECTOR_SHIFT, SECTOR_SIZE, Sector, format_bytes_exact};
 use zblk_sim::DeviceModel;
 use zblk_sim::hdd::{HddModel, HddParams};
-use zblk_sim::stack::{SeqJob, SeqJobs};
+use zblk_sim::{SeqJob, SeqJobs};
 
 /// The experiment's set-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::io::Write as _;
 use zblk_core::bio::Op;
 use zblk_core::stack::{DevKind, SplitOrder, Stack, StackConfig, StackSpec, TraceEvent, TraceWriter};
 use zblk_core::units::{SECTOR_SHIFT, Sector, format_bytes_exact};
-use zblk_sim::stack::{ModelFactory, SeqJob, SeqJobs, StackSim, StackSimConfig, null_model};
+use zblk_sim::{ModelFactory, SeqJob, SeqJobs, Sim, StackSimConfig, null_model};
 
 /// Every event of a run on a simulated stack, blkparse-style: `Q` queued on a
 /// device, `X` split, `A` remapped to a member, `D` issued to a disk, `C`
@@ -120,11 +120,11 @@ pub fn build_sim(
     seed: u64,
     check: bool,
     models: ModelFactory<'_>,
-) -> Result<StackSim, CliError> {
+) -> Result<Sim, CliError> {
     let built = spec
         .build(StackConfig { split_order: order, ..StackConfig::default() }, None)
         .map_err(|e| CliError(format!("--stack: {e}")))?;
-    Ok(StackSim::new(built, StackSimConfig { seed, check, trace: true }, models))
+    Ok(Sim::with_stack(built, StackSimConfig { check, trace: true, ..StackSimConfig::new(seed) }, models))
 }
 
 /// One line per device: number, name, kind, size, limits, members.
@@ -242,7 +242,7 @@ pub fn run(a: &TraceArgs) -> Result<(), CliError> {
 
 /// The summary after a trace: throughput, errors, and with `hist` every device's
 /// seek histogram.
-fn summary(sim: &StackSim, w: &SeqJobs, hist: bool) -> String {
+fn summary(sim: &Sim, w: &SeqJobs, hist: bool) -> String {
     let t = w.total();
     let mut s = format!(
         "# {} BIOs, {} in {:.3} ms of virtual time: {:.1} MB/s (simulated); {} failed ({} unaligned writes){}\n",
