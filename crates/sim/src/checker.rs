@@ -300,8 +300,8 @@ impl Checker {
         list.push((a, b));
     }
 
-    /// After every step: the engine's own invariants, plug bounds, and idle plugs
-    /// agreeing with the device's write pointers.
+    /// After every step: the engine's own invariants, the device's zone accounting,
+    /// plug bounds, and idle plugs agreeing with the device's write pointers.
     pub fn check_engine(&mut self, engine: &Engine, dev: &MemDevice) {
         engine.check_invariants();
         self.check_plugs(engine, dev);
@@ -312,6 +312,9 @@ impl Checker {
     pub fn check_plugs(&mut self, engine: &Engine, dev: &MemDevice) {
         self.checks += 1;
         let Some(zones) = dev.zones() else { return };
+        // The device's own zone accounting, recounted from scratch: the counters the
+        // open/active limits are decided on must match the conditions.
+        zones.check_invariants();
         let mut busy = 0;
         let mut failed = 0;
         for plug in engine.plugs() {
