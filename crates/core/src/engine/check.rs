@@ -47,6 +47,7 @@ impl Engine {
             ops_out += issued;
             appends += apps;
             let cap = q.geo.zone_capacity(plug.zone);
+            assert_eq!(plug.capacity, cap, "zone {}: plug's capacity", plug.zone);
             assert!(plug.wp_offset <= cap, "zone {}: wp_offset {} past capacity {cap}", plug.zone, plug.wp_offset);
             let idle = !plug.in_use() && !plug.report_pending;
             let releasable = plug.need_wp_update || plug.wp_offset == 0 || plug.wp_offset >= cap;

@@ -267,7 +267,7 @@ impl Engine {
                 (_, ZoneCond::NotWp) => panic!("sequential zone {z} reported NOT_WP"),
                 _ if info.wp == info.start => CondCache::Empty,
                 _ => {
-                    q.plugs.insert(zno, info.wp.since(info.start));
+                    q.plugs.insert(zno, info.wp.since(info.start), q.geo.zone_capacity(zno));
                     CondCache::Empty // the plug describes the zone
                 }
             };
@@ -363,9 +363,16 @@ impl Engine {
     fn after_plug_change(&mut self, p: PlugId) {
         self.q.maybe_request_report(p);
         self.policy.plug_changed(&mut self.q, p);
-        self.policy.plug_drained(&mut self.q, p);
+        // A policy that treats plugs independently keeps no list to update and has
+        // nothing to kick: two calls saved on every completion.
+        let independent = self.policy.plugs_independent();
+        if !independent {
+            self.policy.plug_drained(&mut self.q, p);
+        }
         self.q.maybe_release(p);
-        self.policy.kick(&mut self.q);
+        if !independent {
+            self.policy.kick(&mut self.q);
+        }
         self.q.try_barrier();
     }
 

@@ -42,6 +42,9 @@ pub(crate) struct Plug {
     /// next write can be checked (and an append placed) while the previous one is in
     /// flight.
     pub wp_offset: u64,
+    /// The zone's capacity in sectors, kept here because every write checks against
+    /// it (the kernel keeps it in the plug too).
+    pub capacity: u64,
     /// Operations waiting for their turn, oldest first: writes, resets and finishes,
     /// and native appends that arrived behind them.
     pub queue: VecDeque<FragId>,
@@ -131,12 +134,13 @@ impl PlugTable {
     }
 
     /// A new plug for `zone`, which must have none.
-    pub fn insert(&mut self, zone: ZoneNo, wp_offset: u64) -> PlugId {
+    pub fn insert(&mut self, zone: ZoneNo, wp_offset: u64, capacity: u64) -> PlugId {
         assert!(self.get(zone).is_none(), "second plug for zone {zone}");
         let queue = self.spare_queues.pop().unwrap_or_default();
         let idx = self.plugs.insert(Plug {
             zone,
             wp_offset,
+            capacity,
             queue,
             busy: false,
             need_wp_update: false,
@@ -200,15 +204,16 @@ impl Queue {
         if let Some(p) = self.plugs.get(z) {
             return Ok(p);
         }
+        let cap = self.geo.zone_capacity(z);
         let (wp_offset, known) = match self.cond[z.idx()] {
             CondCache::Empty => (0, true),
-            CondCache::Full => (self.geo.zone_capacity(z), true),
+            CondCache::Full => (cap, true),
             CondCache::Unknown => (0, false),
             CondCache::ReadOnly => return Err(Status::ZoneReadOnly),
             CondCache::Offline => return Err(Status::ZoneOffline),
             CondCache::NotWp => unreachable!("plug for conventional zone {z}"),
         };
-        let p = self.plugs.insert(z, wp_offset);
+        let p = self.plugs.insert(z, wp_offset, cap);
         self.plugs[p].need_wp_update = !known;
         Ok(p)
     }
@@ -313,7 +318,7 @@ impl Queue {
     fn prepare_and_issue(&mut self, p: PlugId, f: FragId) {
         let plug = &self.plugs[p];
         let z = plug.zone;
-        let cap = self.geo.zone_capacity(z);
+        let cap = plug.capacity;
         let frag = &self.frags[f];
         let n = u64::from(frag.nr_sectors);
         let check = if plug.wp_offset >= cap {
@@ -381,8 +386,8 @@ impl Queue {
             }
             (Kind::WpOp, true) => self.plugs[p].need_wp_update = true,
             (Kind::WpOp, false) => {
-                let cap = self.geo.zone_capacity(z);
                 let plug = &mut self.plugs[p];
+                let cap = plug.capacity;
                 plug.wp_offset = if op == Op::ZoneReset { 0 } else { cap };
                 plug.need_wp_update = false;
             }
@@ -417,7 +422,7 @@ impl Queue {
             CondCache::Unknown
         } else if plug.wp_offset == 0 {
             CondCache::Empty
-        } else if plug.wp_offset >= self.geo.zone_capacity(z) {
+        } else if plug.wp_offset >= plug.capacity {
             CondCache::Full
         } else {
             return; // partially written: the plug is the record of the write pointer

@@ -51,7 +51,7 @@ impl Queue {
                     0 => CondCache::Empty,
                     o if o >= cap => CondCache::Full,
                     o => {
-                        self.plugs.insert(z, o);
+                        self.plugs.insert(z, o, cap);
                         CondCache::Empty // the plug describes the zone
                     }
                 };

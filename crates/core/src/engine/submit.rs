@@ -156,7 +156,7 @@ impl Engine {
         let plug = &self.q.plugs[p];
         if plug.busy || !plug.queue.is_empty() {
             self.q.stats.plugged += 1;
-        } else if self.policy.releases_idle_plugs() && self.q.front(p, f) == Front::Go {
+        } else if self.policy.plugs_independent() && self.q.front(p, f) == Front::Go {
             // The plug is idle and the policy would release it at once: prepare and
             // issue without queueing, as the kernel does for a write to a zone whose
             // plug is not plugged. What `after_plug_change` would do next has nothing
@@ -172,6 +172,12 @@ impl Engine {
     /// Puts `f` at the tail of plug `p` and lets the policy at it.
     fn enqueue(&mut self, p: PlugId, f: FragId) {
         self.q.enqueue(p, f);
+        if self.q.plugs[p].busy && self.policy.plugs_independent() {
+            // Nothing `after_plug_change` would do can happen: the plug's front waits
+            // for the operation out, which also keeps the plug, holds back a
+            // RESET_ALL, and defers any write pointer report until it completes.
+            return;
+        }
         self.after_plug_change(p);
     }
 }

@@ -138,8 +138,8 @@ impl Policy for AnyPolicy {
         each_policy!(self, p => p.plug_changed(q, plug))
     }
     #[inline]
-    fn releases_idle_plugs(&self) -> bool {
-        each_policy!(self, p => p.releases_idle_plugs())
+    fn plugs_independent(&self) -> bool {
+        each_policy!(self, p => p.plugs_independent())
     }
     #[inline]
     fn plug_drained(&mut self, q: &mut Queue, plug: PlugId) {
@@ -190,11 +190,13 @@ pub(crate) trait Policy: fmt::Debug + Send {
     /// Never frees the plug.
     fn plug_changed(&mut self, q: &mut Queue, p: PlugId);
 
-    /// Whether the policy releases the front of an idle plug as soon as it gets it
-    /// (per-zone plugging): the engine then issues a write to an idle, empty plug
-    /// without queueing it. A policy that returns true must behave, for such a
-    /// write, exactly as if it had been queued and `plug_changed` had drained it.
-    fn releases_idle_plugs(&self) -> bool {
+    /// Whether the policy treats every plug on its own (per-zone plugging): it keeps
+    /// no state about plugs, `plug_changed` only drains the plug's front, and
+    /// `plug_drained` and `kick` do nothing. The engine then takes two shortcuts the
+    /// kernel takes too: a write to an idle, empty plug is issued without queueing
+    /// it, and a write to a busy plug is queued without asking the policy (a busy
+    /// plug releases nothing until its operation completes).
+    fn plugs_independent(&self) -> bool {
         false
     }
 

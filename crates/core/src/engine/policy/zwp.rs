@@ -21,7 +21,7 @@ impl Policy for Zwp {
         q.drain_front(p, false);
     }
 
-    fn releases_idle_plugs(&self) -> bool {
+    fn plugs_independent(&self) -> bool {
         true
     }
 
