@@ -391,8 +391,13 @@ pub struct RandomStack {
 /// Draws a disk's engine settings. Zone write locking is for zoned devices only
 /// (mq-deadline locks zones of zoned devices).
 fn random_engine(rng: &mut impl Rng, queue_depth: u32, zoned: bool) -> EngineConfig {
-    let policies = [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl];
-    let n = if zoned { policies.len() } else { policies.len() - 1 };
+    // Every policy that keeps zone writes in order: a new policy is simulated as soon
+    // as it is in `IssuePolicy::ALL`.
+    let policies: Vec<IssuePolicy> = IssuePolicy::ALL
+        .into_iter()
+        .filter(|&p| p != IssuePolicy::Passthrough && (zoned || p != IssuePolicy::Zwl))
+        .collect();
+    let n = policies.len();
     EngineConfig {
         policy: policies[rng.random_range(0..n)],
         wp_recovery: if rng.random_bool(0.7) { WpRecovery::Report } else { WpRecovery::Kernel },

@@ -79,8 +79,8 @@ pub struct BenchArgs {
     /// locking under an mq-deadline-like scheduler), passthrough (no plugging).
     /// Default: qd1 on a rotational zoned device, zwp otherwise (the kernel's
     /// zoned_qd1_writes default).
-    #[arg(long, value_enum)]
-    pub policy: Option<PolicyArg>,
+    #[arg(long, value_parser = policy_parser())]
+    pub policy: Option<IssuePolicy>,
     /// batch policy: how many times a waiting zone may be passed over by deeper or
     /// nearer zones before it goes first.
     #[arg(long = "batch-max-bypass", default_value_t = EngineConfig::default().batch_max_bypass)]
@@ -135,17 +135,6 @@ pub enum ZoneModeArg {
     Zbd,
 }
 
-/// Issue policies.
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum PolicyArg {
-    Zwp,
-    Qd1,
-    Batch,
-    Zwl,
-    Passthrough,
-}
-
 /// Write pointer recovery.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 #[allow(missing_docs)]
@@ -162,21 +151,17 @@ pub enum OutputFormat {
     Json,
 }
 
-impl PolicyArg {
-    fn policy(self) -> IssuePolicy {
-        match self {
-            PolicyArg::Zwp => IssuePolicy::Zwp,
-            PolicyArg::Qd1 => IssuePolicy::Qd1,
-            PolicyArg::Batch => IssuePolicy::Batch,
-            PolicyArg::Zwl => IssuePolicy::Zwl,
-            PolicyArg::Passthrough => IssuePolicy::Passthrough,
-        }
-    }
+/// `--policy`: every name [`IssuePolicy::parse`] knows, so that a new policy is on
+/// the command line as soon as it is in `IssuePolicy::ALL`.
+fn policy_parser() -> impl clap::builder::TypedValueParser<Value = IssuePolicy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(IssuePolicy::ALL.map(IssuePolicy::name))
+        .map(|name: String| IssuePolicy::parse(&name).expect("a possible value is a policy name"))
 }
 
 /// The issue policy from `--policy` and `--zoned_qd1_writes`, or the device default.
 pub fn choose_policy(
-    policy: Option<PolicyArg>,
+    policy: Option<IssuePolicy>,
     qd1: Option<u8>,
     zoned: bool,
     rotational: bool,
@@ -185,10 +170,10 @@ pub fn choose_policy(
         return Err(CliError::msg("--zoned_qd1_writes: the device is not zoned (the attribute is always 0)"));
     }
     match (policy, qd1) {
-        (Some(p), Some(q)) if p.policy().single_issuer() != (q == 1) => {
-            Err(CliError::msg(format!("--policy {} contradicts --zoned_qd1_writes {q}", p.policy().name())))
+        (Some(p), Some(q)) if p.single_issuer() != (q == 1) => {
+            Err(CliError::msg(format!("--policy {} contradicts --zoned_qd1_writes {q}", p.name())))
         }
-        (Some(p), _) => Ok(p.policy()),
+        (Some(p), _) => Ok(p),
         (None, Some(1)) => Ok(IssuePolicy::Qd1),
         (None, Some(_)) => Ok(IssuePolicy::Zwp),
         (None, None) if zoned && rotational => Ok(IssuePolicy::Qd1),

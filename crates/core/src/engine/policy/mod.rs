@@ -14,6 +14,7 @@
 //! | [`Policy::kick`] | something finished or changed: issue what is now possible |
 //! | [`Policy::anticipation_expired`] | an [`super::Action::Anticipate`] the policy asked for is over |
 //! | [`Policy::submit_unplugged`] / [`Policy::unplugged_done`] | a request no plug orders enters / completes |
+//! | [`Policy::plugs_independent`] | asked on the hot path: a policy that treats every plug on its own (per-zone plugging) lets the engine skip the list hooks |
 //! | [`Policy::check`] | the checker verifies the policy's invariants |
 //!
 //! Adding a policy: a new file here with a type implementing [`Policy`], its name in
