@@ -239,6 +239,12 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request that no engine issued (id [`ReqId::unissued`] 0, no flags, no
+    /// buffer token): what a device's own tests and tools hand it directly.
+    pub fn direct(op: Op, sector: Sector, nr_sectors: u32) -> Request {
+        Request { id: ReqId::unissued(0), op, sector, nr_sectors, flags: BioFlags::NONE, user_data: 0, bio_offset: 0 }
+    }
+
     /// One past the last sector.
     pub fn end(&self) -> Sector {
         self.sector + u64::from(self.nr_sectors)

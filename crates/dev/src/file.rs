@@ -1218,7 +1218,6 @@ fn describe_rollback(geo: &Geometry, old: &[Entry], new: &[Entry], repairs: &mut
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zblk_core::bio::ReqId;
 
     pub(super) fn params() -> GeometryParams {
         GeometryParams {
@@ -1233,15 +1232,7 @@ mod tests {
     }
 
     fn req(op: Op, sector: u64, nr_sectors: u32) -> Request {
-        Request {
-            id: ReqId::unissued(0),
-            op,
-            sector: Sector(sector),
-            nr_sectors,
-            flags: BioFlags::NONE,
-            user_data: 0,
-            bio_offset: 0,
-        }
+        Request::direct(op, Sector(sector), nr_sectors)
     }
 
     fn image(dir: &Path) -> PathBuf {

@@ -259,7 +259,7 @@ impl BlockDevice for MemDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zblk_core::bio::{BioFlags, ReqId};
+    use zblk_core::bio::BioFlags;
     use zblk_core::geometry::GeometryParams;
 
     fn geo(append: u32) -> Geometry {
@@ -274,15 +274,7 @@ mod tests {
     }
 
     fn req(op: Op, sector: u64, nr_sectors: u32) -> Request {
-        Request {
-            id: ReqId::unissued(0),
-            op,
-            sector: Sector(sector),
-            nr_sectors,
-            flags: BioFlags::NONE,
-            user_data: 0,
-            bio_offset: 0,
-        }
+        Request::direct(op, Sector(sector), nr_sectors)
     }
 
     #[test]
