@@ -8,6 +8,7 @@ mod fio_out;
 mod image;
 mod parse;
 mod plot;
+mod stacksim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

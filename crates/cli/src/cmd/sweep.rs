@@ -65,19 +65,9 @@ pub struct SweepArgs {
     /// the zone's next write this long (0: never).
     #[arg(long = "batch-anticipate", default_value = "50us", value_parser = parse::duration_or_zero_ns)]
     pub batch_anticipate: u64,
-    /// zeroes: directory for the real image files (default: the system's temporary
-    /// directory). The sweep writes up to the largest size there, then removes it.
-    #[arg(long = "image-dir", value_name = "DIR")]
-    pub image_dir: Option<std::path::PathBuf>,
-    /// zeroes: skip the real image part (simulated rows only).
-    #[arg(long = "no-image")]
-    pub no_image: bool,
-    /// zeroes: bytes the writer writes on the image, and zeroed beside it.
-    #[arg(long = "image-writer-size", default_value = "2G", value_parser = parse::size)]
-    pub image_writer_size: u64,
-    /// zeroes: sizes zeroed on the image, comma-separated (default 1G,10G).
-    #[arg(long = "zero-sizes", value_delimiter = ',', value_parser = parse::size)]
-    pub zero_sizes: Vec<u64>,
+    /// The zeroes experiment's options.
+    #[command(flatten)]
+    pub zeroes: super::sweep_zeroes::ZeroesArgs,
     /// smr-20tb: I/Os each random test makes.
     #[arg(long = "rand20-ios", default_value_t = SweepOptions::default().rand20_ios)]
     pub rand20_ios: u64,
@@ -187,8 +177,8 @@ fn options(a: &SweepArgs, exp: Exp) -> Result<SweepOptions, CliError> {
 /// Runs `zblk sweep`.
 pub fn run(a: &SweepArgs) -> Result<(), CliError> {
     match a.experiment {
-        Experiment::Split => return super::sweep_split::run(a),
-        Experiment::Zeroes => return super::sweep_zeroes::run(a),
+        Experiment::Split => return super::sweep_split::run(a.seed, a.json),
+        Experiment::Zeroes => return super::sweep_zeroes::run(&a.zeroes, a.seed, a.json),
         _ => {}
     }
     let exps = a.experiment.sweeps();

@@ -7,9 +7,8 @@
 //! chunk; with the tail order the pieces reach the members out of order and every
 //! member seeks back and forth inside what should be one sequential stream.
 
-use super::sweep::SweepArgs;
-use super::trace::build_sim;
 use crate::CliError;
+use crate::stacksim::{build_sim, parse_stack};
 use std::fmt::Write as _;
 use zblk_core::bio::Op;
 use zblk_core::params::DeviceParams;
@@ -72,7 +71,7 @@ pub struct Row {
 fn spec(s: &Setup) -> Result<StackSpec, CliError> {
     let disk = format!("nullb:size=64g,zoned=0,rotational=1,max_sectors={},hw_queue_depth=32", s.max_sectors);
     let text = format!("striped:chunk={}[{}*{disk}]", s.chunk_bytes, s.members);
-    super::trace::parse_stack(&text)
+    parse_stack(&text)
 }
 
 /// The members' timing: the HDD model with a conventional (CMR) 7200 rpm disk's
@@ -122,10 +121,10 @@ pub fn run_order(s: &Setup, order: SplitOrder, seed: u64) -> Result<Row, CliErro
     })
 }
 
-/// Runs `zblk sweep split`.
-pub fn run(a: &SweepArgs) -> Result<(), CliError> {
-    let rows = [run_order(&SETUP, SplitOrder::Head, a.seed)?, run_order(&SETUP, SplitOrder::Tail, a.seed)?];
-    if a.json {
+/// Runs `zblk sweep split` with `seed`, as tables or as JSON.
+pub fn run(seed: u64, json: bool) -> Result<(), CliError> {
+    let rows = [run_order(&SETUP, SplitOrder::Head, seed)?, run_order(&SETUP, SplitOrder::Tail, seed)?];
+    if json {
         println!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::msg)?);
     } else {
         print!("{}", report(&SETUP, &rows));

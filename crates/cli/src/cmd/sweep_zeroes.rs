@@ -3,8 +3,8 @@
 //! in the background costs a sequential writer, on the simulated SSD and on a real
 //! image file (wall-clock time).
 
-use super::sweep::SweepArgs;
-use crate::CliError;
+use crate::{CliError, parse};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -177,9 +177,27 @@ pub fn on_image(dir: &Path, sizes: &[u64], writer_bytes: u64) -> Result<(Vec<Zer
     Ok((rows, writers))
 }
 
-/// Runs `zblk sweep zeroes`.
-pub fn run(a: &SweepArgs) -> Result<(), CliError> {
-    let (mut rows, mut writers) = simulated(a.seed)?;
+/// `zblk sweep zeroes`' own options (flattened into `zblk sweep`'s).
+#[derive(Args, Debug)]
+pub struct ZeroesArgs {
+    /// zeroes: directory for the real image files (default: the system's temporary
+    /// directory). The sweep writes up to the largest size there, then removes it.
+    #[arg(long = "image-dir", value_name = "DIR")]
+    pub image_dir: Option<std::path::PathBuf>,
+    /// zeroes: skip the real image part (simulated rows only).
+    #[arg(long = "no-image")]
+    pub no_image: bool,
+    /// zeroes: bytes the writer writes on the image, and zeroed beside it.
+    #[arg(long = "image-writer-size", default_value = "2G", value_parser = parse::size)]
+    pub image_writer_size: u64,
+    /// zeroes: sizes zeroed on the image, comma-separated (default 1G,10G).
+    #[arg(long = "zero-sizes", value_delimiter = ',', value_parser = parse::size)]
+    pub zero_sizes: Vec<u64>,
+}
+
+/// Runs `zblk sweep zeroes` with `seed`, as tables or as JSON.
+pub fn run(a: &ZeroesArgs, seed: u64, json: bool) -> Result<(), CliError> {
+    let (mut rows, mut writers) = simulated(seed)?;
     if !a.no_image {
         let dir = a.image_dir.clone().unwrap_or_else(std::env::temp_dir);
         let sizes = if a.zero_sizes.is_empty() { SIZES.to_vec() } else { a.zero_sizes.clone() };
@@ -187,7 +205,7 @@ pub fn run(a: &SweepArgs) -> Result<(), CliError> {
         rows.extend(r);
         writers.extend(w);
     }
-    if a.json {
+    if json {
         let mut all: Vec<serde_json::Value> = Vec::new();
         for r in &rows {
             all.push(serde_json::to_value(r).map_err(CliError::msg)?);

@@ -2,13 +2,14 @@
 //! every device printed as blkparse prints a blktrace, and per-device seek
 //! histograms.
 
+use crate::stacksim::{build_sim, parse_stack};
 use crate::{CliError, devspec, parse};
 use clap::{Args, ValueEnum};
 use std::io::Write as _;
 use zblk_core::bio::Op;
-use zblk_core::stack::{DevKind, SplitOrder, Stack, StackConfig, StackSpec, TraceEvent, TraceWriter};
+use zblk_core::stack::{DevKind, SplitOrder, Stack, TraceEvent, TraceWriter};
 use zblk_core::units::{SECTOR_SHIFT, Sector, format_bytes_exact};
-use zblk_sim::{ModelFactory, SeqJob, SeqJobs, Sim, StackSimConfig, null_model};
+use zblk_sim::{SeqJob, SeqJobs, Sim, null_model};
 
 /// Every event of a run on a simulated stack, blkparse-style: `Q` queued on a
 /// device, `X` split, `A` remapped to a member, `D` issued to a disk, `C`
@@ -104,27 +105,6 @@ fn stack_help() -> String {
     );
     s.push_str(&devspec::help());
     s
-}
-
-/// Parses a stack specification, its disks as `--dev` takes them.
-pub fn parse_stack(text: &str) -> Result<StackSpec, CliError> {
-    let mut resolve =
-        |t: &str| devspec::parse(t).map(|d| d.params).map_err(|e| e.0.trim_start_matches("--dev: ").to_string());
-    StackSpec::parse(text, &mut resolve).map_err(|e| CliError(format!("--stack: {e}")))
-}
-
-/// Builds the simulation of `spec`.
-pub fn build_sim(
-    spec: &StackSpec,
-    order: SplitOrder,
-    seed: u64,
-    check: bool,
-    models: ModelFactory<'_>,
-) -> Result<Sim, CliError> {
-    let built = spec
-        .build(StackConfig { split_order: order, ..StackConfig::default() }, None)
-        .map_err(|e| CliError(format!("--stack: {e}")))?;
-    Ok(Sim::with_stack(built, StackSimConfig { check, trace: true, ..StackSimConfig::new(seed) }, models))
 }
 
 /// One line per device: number, name, kind, size, limits, members.
