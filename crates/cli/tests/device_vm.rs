@@ -69,10 +69,12 @@ fn cli_on_null_blk_and_zns() {
     let zblk = env!("CARGO_BIN_EXE_zblk");
     let dir = tempfile::Builder::new().prefix("zblk-vm").tempdir_in("/var/tmp").unwrap();
     let share = dir.path();
+    // zblk runs from the guest's tmpfs: the host's file system reaches the guest over
+    // 9p without a page cache, and every exec would read the 25 MB binary again.
     // A block device that is not zoned, made through null_blk's configfs, is refused;
     // so is a file that is not an image.
     let guest = format!(
-        r#"S={share}; X={zblk}
+        r#"S={share}; cp {zblk} /tmp/zblk; X=/tmp/zblk
 D=/dev/nullb0; N=nullb0; Z=$((2 * 4194304)); Z2=$((3 * 4194304)); ZB=4194304; SIZE=$((1 << 30))
 {nullb}
 D=/dev/nvme0n1; N=nvme0n1; Z=0; Z2=16777216; ZB=16777216; SIZE=$((256 << 20))
