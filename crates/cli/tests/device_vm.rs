@@ -4,6 +4,8 @@
 //! ZNS namespace (`/dev/nvme0n1`, 4 KiB blocks, 4 open and 8 active zones). One boot
 //! runs every command (a guest script records each one's output and status); the
 //! host checks them against what the kernel says (sysfs, `blkzone report`, `dd`).
+//! Then the refusals: a device another program holds, a block device that is not
+//! zoned, a file that is not an image.
 //!
 //! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
 
@@ -79,6 +81,12 @@ D=/dev/nullb0; N=nullb0; Z=$((2 * 4194304)); Z2=$((3 * 4194304)); ZB=4194304; SI
 {nullb}
 D=/dev/nvme0n1; N=nvme0n1; Z=0; Z2=16777216; ZB=16777216; SIZE=$((256 << 20))
 {nvme}
+python3 -c 'import os,sys,time; fd=os.open("/dev/nullb0", os.O_RDWR|os.O_EXCL); open(sys.argv[1],"w").close(); time.sleep(120)' $S/held &
+H=$!; i=0; while [ ! -e $S/held ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+O=$S/busy; mkdir -p $O
+r write $X write /dev/nullb0 -o 0 -l 4k -p 1
+r read $X read /dev/nullb0 -o 0 -l 4k -O $O/read.bin
+kill $H; wait $H
 P=/sys/kernel/config/nullb/plain; mkdir $P
 for kv in size=64 zoned=0 memory_backed=1 power=1; do echo ${{kv#*=}} > $P/${{kv%=*}}; done
 sleep 1; B=$(ls /dev/plain /dev/nullb$(cat $P/index) 2>/dev/null | head -1)
@@ -108,6 +116,11 @@ echo 0 > $P/power; rmdir $P
     eprintln!("VM run: {:.1} s; each command in the guest:\n{times}", t.elapsed().as_secs_f64());
     check_device(share, "nullb0", 2 * 8192, 512);
     check_device(share, "nvme0n1", 0, 4096);
+    // A device another program holds exclusively (O_EXCL) is refused for writing,
+    // saying so; reading does not need it exclusively.
+    let busy = Cmd::new(share, "busy");
+    busy.fails("write", "/dev/nullb0: in use by another program");
+    busy.ok("read");
     let plain = Cmd::new(share, "plain");
     for n in ["write", "info", "bench"] {
         plain.fails(n, ": not a zoned block device");
