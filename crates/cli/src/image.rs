@@ -1,14 +1,73 @@
-//! What the image commands share: opening an image (and saying what was repaired),
-//! starting the runtime on it, blkzone's argument conventions and report line.
+//! What the image commands share: opening an image (and saying what was repaired) or
+//! a Linux zoned block device, starting the runtime on it, blkzone's argument
+//! conventions and report line.
 
 use crate::CliError;
 use std::path::Path;
 use zblk_core::engine::{EngineConfig, IssuePolicy};
+use zblk_core::geometry::Geometry;
 use zblk_core::units::parse_size;
 use zblk_core::zone::{ZoneInfo, ZoneType};
+use zblk_dev::Device;
 use zblk_dev::file::{FileImage, ImageOptions};
-use zblk_dev::linux::RawZone;
+use zblk_dev::linux::{self, LinuxOptions, LinuxZoned, RawZone};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig};
+
+/// What the I/O commands (`write`, `append`, `read`, `bench`, `info`) run on: a zblk
+/// image, or a Linux zoned block device driven through the same engine.
+pub enum Target {
+    /// A zoned image on a regular file.
+    Image(Box<FileImage>),
+    /// A Linux zoned block device (`O_DIRECT` data, the kernel's zone ioctls).
+    Linux(Box<LinuxZoned>),
+}
+
+impl Target {
+    /// Opens `path`: a block device as a Linux zoned block device (a regular block
+    /// device is refused: zblk's engine is for zoned devices), anything else as an
+    /// image (a file that is not one is refused by the image's checks).
+    pub fn open(path: &Path, read_only: bool) -> Result<Target, CliError> {
+        if linux::is_block_device(path) {
+            let opts = LinuxOptions { read_only, ..LinuxOptions::default() };
+            return LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg);
+        }
+        open(path, read_only).map(|i| Target::Image(Box::new(i)))
+    }
+
+    /// The geometry the engine validates against.
+    pub fn geo(&self) -> &Geometry {
+        match self {
+            Target::Image(i) => i.geo(),
+            Target::Linux(d) => d.geometry(),
+        }
+    }
+
+    /// Whether the device is rotational (the single issuer's default).
+    pub fn rotational(&self) -> bool {
+        match self {
+            Target::Image(i) => i.rotational(),
+            Target::Linux(d) => Device::rotational(d.as_ref()),
+        }
+    }
+
+    /// The default issue policy, as [`default_policy`] for an image: the single issuer
+    /// on a rotational zoned device, per-zone plugging otherwise.
+    pub fn default_policy(&self) -> IssuePolicy {
+        if self.rotational() && self.geo().is_zoned() { IssuePolicy::Qd1 } else { IssuePolicy::Zwp }
+    }
+
+    /// Starts the runtime on it.
+    pub fn start(self, engine: EngineConfig, backend: Backend) -> Result<Runtime, CliError> {
+        match self {
+            Target::Image(i) => start(*i, engine, backend),
+            Target::Linux(d) => {
+                let path = d.path().display().to_string();
+                Runtime::start(*d, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
+                    .map_err(|e| CliError(format!("{path}: {e}")))
+            }
+        }
+    }
+}
 
 /// Opens `path`; read-only opens take a shared lock and repair nothing. What
 /// opening found or repaired goes to stderr, one line each.

@@ -50,13 +50,14 @@ enum Command {
     Close(cmd::zones::ZoneArgs),
     /// Finish a range of zones (set them FULL), as blkzone finish.
     Finish(cmd::zones::ZoneArgs),
-    /// Show an image's geometry, limits, attributes and state.
+    /// Show an image's or a zoned block device's geometry, limits, attributes and state.
     Info(cmd::info::InfoArgs),
-    /// Write to an image at a byte offset (data from a file, stdin or a pattern).
+    /// Write to an image or a zoned block device at a byte offset (data from a file,
+    /// stdin or a pattern).
     Write(cmd::io::IoArgs),
-    /// Append to a zone of an image; prints the sector written.
+    /// Append to a zone of an image or a zoned block device; prints the sector written.
     Append(cmd::io::IoArgs),
-    /// Read from an image at a byte offset.
+    /// Read from an image or a zoned block device at a byte offset.
     Read(cmd::io::IoArgs),
     /// Zero a range of an image (fallocate -w: WRITE_ZEROES, unmapped where possible).
     Fallocate(cmd::fallocate::FallocateArgs),

@@ -26,11 +26,12 @@ fn report_matches_blkzone_on_null_blk() {
     let img = share.join("t.img");
     let st = Command::new(zblk).args(["create", &img.display().to_string(), "-p", CREATE]).status().unwrap();
     assert!(st.success());
-    // The same operations on the device and on the image, then both reports.
+    // The same operations on the device and on the image, then both reports (zblk
+    // from the guest's tmpfs: over 9p every exec would read the binary again).
     let zone = |n: u64| n * ZONE;
     let guest = format!(
         r#"set -e
-D=/dev/nullb0; I={img}; Z={zblk}; S={share}
+D=/dev/nullb0; I={img}; S={share}; cp {zblk} /tmp/zblk; Z=/tmp/zblk
 dd if=/dev/zero of=$D bs=4k count=3 seek={w3} oflag=direct status=none
 $Z write $I -o {w3b} -l 12k -p 0
 blkzone open -o {z4} -c 1 $D; $Z open -o {z4} -c 1 $I

@@ -12,7 +12,8 @@ use zblk_sim::{FaultConfig, JobSpec, Rw, SimConfig, ZoneMode};
 #[derive(Args, Debug)]
 #[command(after_help = devspec_help())]
 pub struct BenchArgs {
-    /// Run on this zoned image (see `zblk create`) instead of a simulated device.
+    /// Run on this zoned image (see `zblk create`) or Linux zoned block device (e.g.
+    /// /dev/nullb0) instead of a simulated device.
     #[arg(long, value_name = "IMG")]
     pub image: Option<std::path::PathBuf>,
     /// With --image: io_uring (the default, falling back to psync where io_uring is

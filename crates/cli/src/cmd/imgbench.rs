@@ -1,5 +1,6 @@
-//! `zblk bench --image IMG`: the fio-like jobs of `zblk bench`, run for real on a
-//! zoned image through the threaded runtime, in wall-clock time.
+//! `zblk bench --image IMG|DEV`: the fio-like jobs of `zblk bench`, run for real on a
+//! zoned image or a Linux zoned block device through the threaded runtime, in
+//! wall-clock time.
 
 use super::bench::{BenchArgs, OutputFormat, RecoveryArg, choose_policy, job_spec};
 use crate::{CliError, fio_out, image};
@@ -23,7 +24,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     if buffers > 4 << 30 {
         return Err(CliError::msg("--bs x --iodepth x --numjobs is more than 4 GiB of buffers"));
     }
-    let img = image::open(path, false)?;
+    let img = image::Target::open(path, false)?;
     let geo = img.geo().clone();
     let job = job_spec(a, geo.is_zoned());
     let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), img.rotational())?;
@@ -39,7 +40,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     };
     let qd = job.iodepth.saturating_mul(job.numjobs).clamp(1, 1024);
     let engine = EngineConfig { policy, wp_recovery, queue_depth: qd, ..EngineConfig::default() };
-    let rt = image::start(img, engine, backend)?;
+    let rt = img.start(engine, backend)?;
     eprintln!("zblk: {}: I/O with {}", path.display(), rt.backend());
     let name = path.display().to_string();
     let report = run_jobs(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting)

@@ -1,5 +1,6 @@
-//! `zblk info IMG`: an image's geometry, limits and queue attributes, by the names of
-//! the kernel's `/sys/block/<dev>/queue/` attributes, and its state.
+//! `zblk info IMG|DEV`: an image's geometry, limits and queue attributes, by the names
+//! of the kernel's `/sys/block/<dev>/queue/` attributes, and its state; for a Linux
+//! zoned block device, what sysfs says and what zblk makes of it.
 
 use crate::{CliError, image};
 use clap::Args;
@@ -9,11 +10,12 @@ use zblk_core::geometry::DEFAULT_MAX_SECTORS;
 use zblk_core::units::format_bytes_exact;
 use zblk_core::zone::ZoneCond;
 use zblk_dev::Device;
+use zblk_dev::linux::LinuxZoned;
 
 /// Shows an image's geometry, limits, attributes and zone state.
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// The image.
+    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
     pub image: PathBuf,
     /// Print JSON.
     #[arg(long)]
@@ -22,7 +24,10 @@ pub struct InfoArgs {
 
 /// Runs `zblk info`.
 pub fn run(a: &InfoArgs) -> Result<(), CliError> {
-    let img = image::open(&a.image, true)?;
+    let img = match image::Target::open(&a.image, true)? {
+        image::Target::Image(img) => img,
+        image::Target::Linux(dev) => return device(a, &dev),
+    };
     let geo = img.geo().clone();
     let sb = img.superblock().clone();
     let zones = img.zones();
@@ -152,5 +157,112 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
     println!("  zeroing probe:     {}", probe.detail);
     println!("  io_uring:          {}", doc["io"]["io_uring"].as_str().unwrap_or(""));
     println!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
+    Ok(())
+}
+
+/// `zblk info` of a Linux zoned block device: the sysfs attributes zblk read (by
+/// their names, as `cat /sys/block/<dev>/queue/<attr>` shows them), the geometry zblk
+/// derived from them and the zone report, and the zones' state.
+fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
+    let geo = dev.geometry().clone();
+    let l = dev.limits();
+    let zones =
+        dev.zones().map_err(|s| CliError(format!("{}: zone report: {}: {s}", a.image.display(), s.errno_name())))?;
+    let count = |c: ZoneCond| zones.iter().filter(|z| z.cond == c).count();
+    let mut queue = serde_json::Map::new();
+    let mut put = |k: &str, v: serde_json::Value| {
+        queue.insert(k.to_string(), v);
+    };
+    put("zoned", json!("host-managed"));
+    put("logical_block_size", json!(l.logical_block_size));
+    put("chunk_sectors", json!(l.chunk_sectors));
+    put("nr_zones", json!(l.nr_zones));
+    put("max_open_zones", json!(l.max_open_zones));
+    put("max_active_zones", json!(l.max_active_zones));
+    put("zone_append_max_bytes", json!(l.zone_append_max_bytes));
+    put("max_sectors_kb", json!(l.max_sectors_kb));
+    put("rotational", json!(u8::from(l.rotational)));
+    put("write_zeroes_max_bytes", json!(l.write_zeroes_max_bytes));
+    if let Some(u) = l.write_zeroes_unmap_max_hw_bytes {
+        put("write_zeroes_unmap_max_hw_bytes", json!(u));
+    }
+    if let Some(d) = l.dma_alignment {
+        put("dma_alignment", json!(d));
+    }
+    if let Some(w) = &l.write_cache {
+        put("write_cache", json!(w));
+    }
+    let (nr_open, nr_active) = zones.iter().fold((0, 0), |(o, act), z| {
+        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
+        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
+    });
+    let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
+    let doc = json!({
+        "device": a.image.display().to_string(),
+        "capacity_bytes": l.nr_sectors << 9,
+        "nr_sectors": l.nr_sectors,
+        "zone_size_sectors": geo.zone_sectors(),
+        "zone_capacity_sectors": geo.zone_cap_sectors(),
+        "nr_conv_zones": geo.nr_conv(),
+        "nr_seq_zones": geo.nr_seq_zones(),
+        // Userspace has no zone append on a raw block device: zblk's plugs emulate it.
+        "zone_append": "emulated",
+        "queue": queue,
+        "zblk": {
+            "max_sectors": geo.max_sectors(),
+            "o_direct_alignment": l.direct_alignment(),
+            "zoned_qd1_writes": u8::from(l.rotational),
+            "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
+        },
+        "zones": {
+            "empty": count(ZoneCond::Empty),
+            "implicit_open": count(ZoneCond::ImpOpen),
+            "explicit_open": count(ZoneCond::ExpOpen),
+            "closed": count(ZoneCond::Closed),
+            "full": count(ZoneCond::Full),
+            "read_only": count(ZoneCond::ReadOnly),
+            "offline": count(ZoneCond::Offline),
+            "open": nr_open,
+            "active": nr_active,
+        },
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(());
+    }
+    let z = &doc["zones"];
+    println!("{}: Linux zoned block device (host-managed)", a.image.display());
+    println!("  capacity:          {} ({} sectors)", format_bytes_exact(l.nr_sectors << 9), l.nr_sectors);
+    println!(
+        "  zones:             {} of {} ({} conventional, {} sequential write required), capacity {}",
+        geo.nr_zones(),
+        format_bytes_exact(geo.zone_sectors() << 9),
+        geo.nr_conv(),
+        geo.nr_seq_zones(),
+        format_bytes_exact(geo.zone_cap_sectors() << 9)
+    );
+    println!(
+        "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
+        z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
+    );
+    println!(
+        "  open / active:     {nr_open} / {nr_active} (limits {} / {}; 0 = none)",
+        l.max_open_zones, l.max_active_zones
+    );
+    println!("  zone append:       emulated by zblk (no zone append for userspace on a block device)");
+    println!("  queue attributes (sysfs, /sys/block/<dev>/queue/):");
+    if let Some(q) = doc["queue"].as_object() {
+        for (k, v) in q {
+            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            println!("    {k:<31} {v}");
+        }
+    }
+    println!(
+        "  zblk:              max_sectors {}, O_DIRECT alignment {} bytes, zoned_qd1_writes {}",
+        geo.max_sectors(),
+        l.direct_alignment(),
+        u8::from(l.rotational)
+    );
+    println!("  io_uring:          {}", doc["zblk"]["io_uring"].as_str().unwrap_or(""));
     Ok(())
 }

@@ -1,5 +1,8 @@
-//! `zblk write|append|read IMG -o OFFSET -l LENGTH`: single I/Os through the engine,
-//! for scripts and debugging. Offsets and lengths are bytes, with size suffixes.
+//! `zblk write|append|read IMG|DEV -o OFFSET -l LENGTH`: single I/Os through the
+//! engine, on an image or a Linux zoned block device, for scripts and debugging.
+//! Offsets and lengths are bytes, with size suffixes. On a block device an append is
+//! zblk's emulation (the kernel has no zone append for userspace): a write at the
+//! write pointer zblk's plug holds, and the sector it landed at.
 
 use crate::{CliError, image, parse};
 use clap::Args;
@@ -13,7 +16,7 @@ use zblk_runtime::Backend;
 /// A single I/O.
 #[derive(Args, Debug)]
 pub struct IoArgs {
-    /// The image.
+    /// The image, or a Linux zoned block device (e.g. /dev/nullb0, /dev/nvme0n1).
     pub image: PathBuf,
     /// Byte offset (a multiple of 512; for append, the start of the zone). Suffixes:
     /// 4k, 1M, ...
@@ -98,7 +101,7 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if a.offset % SECTOR_SIZE != 0 {
         return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));
     }
-    let img = image::open(&a.image, cmd == IoCmd::Read)?;
+    let img = image::Target::open(&a.image, cmd == IoCmd::Read)?;
     let dev_bytes = img.geo().nr_sectors() * SECTOR_SIZE;
     // Checked before any buffer is allocated: a length past the device end is the
     // device's EINVAL, not an allocation of that size.
@@ -116,8 +119,8 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
         (None, Some(l)) => l,
         (None, None) => return Err(CliError::msg("read needs --length")),
     };
-    let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
-    let rt = image::start(img, engine, Backend::Auto)?;
+    let engine = EngineConfig { policy: img.default_policy(), ..EngineConfig::default() };
+    let rt = img.start(engine, Backend::Auto)?;
     let sector = Sector(a.offset / SECTOR_SIZE);
     let flags = if a.fua { BioFlags::FUA } else { BioFlags::NONE };
     let mut out = vec![0u8; if cmd == IoCmd::Read { usize::try_from(len).unwrap_or(0) } else { 0 }];

@@ -1,26 +1,36 @@
 //! Tests that need a Linux kernel with zoned block devices run in a VM
-//! (`shared/tools/kernel-vm.sh`: Linux 6.12, a zoned null_blk at /dev/nullb0).
+//! (`scripts/kernel-vm.sh`: Linux 6.12, a zoned null_blk at /dev/nullb0, optionally
+//! an NVMe ZNS namespace and the ublk driver).
 //!
 //! They run when the VM is ready (qemu installed and a kernel cached in
 //! `ZBLK_KVM_DIR`, by default `/var/tmp/zblk-kvm`) or when `ZBLK_VM=1` (which may
 //! install qemu and download a kernel first); `ZBLK_VM=0` skips them. A skipped test
 //! says SKIPPED on the test output itself, not only in its captured output.
+//!
+//! `ZBLK_REQUIRE_VM=1` (set by `scripts/test` and CI) makes the VM required: it is set
+//! up as with `ZBLK_VM=1`, and a test that cannot run fails instead of skipping.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn vm_script() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/kernel-vm.sh");
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kernel-vm.sh");
     p.exists().then_some(p)
+}
+
+/// Whether a VM test that cannot run must fail (`ZBLK_REQUIRE_VM=1`).
+pub fn required() -> bool {
+    std::env::var("ZBLK_REQUIRE_VM").is_ok_and(|v| v == "1")
 }
 
 /// The VM script, if the VM can run; else why not.
 pub fn ready() -> Result<PathBuf, String> {
-    let script = vm_script().ok_or("shared/tools/kernel-vm.sh not found beside the repository")?;
+    let script = vm_script().ok_or("scripts/kernel-vm.sh not found in the repository")?;
     match std::env::var("ZBLK_VM").as_deref() {
         Ok("0") => return Err("ZBLK_VM=0".to_string()),
         Ok("1") => return Ok(script),
+        _ if required() => return Ok(script),
         _ => {}
     }
     let qemu = Command::new("sh").args(["-c", "command -v qemu-system-x86_64"]).output();
@@ -36,26 +46,45 @@ pub fn ready() -> Result<PathBuf, String> {
 
 /// Says that `test` did not run and why, past the test harness's output capture (a
 /// direct write to the standard error, which the harness does not capture), so that
-/// it shows beside the test's "ok".
+/// it shows beside the test's "ok" and in `scripts/test`'s summary. With
+/// `ZBLK_REQUIRE_VM=1` the test fails instead.
 pub fn skipped(test: &str, why: &str) {
+    assert!(!required(), "{test}: the Linux VM is required (ZBLK_REQUIRE_VM=1) but not available: {why}");
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: the Linux VM is not available: {why}");
 }
 
 /// Runs `command` in the VM with `nullb` as null_blk's parameters and `share`
-/// writable; returns its output and standard output. A guest kernel that dies while
-/// booting (it happens under emulation) never ran the command: it boots again, up to
-/// three times. A command that ran and failed is returned as it is.
+/// writable; returns its output and standard output. See [`run_with`].
 pub fn run(script: &Path, share: &Path, nullb: &str, command: &[&str]) -> (Output, String) {
+    run_with(script, share, nullb, &[], command)
+}
+
+/// Runs `command` in the VM with `nullb` as null_blk's parameters, the script's
+/// `options` (`--zns`, `--ublk`, `--modules "f2fs btrfs"`) and `share` writable;
+/// returns its output and standard output. A guest kernel that dies while booting (it
+/// happens under emulation) never ran the command: it boots again, up to three times.
+/// A command that ran and failed is returned as it is.
+pub fn run_with(script: &Path, share: &Path, nullb: &str, options: &[&str], command: &[&str]) -> (Output, String) {
     let mut attempts = 0;
     loop {
         attempts += 1;
         let out = Command::new(script)
-            .args(["--share", &share.display().to_string(), "--nullb", nullb, "--"])
+            .args(["--share", &share.display().to_string(), "--nullb", nullb])
+            .args(options)
+            .arg("--")
             .args(command)
             .output()
             .expect("run kernel-vm.sh");
         let log = String::from_utf8_lossy(&out.stdout).into_owned();
         if log.contains("@@ exit") || attempts == 3 {
+            if !log.contains("@@ exit") {
+                // The script itself failed (no kernel, no qemu): say why.
+                assert!(
+                    !required(),
+                    "the Linux VM is required (ZBLK_REQUIRE_VM=1) but did not run: {}\n{log}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
             return (out, log);
         }
         eprintln!("the VM did not boot (attempt {attempts}); booting again");

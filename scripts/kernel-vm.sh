@@ -1,0 +1,122 @@
+#!/bin/bash
+# Run a command inside a real Linux 6.12 kernel (Debian's) that has zoned block devices.
+#
+# The repository's copy of shared/tools/kernel-vm.sh, so that CI on a fresh machine
+# needs nothing beside the repository. One difference: each run builds its guest root,
+# initrd and ZNS backing file in a directory of its own, and the first run's kernel
+# download is taken under a lock, so that several runs (test binaries, engineers)
+# can share the kernel cache at once.
+#
+# The host kernel has no zoned block support; this boots Debian's 6.12 kernel under QEMU
+# (software emulation, ~2 s to boot), creates zoned null_blk devices, mounts the host's
+# root read-only over 9p plus a writable share, and runs COMMAND in a chroot of the host.
+#
+# Usage: kernel-vm.sh [options] -- COMMAND...
+#   --nullb "PARAMS"   null_blk module parameters for /dev/nullb0
+#                      (default: "zoned=1 zone_size=64 zone_nr_conv=0 gb=1 memory_backed=1 zone_max_open=4")
+#   --zns              also attach QEMU's emulated NVMe ZNS drive as /dev/nvme0n1
+#                      (16 MiB zones, 12 MiB capacity, 4 KiB blocks, max_open 4, max_active 8)
+#   --ublk             also load the ublk driver (/dev/ublk-control)
+#   --share DIR        host directory mounted read-write at the same path in the guest
+#                      (default: the current directory)
+#   --mem SIZE         guest memory (default 2G)
+#   --modules "NAMES"  also load these modules of the guest kernel, with their dependencies
+#                      (e.g. "f2fs btrfs" for zoned file systems)
+# COMMAND runs with the host's root file system (read-only) as /, the share writable,
+# and /dev of the guest. Its exit status is printed as "@@ exit N" and returned.
+# Needs root (apt-get). Caches the kernel under ${ZBLK_KVM_DIR:-/var/tmp/zblk-kvm}.
+set -euo pipefail
+NULLB="zoned=1 zone_size=64 zone_nr_conv=0 gb=1 memory_backed=1 zone_max_open=4"
+ZNS=0; UBLK=0; SHARE=$PWD; MEM=2G; EXTRA=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nullb) NULLB=$2; shift 2;; --zns) ZNS=1; shift;; --ublk) UBLK=1; shift;;
+    --share) SHARE=$(realpath "$2"); shift 2;; --mem) MEM=$2; shift 2;;
+    --modules) EXTRA="$EXTRA $2"; shift 2;;
+    --) shift; break;; *) echo "kernel-vm.sh: unknown option $1" >&2; exit 2;;
+  esac
+done
+[ $# -gt 0 ] || { echo "kernel-vm.sh: no command given (usage: kernel-vm.sh [options] -- COMMAND)" >&2; exit 2; }
+W=${ZBLK_KVM_DIR:-/var/tmp/zblk-kvm}; mkdir -p "$W"
+KDIR=$W/k
+# First use: one run installs and downloads, the others wait for it.
+exec 9>"$W/lock"; flock 9
+need() { command -v "$1" >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }; }
+need qemu-system-x86_64 qemu-system-x86; need cpio cpio; need xz xz-utils
+[ -x /bin/busybox ] || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null; }
+# The newest Debian 6.12 generic kernel (the generic flavour has the 9p modules).
+KREL=$( (ls "$KDIR/boot" 2>/dev/null || true) | sed -n 's/^vmlinuz-//p' | sort -V | tail -1)
+if [ -z "$KREL" ]; then
+  pick() { apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64$' | cut -d' ' -f1 | sort -V | tail -1; }
+  PKG=$(pick); [ -n "$PKG" ] || { apt-get update -qq; PKG=$(pick); }
+  [ -n "$PKG" ] || { echo "kernel-vm.sh: no linux-image-6.12.*-amd64 package found" >&2; exit 2; }
+  (cd "$W" && apt-get -qq -o APT::Sandbox::User=root download "$PKG")
+  mkdir -p "$KDIR"; dpkg-deb -x "$W/${PKG}"_*.deb "$KDIR"
+  KREL=${PKG#linux-image-}
+fi
+MODDIR=$KDIR/lib/modules/$KREL/kernel
+DEP=$KDIR/lib/modules/$KREL/modules.dep
+if [ -n "$EXTRA" ] && [ ! -s "$DEP" ]; then need depmod kmod; depmod -b "$KDIR" "$KREL"; fi
+exec 9>&-
+# This run's own guest root, initrd and ZNS backing file.
+RUN=$(mktemp -d "$W/run.XXXXXX"); trap 'rm -rf "$RUN"' EXIT
+R=$RUN/root; mkdir -p "$R"/{bin,proc,sys,dev,mnt/host,lib/modules}
+cp /bin/busybox "$R/bin/"; for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$R/bin/$a"; done
+MODS="fs/configfs/configfs drivers/block/null_blk/null_blk fs/netfs/netfs net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p"
+[ $ZNS = 1 ] && MODS="$MODS drivers/nvme/common/nvme-auth drivers/nvme/host/nvme-core drivers/nvme/host/nvme"
+[ $UBLK = 1 ] && MODS="$MODS drivers/block/ublk_drv"
+MA=$KDIR/lib/modules/$KREL/modules.alias; SD=$KDIR/lib/modules/$KREL/modules.softdep
+add_mod() {   # NAME or alias [soft]: its soft and hard dependencies first, then itself
+  local name=$1 soft=${2:-} line p
+  line=$(grep -E "(^|/)${name//[-_]/[-_]}\.ko(\.xz)?:" "$DEP" | head -1 || true)
+  if [ -z "$line" ]; then   # an alias (e.g. crc32c -> crc32c_generic)
+    local real r; real=$(awk -v a="$name" '$1=="alias" && ($2==a || $2=="crypto-" a) && $3!=a {print $3}' "$MA" 2>/dev/null | sort -u || true)
+    [ -n "$real" ] && { for r in $real; do add_mod "$r" soft; done; return; }
+    [ -n "$soft" ] && return   # a soft dependency that is built in
+    echo "kernel-vm.sh: the guest kernel has no module $name" >&2; exit 2
+  fi
+  case " $MODS " in *" $(echo "${line%%:*}" | sed 's#^kernel/##; s#\.ko\.xz$##') "*) return;; esac
+  for p in $(awk -v m="${name//-/_}" '$1=="softdep" && $2==m {for(i=4;i<=NF;i++) if($i!="post:") print $i; else break}' "$SD" 2>/dev/null); do add_mod "$p" soft; done
+  for p in $(echo "${line#*:}" | tr ' ' '\n' | tac); do add_mod "$(basename "${p%.ko.xz}")"; done
+  p=${line%%:*}; p=${p#kernel/}; p=${p%.ko.xz}; MODS="$MODS $p"
+}
+for name in $EXTRA; do add_mod "$name"; done
+LOAD=""; for m in $MODS; do
+  [ -f "$MODDIR/$m.ko.xz" ] || continue
+  xz -dc "$MODDIR/$m.ko.xz" > "$R/lib/modules/$(basename $m).ko"; LOAD="$LOAD $(basename $m)"; done
+for a in "$@"; do printf '%s' "$a" | base64 -w0; echo; done > "$R/cmd"   # one argument a line, base64 (newlines survive)
+cat > "$R/init" <<INIT
+#!/bin/sh
+export PATH=/bin
+echo; echo "@@ guest up"
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+ln -sf /proc/self/fd /dev/fd; ln -sf fd/0 /dev/stdin; ln -sf fd/1 /dev/stdout; ln -sf fd/2 /dev/stderr
+for m in $LOAD; do
+  case \$m in null_blk) insmod /lib/modules/\$m.ko $NULLB;; *) insmod /lib/modules/\$m.ko;; esac
+done
+mount -t configfs none /sys/kernel/config 2>/dev/null
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /mnt/host
+for d in dev proc sys; do mount --bind /\$d /mnt/host/\$d; done
+mount -t configfs none /mnt/host/sys/kernel/config 2>/dev/null
+mount -t tmpfs tmpfs /mnt/host/tmp
+mkdir -p /mnt/host$SHARE 2>/dev/null
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 share /mnt/host$SHARE
+set --; while IFS= read -r a; do set -- "\$@" "\$(echo "\$a" | base64 -d)"; done < /cmd
+chroot /mnt/host /usr/bin/env HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin sh -c 'cd "\$0" && exec "\$@"' "$SHARE" "\$@"
+echo "@@ exit \$?"
+poweroff -f
+INIT
+chmod +x "$R/init"; (cd "$R" && find . | cpio -o -H newc --quiet) > "$RUN/initrd.cpio"
+Q=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+   -virtfs "local,path=$SHARE,mount_tag=share,security_model=none")
+if [ $ZNS = 1 ]; then
+  truncate -s 256M "$RUN/zns.img"
+  Q+=(-drive "file=$RUN/zns.img,if=none,id=zns0,format=raw" -device nvme,serial=zns0,id=nvme0
+      -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=16M,zoned.zone_capacity=12M,zoned.max_open=4,zoned.max_active=8")
+fi
+OUT=$RUN/console
+timeout 900 qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -cpu max -m "$MEM" -nographic -no-reboot \
+  -nic none "${Q[@]}" -kernel "$KDIR/boot/vmlinuz-$KREL" -initrd "$RUN/initrd.cpio" \
+  -append "console=ttyS0 panic=-1 loglevel=3 rdinit=/init" 2>&1 | tr -d '\r' | tee "$OUT" | grep -v -E "^\s*$|SeaBIOS|iPXE|Booting from|Probing EDD|^@@ exit|@@ guest up|reboot: Power down" || true
+rc=$(sed -n 's/^@@ exit \([0-9]*\).*/\1/p' "$OUT" | tail -1)
+echo "@@ exit ${rc:-unknown}"; exit "${rc:-1}"
