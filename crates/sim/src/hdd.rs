@@ -1104,7 +1104,7 @@ mod tests {
     #[test]
     fn full_cache_throttles_writes_to_the_media_rate() {
         let mut m = disk(true);
-        let n = 1024u64; // 1 GiB, far more than the cache
+        let n = 3072u64; // 3 GiB: the cache (450 MiB) is full long before the second half
         let reqs: Vec<Request> = (0..n).map(|i| req(i, Op::Write, i * MIB, MIB)).collect();
         let t = run_qd(&mut m, &reqs, 4);
         let late = (t[n as usize - 1] - t[n as usize / 2]) as f64 / (n / 2 - 1) as f64;
@@ -1127,25 +1127,71 @@ mod tests {
     }
 
     #[test]
-    fn zone_reset_drops_the_zones_dirty_data() {
+    fn a_reset_writes_the_cache_back_before_it_completes() {
+        // Mechanism M1: nothing cached escapes the media; the reset is non-queued.
         let mut m = disk(true);
+        let zone = 256 * MIB;
+        let mut reqs: Vec<Request> = (0..32).map(|i| req(i, Op::Write, zone + i * MIB, MIB)).collect();
+        reqs.push(req(32, Op::ZoneReset, zone, 0));
+        reqs.push(req(33, Op::Write, 2 * zone, MIB));
+        let t = run_qd(&mut m, &reqs, 4);
+        assert_eq!(m.stats.resets, 1);
+        assert!(m.stats.destaged_bytes >= 32 * MIB, "destaged {}", m.stats.destaged_bytes);
+        let media = 32.0 * MIB as f64 / (OD_RATE * 1e-9);
+        assert!(t[32] as f64 >= media, "reset at {} ns, the cached 32 MiB need {media} ns", t[32]);
+        // Queued after the reset, the next write is not accepted before it completes.
+        assert!(t[33] > t[32], "write at {} ns, reset at {} ns", t[33], t[32]);
+    }
+
+    #[test]
+    fn without_m1_a_reset_drops_the_zones_dirty_data() {
+        let mut m = HddModel::new(HddParams { reset_flushes: false, ..HddParams::smr_30tb() });
         let zone = 256 * MIB;
         let mut reqs: Vec<Request> = (0..32).map(|i| req(i, Op::Write, zone + i * MIB, MIB)).collect();
         reqs.push(req(32, Op::ZoneReset, zone, 0));
         reqs.push(req(33, Op::Flush, 0, 0));
         run_qd(&mut m, &reqs, 1);
-        // Whatever had not reached the media when the reset came never does.
         assert!(m.stats.destaged_bytes < 32 * MIB, "destaged {}", m.stats.destaged_bytes);
+    }
+
+    /// Write-through 1 MiB writes alternating between two zones, each past its
+    /// first sector: time per write with `revs` revolutions of resume cost.
+    fn alternating_write_ns(revs: f64) -> (f64, HddStats) {
+        let mut m = HddModel::new(HddParams { write_cache: false, zone_resume_revs: revs, ..HddParams::smr_30tb() });
+        let zone = 256 * MIB;
+        let reqs: Vec<Request> = (0..40).map(|i| req(i, Op::Write, (i % 2) * zone + (1 + i / 2) * MIB, MIB)).collect();
+        let t = run_qd(&mut m, &reqs, 1);
+        ((t[39] - t[19]) as f64 / 20.0, m.stats)
+    }
+
+    #[test]
+    fn resuming_a_zone_costs_a_revolution() {
+        // Mechanism M2: every write here resumes the zone the head did not write last.
+        let rev = 60e9 / 7200.0;
+        let (with, s) = alternating_write_ns(1.0);
+        let (without, s0) = alternating_write_ns(0.0);
+        assert_eq!(s0.zone_resumes, 0);
+        assert!(s.zone_resumes >= 39, "{} resumes", s.zone_resumes);
+        assert!((with - without - rev).abs() < 0.05 * rev, "{with} vs {without} ns per write");
+        // Continuing the zone last written, or starting a zone at its first sector,
+        // costs no resume.
+        let mut m = disk(false);
+        let zone = 256 * MIB;
+        let reqs: Vec<Request> = (0..8).map(|i| req(i, Op::Write, 3 * zone + i * MIB, MIB)).collect();
+        run_qd(&mut m, &reqs, 1);
+        assert_eq!(m.stats.zone_resumes, 0);
     }
 
     #[test]
     fn the_same_layout_seed_replays_exactly() {
+        // Write-through, so that every write meets the media (a 200 MiB run fits in
+        // the write cache, where the layout makes no difference).
         let reqs: Vec<Request> =
             (0..200).map(|i| req(i, Op::Write, (i % 7) * 256 * MIB + (i / 7) * MIB, MIB)).collect();
-        let a = run_qd(&mut disk(true), &reqs, 8);
-        let b = run_qd(&mut disk(true), &reqs, 8);
+        let a = run_qd(&mut disk(false), &reqs, 8);
+        let b = run_qd(&mut disk(false), &reqs, 8);
         assert_eq!(a, b);
-        let other = HddModel::new(HddParams { layout_seed: 99, ..HddParams::smr_30tb() });
+        let other = HddModel::new(HddParams { layout_seed: 99, write_cache: false, ..HddParams::smr_30tb() });
         let mut other = other;
         assert_ne!(a, run_qd(&mut other, &reqs, 8), "the layout seed moves zone origins");
     }
