@@ -18,9 +18,12 @@
 //!   data is in the cache, if the dirty budget (`cache_bytes`, `cache_extents`) has
 //!   room; otherwise it waits. Data contiguous with a cached extent merges into it.
 //!   Dirty data is destaged in chunks by the policy of [`Destage`]. FLUSH waits until
-//!   nothing is dirty; a FUA write goes to the media before it completes. With the
+//!   nothing is dirty; a FUA write goes to the media before it completes. A zone
+//!   reset is non-queued and waits for the cache to be written back (M1). With the
 //!   cache off, writes are written to the media before completing, scheduled by
 //!   shortest positioning time among the queued commands (RPO).
+//! - **Zone resume (M2)**: a media write that resumes a zone after the head wrote
+//!   another one first re-acquires the zone's last shingled track: one revolution.
 //! - **Reads**: from the cache when dirty data covers them, from the read-ahead
 //!   buffer when the previous media read ran on into them, else from the media
 //!   (shortest positioning time first among queued reads).
@@ -88,8 +91,8 @@ pub struct HddParams {
     pub destage: Destage,
     /// Read-ahead after a media read, bytes.
     pub readahead_bytes: u64,
-    /// Zone size of the SMR layout, bytes (0: not zoned). A zone reset drops the
-    /// zone's dirty data instead of writing it.
+    /// Zone size of the SMR layout, bytes (0: not zoned). See `reset_flushes` for
+    /// what a reset does with the zone's cached data.
     pub zone_bytes: u64,
     /// Seed of the layout's unknowns: where each zone's first sector sits on its
     /// track (track skew and surface order are the drive's secret; the model draws
