@@ -21,5 +21,15 @@ pub fn help() -> String {
         s.push_str(&format!("  {name:<24} {what}\n"));
     }
     s.push_str(&format!("  {:<24} {}\n", "write_cache", "disk presets: 1 write-back cache (default), 0 write-through"));
+    s.push_str(&format!(
+        "  {:<24} {}\n",
+        "reset_flushes",
+        "disk presets: 1 a zone reset writes the cache back first (default), 0 it drops the zone's data"
+    ));
+    s.push_str(&format!(
+        "  {:<24} {}\n",
+        "zone_resume_revs",
+        "disk presets: revolutions a write pays to resume a zone left for another (default 1, 0-10)"
+    ));
     s
 }

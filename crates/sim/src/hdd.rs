@@ -18,9 +18,12 @@
 //!   data is in the cache, if the dirty budget (`cache_bytes`, `cache_extents`) has
 //!   room; otherwise it waits. Data contiguous with a cached extent merges into it.
 //!   Dirty data is destaged in chunks by the policy of [`Destage`]. FLUSH waits until
-//!   nothing is dirty; a FUA write goes to the media before it completes. With the
+//!   nothing is dirty; a FUA write goes to the media before it completes. A zone
+//!   reset is non-queued and waits for the cache to be written back (M1). With the
 //!   cache off, writes are written to the media before completing, scheduled by
 //!   shortest positioning time among the queued commands (RPO).
+//! - **Zone resume (M2)**: a media write that resumes a zone after the head wrote
+//!   another one first re-acquires the zone's last shingled track: one revolution.
 //! - **Reads**: from the cache when dirty data covers them, from the read-ahead
 //!   buffer when the previous media read ran on into them, else from the media
 //!   (shortest positioning time first among queued reads).
@@ -88,13 +91,24 @@ pub struct HddParams {
     pub destage: Destage,
     /// Read-ahead after a media read, bytes.
     pub readahead_bytes: u64,
-    /// Zone size of the SMR layout, bytes (0: not zoned). A zone reset drops the
-    /// zone's dirty data instead of writing it.
+    /// Zone size of the SMR layout, bytes (0: not zoned). See `reset_flushes` for
+    /// what a reset does with the zone's cached data.
     pub zone_bytes: u64,
     /// Seed of the layout's unknowns: where each zone's first sector sits on its
     /// track (track skew and surface order are the drive's secret; the model draws
     /// each zone's angular origin from this seed).
     pub layout_seed: u64,
+    /// Zone resume cost, in revolutions: a media write that resumes a zone with
+    /// data already written, after the head last wrote another zone, first spends
+    /// this many revolutions re-acquiring the zone's last shingled track (the next
+    /// track is placed relative to where the previous one was actually written).
+    /// 0 disables it. See docs/calibration.md, mechanism M2.
+    pub zone_resume_revs: f64,
+    /// A zone reset is a non-queued command that first writes the cache back: it
+    /// waits for the queue to drain and for dirty data to reach the media, and no
+    /// command is queued behind it until it completes (false: the reset costs
+    /// command processing and drops the zone's dirty data). Mechanism M1.
+    pub reset_flushes: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -194,14 +208,17 @@ impl HddParams {
             readahead_bytes: 2 << 20,
             zone_bytes: 256 << 20,
             layout_seed: 0x5eed,
+            zone_resume_revs: ZONE_RESUME_REVS,
+            reset_flushes: true,
         }
     }
 
     /// The 30 TB host-managed SMR SATA disk of the single-issuer measurements. Its
-    /// cache destages in arrival order without merging commands of a zone stream:
-    /// the published throughput falls as soon as writes of two zones interleave.
+    /// cache destages the best positioned of its 3 oldest dirty extents without
+    /// merging commands of a zone stream: the published throughput falls as soon as
+    /// writes of two zones interleave (the window is fitted; docs/calibration.md).
     pub fn smr_30tb() -> HddParams {
-        let destage = Destage { window: 1, chunk_bytes: 1 << 20, merge: false };
+        let destage = Destage { window: DESTAGE_WINDOW_30TB, chunk_bytes: 1 << 20, merge: false };
         HddParams::enterprise_7200("SMR 30TB", 30_000_000_000_000, destage)
     }
 
@@ -225,10 +242,18 @@ impl HddParams {
 /// firmware handling (not fitted; the published points move by less than their
 /// 10% tolerance for any value from 0 to 15 µs).
 pub const CMD_OVERHEAD_NS: f64 = 10.0 * US;
-/// Fitted (to the 20 TB disk's 4 KiB random writes): write cache segments.
-pub const CACHE_SEGMENTS: u32 = 1800;
+/// Fitted (to the 20 TB disk's 4 KiB random writes): write cache segments, 7200 ×
+/// 64 KiB = 450 MiB, within the 512 MB buffer of 20 TB class enterprise disks.
+pub const CACHE_SEGMENTS: u32 = 7200;
+/// Fitted (to the 30 TB disk's per-zone plugging points, QD 8 to 64): the 30 TB
+/// disk destages the shortest-positioning extent among its 3 oldest, unmerged.
+pub const DESTAGE_WINDOW_30TB: u32 = 3;
 /// Fitted (to the QD1 sequential writes of both disks): media rate at the OD.
 pub const OD_RATE: f64 = 248.0 * MB;
+/// Zone resume cost (mechanism M2): one revolution, the time to read back the
+/// zone's last written track once (physics; the mechanism itself is a structural
+/// choice counted as a fitted degree of freedom in docs/calibration.md).
+pub const ZONE_RESUME_REVS: f64 = 1.0;
 
 /// The disk model. Implements [`DeviceModel`].
 #[derive(Debug)]
@@ -248,6 +273,8 @@ pub struct HddModel {
     /// Head position after the last media operation: LBA byte and time.
     head_byte: u64,
     head_time: f64,
+    /// The zone the head last wrote (its last shingled track's position is known).
+    last_write_zone: Option<u64>,
     dirty: VecDeque<Extent>,
     dirty_bytes: u64,
     dirty_segs: u32,
@@ -299,6 +326,12 @@ pub struct HddStats {
     pub max_dirty_bytes: u64,
     /// Most cache segments in use at once.
     pub max_dirty_segs: u64,
+    /// Media writes that resumed a zone after writing another (mechanism M2).
+    pub zone_resumes: u64,
+    /// Time spent re-acquiring resumed zones, ns.
+    pub resume_ns: f64,
+    /// Zone resets executed.
+    pub resets: u64,
 }
 
 /// Ruemmler & Wilkes' seek curve, fitted to three datasheet figures.
@@ -378,6 +411,7 @@ impl HddModel {
             media_op: None,
             head_byte: 0,
             head_time: 0.0,
+            last_write_zone: None,
             dirty: VecDeque::new(),
             dirty_bytes: 0,
             dirty_segs: 0,
@@ -448,6 +482,9 @@ impl HddModel {
     fn positioning(&self, b: u64, t: f64, write: bool) -> (f64, f64) {
         let d = (self.stroke(b) - self.stroke(self.head_byte)).abs();
         let seek = if write { self.write_seek.time(d) } else { self.seek.time(d) };
+        // Whole revolutions leave the angle where it was: the resume cost adds to
+        // the time before the rotational wait, not to the angle.
+        let seek = seek + if write { self.resume_ns(b) } else { 0.0 };
         let arrive = t + seek;
         let head_angle = (arrive / self.rev_ns).fract();
         let mut wait = (self.angle(b) - head_angle).rem_euclid(1.0) * self.rev_ns;
@@ -455,6 +492,17 @@ impl HddModel {
             wait = 0.0; // continuing a transfer without a break
         }
         (seek, wait)
+    }
+
+    /// Mechanism M2: what a media write at `b` pays to resume its zone. Nothing for
+    /// the zone the head last wrote, for a zone's first sector (its first track is
+    /// not shingled onto anything written before the reset) or without zones.
+    fn resume_ns(&self, b: u64) -> f64 {
+        let z = self.p.zone_bytes;
+        if z == 0 || self.p.zone_resume_revs == 0.0 || b % z == 0 || self.last_write_zone == Some(b / z) {
+            return 0.0;
+        }
+        self.p.zone_resume_revs * self.rev_ns
     }
 
     // ------------------------------------------------------------------ scheduling
@@ -487,9 +535,16 @@ impl HddModel {
     /// Starts whatever can start at `self.now`: link transfers for waiting commands,
     /// and a media operation if the media is idle.
     fn schedule(&mut self) {
-        self.admit_backlog();
-        self.start_transfers();
-        self.check_flushes();
+        loop {
+            let before = (self.cmds.len(), self.backlog.len());
+            self.admit_backlog();
+            self.start_transfers();
+            self.check_flushes();
+            // A completed reset (non-queued) lets the commands held behind it in.
+            if (self.cmds.len(), self.backlog.len()) == before {
+                break;
+            }
+        }
         if self.media_op.is_none() {
             self.start_media();
         }
@@ -497,9 +552,22 @@ impl HddModel {
 
     fn admit_backlog(&mut self) {
         while (self.cmds.len() as u32) < self.p.ncq_depth {
-            let Some(req) = self.backlog.pop_front() else { break };
+            let Some(&req) = self.backlog.front() else { break };
+            if self.p.reset_flushes {
+                // Mechanism M1: a reset is a non-queued command. It waits for the
+                // queue to drain, and nothing is queued behind it until it is done.
+                let reset_out = self.cmds.iter().any(|c| Self::is_reset(&c.req));
+                if reset_out || (Self::is_reset(&req) && !self.cmds.is_empty()) {
+                    break;
+                }
+            }
+            self.backlog.pop_front();
             self.accept(req);
         }
+    }
+
+    fn is_reset(req: &Request) -> bool {
+        matches!(req.op, Op::ZoneReset | Op::ZoneResetAll)
     }
 
     fn accept(&mut self, req: Request) {
@@ -560,10 +628,18 @@ impl HddModel {
                     self.head_time = self.media_free_at;
                 }
                 Op::Read => self.cmds[i].stage = Stage::NeedMedia,
+                Op::ZoneReset | Op::ZoneResetAll if self.p.reset_flushes => {
+                    // Mechanism M1: the cache is written back first (the drive keeps
+                    // the zone's write pointer consistent with its media); the reset
+                    // then completes as a flush does, in `check_flushes`.
+                    self.stats.resets += 1;
+                    self.cmds[i].stage = Stage::FlushWait;
+                }
                 op => {
                     // Zone operations, discard: command processing only. A reset
                     // erases the zone, so its dirty data is dropped, not written.
                     if matches!(op, Op::ZoneReset | Op::ZoneResetAll) {
+                        self.stats.resets += 1;
                         self.drop_dirty_for(&c.req);
                     }
                     let end = self.link_transfer(0, self.now);
@@ -702,6 +778,15 @@ impl HddModel {
             ra.stopped_at.get_or_insert(t);
         }
         let (seek, wait) = self.positioning(b, t, write);
+        let resume = if write { self.resume_ns(b) } else { 0.0 };
+        if resume > 0.0 {
+            self.stats.zone_resumes += 1;
+            self.stats.resume_ns += resume;
+        }
+        if write && self.p.zone_bytes != 0 {
+            self.last_write_zone = Some(b / self.p.zone_bytes);
+        }
+        let seek = seek - resume;
         let xfer = len as f64 / self.rate(b);
         self.stats.media_ops += 1;
         if seek > 0.0 {
@@ -710,7 +795,7 @@ impl HddModel {
         self.stats.seek_ns += seek;
         self.stats.rotation_ns += wait;
         self.stats.transfer_ns += xfer;
-        let end = t + seek + wait + xfer;
+        let end = t + seek + resume + wait + xfer;
         self.media_free_at = end;
         self.media_op = Some(op);
         self.head_byte = b + len;
@@ -880,6 +965,9 @@ impl DeviceModel for HddModel {
             ("merged_writes", s.merged_writes as f64),
             ("read_hits", s.read_hits as f64),
             ("max_dirty_bytes", s.max_dirty_bytes as f64),
+            ("zone_resumes", s.zone_resumes as f64),
+            ("resume_s", s.resume_ns / 1e9),
+            ("resets", s.resets as f64),
         ]
     }
 }
@@ -1019,7 +1107,7 @@ mod tests {
     #[test]
     fn full_cache_throttles_writes_to_the_media_rate() {
         let mut m = disk(true);
-        let n = 1024u64; // 1 GiB, far more than the cache
+        let n = 3072u64; // 3 GiB: the cache (450 MiB) is full long before the second half
         let reqs: Vec<Request> = (0..n).map(|i| req(i, Op::Write, i * MIB, MIB)).collect();
         let t = run_qd(&mut m, &reqs, 4);
         let late = (t[n as usize - 1] - t[n as usize / 2]) as f64 / (n / 2 - 1) as f64;
@@ -1042,25 +1130,71 @@ mod tests {
     }
 
     #[test]
-    fn zone_reset_drops_the_zones_dirty_data() {
+    fn a_reset_writes_the_cache_back_before_it_completes() {
+        // Mechanism M1: nothing cached escapes the media; the reset is non-queued.
         let mut m = disk(true);
+        let zone = 256 * MIB;
+        let mut reqs: Vec<Request> = (0..32).map(|i| req(i, Op::Write, zone + i * MIB, MIB)).collect();
+        reqs.push(req(32, Op::ZoneReset, zone, 0));
+        reqs.push(req(33, Op::Write, 2 * zone, MIB));
+        let t = run_qd(&mut m, &reqs, 4);
+        assert_eq!(m.stats.resets, 1);
+        assert!(m.stats.destaged_bytes >= 32 * MIB, "destaged {}", m.stats.destaged_bytes);
+        let media = 32.0 * MIB as f64 / (OD_RATE * 1e-9);
+        assert!(t[32] as f64 >= media, "reset at {} ns, the cached 32 MiB need {media} ns", t[32]);
+        // Queued after the reset, the next write is not accepted before it completes.
+        assert!(t[33] > t[32], "write at {} ns, reset at {} ns", t[33], t[32]);
+    }
+
+    #[test]
+    fn without_m1_a_reset_drops_the_zones_dirty_data() {
+        let mut m = HddModel::new(HddParams { reset_flushes: false, ..HddParams::smr_30tb() });
         let zone = 256 * MIB;
         let mut reqs: Vec<Request> = (0..32).map(|i| req(i, Op::Write, zone + i * MIB, MIB)).collect();
         reqs.push(req(32, Op::ZoneReset, zone, 0));
         reqs.push(req(33, Op::Flush, 0, 0));
         run_qd(&mut m, &reqs, 1);
-        // Whatever had not reached the media when the reset came never does.
         assert!(m.stats.destaged_bytes < 32 * MIB, "destaged {}", m.stats.destaged_bytes);
+    }
+
+    /// Write-through 1 MiB writes alternating between two zones, each past its
+    /// first sector: time per write with `revs` revolutions of resume cost.
+    fn alternating_write_ns(revs: f64) -> (f64, HddStats) {
+        let mut m = HddModel::new(HddParams { write_cache: false, zone_resume_revs: revs, ..HddParams::smr_30tb() });
+        let zone = 256 * MIB;
+        let reqs: Vec<Request> = (0..40).map(|i| req(i, Op::Write, (i % 2) * zone + (1 + i / 2) * MIB, MIB)).collect();
+        let t = run_qd(&mut m, &reqs, 1);
+        ((t[39] - t[19]) as f64 / 20.0, m.stats)
+    }
+
+    #[test]
+    fn resuming_a_zone_costs_a_revolution() {
+        // Mechanism M2: every write here resumes the zone the head did not write last.
+        let rev = 60e9 / 7200.0;
+        let (with, s) = alternating_write_ns(1.0);
+        let (without, s0) = alternating_write_ns(0.0);
+        assert_eq!(s0.zone_resumes, 0);
+        assert!(s.zone_resumes >= 39, "{} resumes", s.zone_resumes);
+        assert!((with - without - rev).abs() < 0.05 * rev, "{with} vs {without} ns per write");
+        // Continuing the zone last written, or starting a zone at its first sector,
+        // costs no resume.
+        let mut m = disk(false);
+        let zone = 256 * MIB;
+        let reqs: Vec<Request> = (0..8).map(|i| req(i, Op::Write, 3 * zone + i * MIB, MIB)).collect();
+        run_qd(&mut m, &reqs, 1);
+        assert_eq!(m.stats.zone_resumes, 0);
     }
 
     #[test]
     fn the_same_layout_seed_replays_exactly() {
+        // Write-through, so that every write meets the media (a 200 MiB run fits in
+        // the write cache, where the layout makes no difference).
         let reqs: Vec<Request> =
             (0..200).map(|i| req(i, Op::Write, (i % 7) * 256 * MIB + (i / 7) * MIB, MIB)).collect();
-        let a = run_qd(&mut disk(true), &reqs, 8);
-        let b = run_qd(&mut disk(true), &reqs, 8);
+        let a = run_qd(&mut disk(false), &reqs, 8);
+        let b = run_qd(&mut disk(false), &reqs, 8);
         assert_eq!(a, b);
-        let other = HddModel::new(HddParams { layout_seed: 99, ..HddParams::smr_30tb() });
+        let other = HddModel::new(HddParams { layout_seed: 99, write_cache: false, ..HddParams::smr_30tb() });
         let mut other = other;
         assert_ne!(a, run_qd(&mut other, &reqs, 8), "the layout seed moves zone origins");
     }

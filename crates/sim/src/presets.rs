@@ -88,13 +88,35 @@ impl DeviceSpec {
     }
 
     /// Parses `PRESET[:name=value,...]`. Besides null_blk's parameters, the disk
-    /// presets take `write_cache=0|1`.
+    /// presets take `write_cache=0|1`, and the SMR mechanisms of
+    /// docs/calibration.md for ablation: `reset_flushes=0|1` (M1) and
+    /// `zone_resume_revs=R` (M2, revolutions, 0 to 10).
     pub fn parse(spec: &str) -> Result<DeviceSpec, ParamError> {
         let (preset, settings) = spec.split_once(':').unwrap_or((spec, ""));
         let mut d = DeviceSpec::preset(preset)?;
         let mut rest = Vec::new();
+        let refuse = |param: &str, message: String| ParamError { param: param.to_string(), message };
         for item in settings.split([',', ' ']).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
+                Some((name @ ("reset_flushes" | "zone_resume_revs"), v)) => {
+                    let ModelParams::Hdd(h) = &mut d.model else {
+                        return Err(refuse(name, format!("only the disk presets have it ('{preset}' is not one)")));
+                    };
+                    if name == "reset_flushes" {
+                        h.reset_flushes = match v {
+                            "1" => true,
+                            "0" => false,
+                            _ => return Err(refuse(name, format!("'{v}' is not 0 or 1"))),
+                        };
+                    } else {
+                        h.zone_resume_revs = match v.parse::<f64>() {
+                            Ok(r) if (0.0..=10.0).contains(&r) => r,
+                            _ => {
+                                return Err(refuse(name, format!("'{v}' is not a number of revolutions from 0 to 10")));
+                            }
+                        };
+                    }
+                }
                 Some(("write_cache", v)) => {
                     let ModelParams::Hdd(h) = &mut d.model else {
                         return Err(ParamError {
@@ -195,6 +217,21 @@ mod tests {
         assert_eq!(e.param, "write_cache");
         let e = DeviceSpec::parse("smr-30tb:write_cache=2").unwrap_err();
         assert_eq!(e.param, "write_cache");
+        let d = DeviceSpec::parse("smr-20tb:reset_flushes=0,zone_resume_revs=0.5").unwrap();
+        let ModelParams::Hdd(h) = &d.model else { panic!() };
+        assert!(!h.reset_flushes && h.zone_resume_revs == 0.5);
+        for bad in [
+            "zone_resume_revs=-1",
+            "zone_resume_revs=NaN",
+            "zone_resume_revs=1e9",
+            "zone_resume_revs=",
+            "reset_flushes=yes",
+        ] {
+            let e = DeviceSpec::parse(&format!("smr-30tb:{bad}")).unwrap_err();
+            assert!(bad.starts_with(&e.param), "{bad}: {e:?}");
+        }
+        let e = DeviceSpec::parse("nullb:zone_resume_revs=1").unwrap_err();
+        assert_eq!(e.param, "zone_resume_revs");
         let e = DeviceSpec::parse("floppy").unwrap_err();
         assert!(e.message.contains("smr-30tb"));
         let e = DeviceSpec::parse("zns:zone_size=3").unwrap_err();
