@@ -6,6 +6,7 @@ mod cmd;
 mod devspec;
 mod fio_out;
 mod image;
+mod jobargs;
 mod parse;
 mod plot;
 mod stacksim;
@@ -28,7 +29,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run fio-like jobs on a simulated device and print fio-style results.
-    Bench(cmd::bench::BenchArgs),
+    Bench(jobargs::BenchArgs),
     /// Measure the core's own cost: BIOs/s with zone write plugging vs passthrough.
     Corebench(cmd::corebench::CorebenchArgs),
     /// Run a published experiment on simulated devices, all policies side by side.
@@ -78,7 +79,10 @@ impl CliError {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(a) => cmd::bench::run(&a),
+        Command::Bench(a) => match &a.image {
+            Some(target) => cmd::imgbench::run(&a, target),
+            None => cmd::bench::run(&a),
+        },
         Command::Corebench(a) => cmd::corebench::run(&a),
         Command::Sweep(a) => cmd::sweep::run(&a),
         Command::Trace(a) => cmd::trace::run(&a),

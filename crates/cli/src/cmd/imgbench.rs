@@ -2,12 +2,12 @@
 //! zoned image or a Linux zoned block device through the threaded runtime, in
 //! wall-clock time.
 
-use super::bench::{BenchArgs, OutputFormat, RecoveryArg, choose_policy, job_spec};
+use crate::jobargs::{BenchArgs, OutputFormat, choose_policy, engine_config, job_spec};
 use crate::{CliError, fio_out, image};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;
-use zblk_core::engine::{EngineConfig, WpRecovery};
+use zblk_core::engine::EngineConfig;
 use zblk_runtime::Backend;
 use zblk_runtime::bench::{RealReport, run_jobs};
 
@@ -34,12 +34,8 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
         Some("psync") => Backend::Threads,
         Some(other) => return Err(CliError(format!("--ioengine: '{other}' is not io_uring or psync"))),
     };
-    let wp_recovery = match a.wp_recovery {
-        RecoveryArg::Report => WpRecovery::Report,
-        RecoveryArg::Kernel => WpRecovery::Kernel,
-    };
     let qd = job.iodepth.saturating_mul(job.numjobs).clamp(1, 1024);
-    let engine = EngineConfig { policy, wp_recovery, queue_depth: qd, ..EngineConfig::default() };
+    let engine = EngineConfig { queue_depth: qd, ..engine_config(a, policy) };
     let rt = img.start(engine, backend)?;
     eprintln!("zblk: {}: I/O with {}", path.display(), rt.backend());
     let name = path.display().to_string();

@@ -1,0 +1,233 @@
+//! The options of `zblk bench` (fio's job options, the engine's settings, the
+//! output format) and what they make: a [`JobSpec`], an issue policy. Shared by the
+//! simulated run (`cmd/bench.rs`) and the real one (`cmd/imgbench.rs`), so that
+//! neither command imports the other.
+
+use crate::{CliError, devspec, parse};
+use clap::{Args, ValueEnum};
+use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
+use zblk_workload::job::{JobSpec, Rw, ZoneMode};
+
+/// Job options use fio's names (`--rw`, `--bs`, `--iodepth`, `--numjobs`, `--size`,
+/// `--io_size`, `--runtime`, `--offset`, `--zonemode`, `--max_open_zones`).
+/// With `--image IMG` the jobs run for real on a zoned image (wall-clock time);
+/// otherwise on a simulated device (virtual time, labelled as such).
+#[derive(Args, Debug)]
+#[command(after_help = devspec_help())]
+pub struct BenchArgs {
+    /// Run on this zoned image (see `zblk create`) or Linux zoned block device (e.g.
+    /// /dev/nullb0) instead of a simulated device.
+    #[arg(long, value_name = "IMG")]
+    pub image: Option<std::path::PathBuf>,
+    /// With --image: io_uring (the default, falling back to psync where io_uring is
+    /// not available) or psync (a thread pool doing pread/pwrite).
+    #[arg(long)]
+    pub ioengine: Option<String>,
+    /// Simulated device: a preset, then null_blk-style parameters overriding it,
+    /// e.g. `nullb:zone_size=64,zone_append_max_sectors=0,completion_dist=uniform`
+    /// or `smr-30tb:write_cache=0`.
+    #[arg(long, default_value = "nullb", value_name = "SPEC")]
+    pub dev: String,
+    /// Job name.
+    #[arg(long, default_value = "job")]
+    pub name: String,
+    /// I/O pattern.
+    #[arg(long, value_enum, default_value = "write")]
+    pub rw: RwArg,
+    /// Block size (bytes, or with a suffix: 4k, 1M).
+    #[arg(long, default_value = "4k", value_parser = parse::size)]
+    pub bs: u64,
+    /// I/Os in flight per job.
+    #[arg(long, default_value_t = 1)]
+    pub iodepth: u32,
+    /// Number of copies of the job.
+    #[arg(long, default_value_t = 1)]
+    pub numjobs: u32,
+    /// Start of the region the job works on.
+    #[arg(long, default_value = "0", value_parser = parse::size)]
+    pub offset: u64,
+    /// Length of the region (default: to the end of the device).
+    #[arg(long, value_parser = parse::size)]
+    pub size: Option<u64>,
+    /// Bytes each job transfers (default: the region size).
+    #[arg(long = "io_size", value_parser = parse::size)]
+    pub io_size: Option<u64>,
+    /// Run for this long (e.g. 10s, 500ms; virtual time on a simulated device) instead
+    /// of a byte count.
+    #[arg(long, value_parser = parse::duration_ns)]
+    pub runtime: Option<u64>,
+    /// `zbd`: writes go to zone write pointers, full zones are reset (as fio's
+    /// zonemode=zbd). Default: zbd on a zoned device, none otherwise.
+    #[arg(long, value_enum)]
+    pub zonemode: Option<ZoneModeArg>,
+    /// With zonemode=zbd: zones written at once by all jobs (0: the device's open zone
+    /// limit, none if it has none, as fio).
+    #[arg(long = "max_open_zones", default_value_t = 0)]
+    pub max_open_zones: u32,
+    /// Write with forced unit access.
+    #[arg(long)]
+    pub fua: bool,
+    /// When a job's I/O is done, flush the device's write cache; the job's time
+    /// includes the flush, so the rate is what the media sustains.
+    #[arg(long = "end_fsync", value_parser = clap::value_parser!(u8).range(0..=1), default_value_t = 0)]
+    pub end_fsync: u8,
+    /// Host turnaround between a completion and the next submission (e.g. 18us).
+    /// Default: the fitted value for the disk presets (docs/calibration.md), 0 otherwise.
+    #[arg(long = "host-latency", value_parser = parse::duration_ns)]
+    pub host_latency: Option<u64>,
+    /// Report one result per job description instead of per job.
+    #[arg(long = "group_reporting")]
+    pub group_reporting: bool,
+    /// Zone write issue policy: zwp (per-zone plugging), qd1 (single issuer, FIFO),
+    /// batch (single issuer draining the deepest plug first), zwl (legacy zone write
+    /// locking under an mq-deadline-like scheduler), passthrough (no plugging).
+    /// Default: qd1 on a rotational zoned device, zwp otherwise (the kernel's
+    /// zoned_qd1_writes default).
+    #[arg(long, value_parser = policy_parser())]
+    pub policy: Option<IssuePolicy>,
+    /// batch policy: how many times a waiting zone may be passed over by deeper or
+    /// nearer zones before it goes first.
+    #[arg(long = "batch-max-bypass", default_value_t = EngineConfig::default().batch_max_bypass)]
+    pub batch_max_bypass: u32,
+    /// batch policy: after draining a zone while others wait, keep the device for
+    /// the zone's next write this long (e.g. 40us; 0: never).
+    #[arg(long = "batch-anticipate", value_parser = parse::duration_or_zero_ns, default_value = "50us")]
+    pub batch_anticipate: u64,
+    /// The queue attribute: 1 selects the single issuer (qd1), 0 per-zone plugging.
+    #[arg(long = "zoned_qd1_writes", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub zoned_qd1_writes: Option<u8>,
+    /// After a write error: report (zblk re-reads the zone and resumes) or kernel
+    /// (writes fail until the zone is reported).
+    #[arg(long = "wp-recovery", value_enum, default_value = "report")]
+    pub wp_recovery: RecoveryArg,
+    /// Seed of every random choice; the same seed gives the same run.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Check every step of the simulation (ordering, data, plugs); slower.
+    #[arg(long)]
+    pub check: bool,
+    /// Inject write errors (parts per million of writes).
+    #[arg(long = "write-error-ppm", default_value_t = 0)]
+    pub write_error_ppm: u32,
+    /// Print fio's JSON output format.
+    #[arg(long)]
+    pub json: bool,
+    /// fio's output format option: `normal` or `json`.
+    #[arg(long = "output-format", value_enum)]
+    pub output_format: Option<OutputFormat>,
+}
+
+fn devspec_help() -> String {
+    devspec::help()
+}
+
+/// fio's `rw` values.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+#[allow(missing_docs)]
+pub enum RwArg {
+    Read,
+    Write,
+    Randread,
+    Randwrite,
+}
+
+/// fio's `zonemode` values.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+#[allow(missing_docs)]
+pub enum ZoneModeArg {
+    None,
+    Zbd,
+}
+
+/// Write pointer recovery.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+#[allow(missing_docs)]
+pub enum RecoveryArg {
+    Report,
+    Kernel,
+}
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum OutputFormat {
+    Normal,
+    Json,
+}
+
+/// `--policy`: every name [`IssuePolicy::parse`] knows, so that a new policy is on
+/// the command line as soon as it is in `IssuePolicy::ALL`.
+fn policy_parser() -> impl clap::builder::TypedValueParser<Value = IssuePolicy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(IssuePolicy::ALL.map(IssuePolicy::name))
+        .map(|name: String| IssuePolicy::parse(&name).expect("a possible value is a policy name"))
+}
+
+/// The issue policy from `--policy` and `--zoned_qd1_writes`, or the device default.
+pub fn choose_policy(
+    policy: Option<IssuePolicy>,
+    qd1: Option<u8>,
+    zoned: bool,
+    rotational: bool,
+) -> Result<IssuePolicy, CliError> {
+    if qd1.is_some() && !zoned {
+        return Err(CliError::msg("--zoned_qd1_writes: the device is not zoned (the attribute is always 0)"));
+    }
+    match (policy, qd1) {
+        (Some(p), Some(q)) if p.single_issuer() != (q == 1) => {
+            Err(CliError::msg(format!("--policy {} contradicts --zoned_qd1_writes {q}", p.name())))
+        }
+        (Some(p), _) => Ok(p),
+        (None, Some(1)) => Ok(IssuePolicy::Qd1),
+        (None, Some(_)) => Ok(IssuePolicy::Zwp),
+        (None, None) if zoned && rotational => Ok(IssuePolicy::Qd1),
+        (None, None) => Ok(IssuePolicy::Zwp),
+    }
+}
+
+/// The job `a` describes, on a device that is zoned or not (`zonemode` defaults to
+/// zbd on a zoned device, as fio on a zoned block device).
+pub fn job_spec(a: &BenchArgs, zoned: bool) -> JobSpec {
+    let zonemode = match a.zonemode {
+        Some(ZoneModeArg::Zbd) => ZoneMode::Zbd,
+        Some(ZoneModeArg::None) => ZoneMode::None,
+        None if zoned => ZoneMode::Zbd,
+        None => ZoneMode::None,
+    };
+    let rw = match a.rw {
+        RwArg::Read => Rw::Read,
+        RwArg::Write => Rw::Write,
+        RwArg::Randread => Rw::RandRead,
+        RwArg::Randwrite => Rw::RandWrite,
+    };
+    JobSpec {
+        name: a.name.clone(),
+        rw,
+        bs_bytes: a.bs,
+        iodepth: a.iodepth,
+        numjobs: a.numjobs,
+        offset_bytes: a.offset,
+        size_bytes: a.size,
+        io_size_bytes: a.io_size,
+        runtime_ns: a.runtime,
+        zonemode,
+        max_open_zones: a.max_open_zones,
+        fua: a.fua,
+        end_fsync: a.end_fsync == 1,
+    }
+}
+
+/// The engine settings the options give, under `policy` (the device's queue depth
+/// and limits are the caller's).
+pub fn engine_config(a: &BenchArgs, policy: IssuePolicy) -> EngineConfig {
+    EngineConfig {
+        policy,
+        wp_recovery: match a.wp_recovery {
+            RecoveryArg::Report => WpRecovery::Report,
+            RecoveryArg::Kernel => WpRecovery::Kernel,
+        },
+        batch_max_bypass: a.batch_max_bypass,
+        batch_anticipate_ns: a.batch_anticipate,
+        ..EngineConfig::default()
+    }
+}
