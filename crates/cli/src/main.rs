@@ -74,6 +74,16 @@ impl CliError {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread is started; both dispositions
+    // are the kernel's defaults, no handler runs.
+    unsafe {
+        // A closed pipe (`zblk report IMG | head -1`) ends the process quietly with
+        // status 141, as coreutils do, instead of a panic in println!.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // Past the file size limit (`ulimit -f`) a write fails with EFBIG, which the
+        // command reports, instead of the process dying without a word.
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(a) => cmd::bench::run(&a),

@@ -117,14 +117,30 @@ pub enum ImageErrorKind {
     /// The geometry asked for at creation is refused.
     #[error("invalid geometry: {0}")]
     Geometry(#[from] GeometryError),
+    /// The geometry asked for is past a limit of the image format (named).
+    #[error("cannot create: {0}")]
+    Limit(String),
     /// An I/O error on the file.
-    #[error("{op}: {source}")]
+    #[error("{op}: {}", describe_io(source))]
     Io {
         /// What was being done.
         op: &'static str,
         /// The system's error.
         source: io::Error,
     },
+}
+
+/// An I/O error as the kernel names it and in words: the errno first, so that a
+/// full file system or the file size limit is told from a failing disk.
+pub fn describe_io(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(27) => "EFBIG: file size limit (ulimit -f) or the file system's largest file".to_string(),
+        Some(28) => "ENOSPC: no space left on the file system holding the image".to_string(),
+        Some(122) => "EDQUOT: disk quota exceeded".to_string(),
+        Some(5) => "EIO: I/O error reported by the file system".to_string(),
+        Some(30) => "EROFS: read-only file system".to_string(),
+        _ => e.to_string(),
+    }
 }
 
 fn err(path: &Path, kind: ImageErrorKind) -> ImageError {
@@ -324,14 +340,27 @@ impl FileImage {
     /// a half-made image under `path`.
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
-        let layout =
-            Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::NotAnImage(format!("cannot create: {e}"))))?;
-        if !opts.force && path.exists() {
-            return Err(err(path, ImageErrorKind::Exists));
-        }
-        if path.is_dir() {
-            return Err(err(path, ImageErrorKind::NotAnImage("it is a directory".to_string())));
-        }
+        let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
+        // What is at `path` now: only a regular file is ever replaced (never a
+        // device node, FIFO, socket, directory, or a symlink to anything), and only
+        // when no process holds it open as an image: its lock is taken, and kept
+        // until the new image has replaced it.
+        let _old_lock = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err(path, "stat")(e)),
+            Ok(m) if !m.file_type().is_file() => {
+                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}: not replaced", file_kind(&m)))));
+            }
+            Ok(_) if !opts.force => return Err(err(path, ImageErrorKind::Exists)),
+            Ok(_) => {
+                let f = OpenOptions::new().read(true).open(path).map_err(io_err(path, "open"))?;
+                lock(&f, false).map_err(|e| match e {
+                    e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
+                    e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
+                })?;
+                Some(f)
+            }
+        };
         let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let name = path.file_name().ok_or_else(|| err(path, ImageErrorKind::NotAnImage("no file name".into())))?;
@@ -376,10 +405,24 @@ impl FileImage {
         opts: &ImageOptions,
         wrap: impl FnOnce(FileMedia) -> Box<dyn Media>,
     ) -> Result<FileImage, ImageError> {
-        if path.is_dir() {
-            return Err(err(path, ImageErrorKind::NotAnImage("it is a directory".to_string())));
+        // Only regular files are images: opening a FIFO would block, a device node
+        // goes through the Linux device backend. Checked before opening (which
+        // could block) and again on the descriptor (the path may have changed).
+        if let Ok(m) = std::fs::metadata(path) {
+            if !m.file_type().is_file() {
+                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
+            }
         }
-        let file = OpenOptions::new().read(true).write(!opts.read_only).open(path).map_err(io_err(path, "open"))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(path)
+            .map_err(io_err(path, "open"))?;
+        let m = file.metadata().map_err(io_err(path, "stat"))?;
+        if !m.file_type().is_file() {
+            return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
+        }
         lock(&file, opts.read_only).map_err(|e| match e {
             e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
             e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
@@ -1073,6 +1116,27 @@ fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, commit: u6
         buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32)).to_le_bytes());
     }
     buf
+}
+
+/// What kind of file `m` describes, in words.
+fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device (use the Linux device backend)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
 }
 
 fn lock(file: &File, shared: bool) -> io::Result<()> {
