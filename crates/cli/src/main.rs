@@ -51,6 +51,9 @@ enum Command {
     Finish(cmd::zones::ZoneArgs),
     /// Show an image's geometry, limits, attributes and state.
     Info(cmd::info::InfoArgs),
+    /// Check an image's metadata, as e2fsck (-n: check only, the default; -y or
+    /// --repair: repair). Exit 0 clean, 1 corrected, 4 left uncorrected, 8 error
+    Check(cmd::check::CheckArgs),
     /// Write to an image at a byte offset (data from a file, stdin or a pattern).
     Write(cmd::io::IoArgs),
     /// Append to a zone of an image; prints the sector written.
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::Close(a) => cmd::zones::run(cmd::zones::ZoneCmd::Close, &a),
         Command::Finish(a) => cmd::zones::run(cmd::zones::ZoneCmd::Finish, &a),
         Command::Info(a) => cmd::info::run(&a),
+        Command::Check(a) => return ExitCode::from(cmd::check::run(&a)),
         Command::Write(a) => cmd::io::run(cmd::io::IoCmd::Write, &a),
         Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
         Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),

@@ -69,6 +69,26 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         None,
         "not a zblk image",
     ),
+    ("check-clean", "$Z check a.img", Some(0), ""),
+    (
+        "check-one-superblock",
+        "printf 'XX' | dd of=a.img bs=1 seek=20 conv=notrunc 2>/dev/null; $Z check a.img",
+        Some(4),
+        "",
+    ),
+    (
+        "check-repair",
+        "printf 'XX' | dd of=a.img bs=1 seek=20 conv=notrunc 2>/dev/null; $Z check -y a.img; [ $? = 1 ] && $Z check -n a.img",
+        Some(0),
+        "",
+    ),
+    (
+        "check-both-superblocks",
+        "printf 'XX' | dd of=a.img bs=1 seek=20 conv=notrunc 2>/dev/null; printf 'XX' | dd of=a.img bs=1 seek=4116 conv=notrunc 2>/dev/null; $Z check --repair a.img",
+        Some(4),
+        "both superblock copies",
+    ),
+    ("check-missing", "$Z check nofile", Some(8), "no such file"),
     // Misuse
     ("fifo", "mkfifo f; $Z report f", None, "it is a FIFO"),
     ("directory", "mkdir d; $Z report d", None, "it is a directory"),
