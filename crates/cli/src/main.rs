@@ -53,6 +53,9 @@ enum Command {
     Finish(cmd::zones::ZoneArgs),
     /// Show an image's or a zoned block device's geometry, limits, attributes and state.
     Info(cmd::info::InfoArgs),
+    /// Check an image's metadata, as e2fsck (-n: check only, the default; -y or
+    /// --repair: repair). Exit 0 clean, 1 corrected, 4 left uncorrected, 8 error
+    Check(cmd::check::CheckArgs),
     /// Write to an image or a zoned block device at a byte offset (data from a file,
     /// stdin or a pattern).
     Write(cmd::io::IoArgs),
@@ -77,6 +80,16 @@ impl CliError {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread is started; both dispositions
+    // are the kernel's defaults, no handler runs.
+    unsafe {
+        // A closed pipe (`zblk report IMG | head -1`) ends the process quietly with
+        // status 141, as coreutils do, instead of a panic in println!.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // Past the file size limit (`ulimit -f`) a write fails with EFBIG, which the
+        // command reports, instead of the process dying without a word.
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(a) => match &a.image {
@@ -94,6 +107,7 @@ fn main() -> ExitCode {
         Command::Close(a) => cmd::zones::run(cmd::zones::ZoneCmd::Close, &a),
         Command::Finish(a) => cmd::zones::run(cmd::zones::ZoneCmd::Finish, &a),
         Command::Info(a) => cmd::info::run(&a),
+        Command::Check(a) => return ExitCode::from(cmd::check::run(&a)),
         Command::Write(a) => cmd::io::run(cmd::io::IoCmd::Write, &a),
         Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
         Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),

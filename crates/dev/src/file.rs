@@ -44,7 +44,7 @@ pub mod zeroing;
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
 use crate::error::DeviceError;
 use crate::{IoBuf, check_discard, check_range, check_write_zeroes, zero_past};
-use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table};
+use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table, TableRead};
 use media::{FileMedia, Media};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -81,7 +81,11 @@ pub enum ImageErrorKind {
     #[error("not a zblk image ({0})")]
     NotAnImage(String),
     /// A zblk image of a format version this code does not read.
-    #[error("image format version {found} is not supported (this zblk reads version {supported})")]
+    #[error(
+        "image format version {found}, made by {} zblk (this zblk reads version {supported}{})",
+        if found > supported { "a newer" } else { "an older" },
+        if found > supported { ": use a newer zblk" } else { ": copy its data out with the zblk that made it, and recreate it" }
+    )]
     WrongVersion {
         /// The version in the file.
         found: u32,
@@ -91,6 +95,11 @@ pub enum ImageErrorKind {
     /// A zblk image whose metadata does not check out.
     #[error("corrupt image: {0}")]
     Corrupt(String),
+    /// Opening for writing would build on a state that may be older than the last
+    /// commit (a flush or a reset may be undone): says which commit and what may be
+    /// lost.
+    #[error("refusing to open for writing: {0}")]
+    MayLoseData(String),
     /// The file is shorter than its geometry needs.
     #[error("truncated image: the file has {len} bytes, its geometry needs {need}")]
     Truncated {
@@ -108,14 +117,30 @@ pub enum ImageErrorKind {
     /// The geometry asked for at creation is refused.
     #[error("invalid geometry: {0}")]
     Geometry(#[from] GeometryError),
+    /// The geometry asked for is past a limit of the image format (named).
+    #[error("cannot create: {0}")]
+    Limit(String),
     /// An I/O error on the file.
-    #[error("{op}: {source}")]
+    #[error("{op}: {}", describe_io(source))]
     Io {
         /// What was being done.
         op: &'static str,
         /// The system's error.
         source: io::Error,
     },
+}
+
+/// An I/O error as the kernel names it and in words: the errno first, so that a
+/// full file system or the file size limit is told from a failing disk.
+pub fn describe_io(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(27) => "EFBIG: file size limit (ulimit -f) or the file system's largest file".to_string(),
+        Some(28) => "ENOSPC: no space left on the file system holding the image".to_string(),
+        Some(122) => "EDQUOT: disk quota exceeded".to_string(),
+        Some(5) => "EIO: I/O error reported by the file system".to_string(),
+        Some(30) => "EROFS: read-only file system".to_string(),
+        _ => e.to_string(),
+    }
 }
 
 fn err(path: &Path, kind: ImageErrorKind) -> ImageError {
@@ -154,11 +179,21 @@ pub struct ImageOptions {
     pub boot_id: Option<[u8; 36]>,
     /// How WRITE_ZEROES is set up: probed (the default), a given method, or none.
     pub zeroing: ZeroingSetup,
+    /// Open for writing even when the zone state cannot be proven as new as the last
+    /// commit ([`ImageErrorKind::MayLoseData`]): the newest usable state is taken and
+    /// the loss accepted (`zblk check --repair -y`).
+    pub accept_rollback: bool,
 }
 
 impl Default for ImageOptions {
     fn default() -> Self {
-        ImageOptions { read_only: false, direct: true, boot_id: None, zeroing: ZeroingSetup::Probe }
+        ImageOptions {
+            read_only: false,
+            direct: true,
+            boot_id: None,
+            zeroing: ZeroingSetup::Probe,
+            accept_rollback: false,
+        }
     }
 }
 
@@ -195,6 +230,19 @@ struct DevState {
     done: Vec<Entry>,
     /// The live table (None when read-only).
     live: Option<LiveTable>,
+    /// What the live table's header says: its state and the last commit it saw.
+    live_hdr: (LiveState, u64),
+}
+
+impl DevState {
+    /// Sets the live table header's state and commit (errors are the caller's).
+    fn set_live(&mut self, state: LiveState, commit: u64) -> io::Result<()> {
+        self.live_hdr = (state, commit);
+        match self.live.as_mut() {
+            Some(live) => live.set_state(state, commit),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The live table region of the file, as the device updates it.
@@ -233,8 +281,9 @@ impl LiveTable {
         self.publish(at, 8)
     }
 
-    fn set_state(&mut self, state: LiveState) -> io::Result<()> {
-        LiveHeader::put_state(self.bytes(), state);
+    /// Stores the header's state and commit word (one aligned 8-byte store).
+    fn set_state(&mut self, state: LiveState, commit: u64) -> io::Result<()> {
+        LiveHeader::put_state(self.bytes(), state, commit);
         self.publish(0, format::TABLE_HEADER_BYTES as usize)
     }
 
@@ -291,13 +340,27 @@ impl FileImage {
     /// a half-made image under `path`.
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
-        if !opts.force && path.exists() {
-            return Err(err(path, ImageErrorKind::Exists));
-        }
-        if path.is_dir() {
-            return Err(err(path, ImageErrorKind::NotAnImage("it is a directory".to_string())));
-        }
-        let layout = Layout::of(&geo);
+        let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
+        // What is at `path` now: only a regular file is ever replaced (never a
+        // device node, FIFO, socket, directory, or a symlink to anything), and only
+        // when no process holds it open as an image: its lock is taken, and kept
+        // until the new image has replaced it.
+        let _old_lock = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err(path, "stat")(e)),
+            Ok(m) if !m.file_type().is_file() => {
+                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}: not replaced", file_kind(&m)))));
+            }
+            Ok(_) if !opts.force => return Err(err(path, ImageErrorKind::Exists)),
+            Ok(_) => {
+                let f = OpenOptions::new().read(true).open(path).map_err(io_err(path, "open"))?;
+                lock(&f, false).map_err(|e| match e {
+                    e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
+                    e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
+                })?;
+                Some(f)
+            }
+        };
         let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let name = path.file_name().ok_or_else(|| err(path, ImageErrorKind::NotAnImage("no file name".into())))?;
@@ -305,15 +368,20 @@ impl FileImage {
         let result = (|| {
             let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io_err(&tmp, "create"))?;
             f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
-            f.write_all_at(&sb.encode(), 0).map_err(io_err(path, "write superblock"))?;
+            for at in format::SUPERBLOCK_OFFSETS {
+                f.write_all_at(&sb.encode(), at).map_err(io_err(path, "write superblock"))?;
+            }
             let entries = initial_entries(&geo);
             for (slot, seq) in [(0, 1), (1, 0)] {
                 let t = Table { seq, entries: entries.clone() };
                 f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
                     .map_err(io_err(path, "write zone table"))?;
             }
-            f.write_all_at(&live_region(&entries, layout.table_bytes, LiveState::Clean, &[0; 36]), layout.live_offset)
-                .map_err(io_err(path, "write live table"))?;
+            f.write_all_at(
+                &live_region(&entries, layout.table_bytes, LiveState::Clean, 1, &[0; 36]),
+                layout.live_offset,
+            )
+            .map_err(io_err(path, "write live table"))?;
             f.sync_all().map_err(io_err(path, "sync"))?;
             std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
             File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
@@ -337,33 +405,30 @@ impl FileImage {
         opts: &ImageOptions,
         wrap: impl FnOnce(FileMedia) -> Box<dyn Media>,
     ) -> Result<FileImage, ImageError> {
-        if path.is_dir() {
-            return Err(err(path, ImageErrorKind::NotAnImage("it is a directory".to_string())));
+        // Only regular files are images: opening a FIFO would block, a device node
+        // goes through the Linux device backend. Checked before opening (which
+        // could block) and again on the descriptor (the path may have changed).
+        if let Ok(m) = std::fs::metadata(path) {
+            if !m.file_type().is_file() {
+                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
+            }
         }
-        let file = OpenOptions::new().read(true).write(!opts.read_only).open(path).map_err(io_err(path, "open"))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(path)
+            .map_err(io_err(path, "open"))?;
+        let m = file.metadata().map_err(io_err(path, "stat"))?;
+        if !m.file_type().is_file() {
+            return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
+        }
         lock(&file, opts.read_only).map_err(|e| match e {
             e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
             e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
         })?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
-        let mut head = vec![0u8; len.min(format::SUPERBLOCK_BYTES) as usize];
-        file.read_exact_at(&mut head, 0).map_err(io_err(path, "read superblock"))?;
-        let (mut sb, geo) = Superblock::decode(&head).map_err(|e| {
-            err(
-                path,
-                match e {
-                    SuperblockError::NotAnImage if len == 0 => ImageErrorKind::NotAnImage("empty file".to_string()),
-                    SuperblockError::NotAnImage => ImageErrorKind::NotAnImage("no zblk superblock".to_string()),
-                    SuperblockError::Version(found) => {
-                        ImageErrorKind::WrongVersion { found, supported: format::FORMAT_VERSION }
-                    }
-                    SuperblockError::Corrupt(_) if len < format::SUPERBLOCK_BYTES => {
-                        ImageErrorKind::Truncated { len, need: format::SUPERBLOCK_BYTES }
-                    }
-                    SuperblockError::Corrupt(why) => ImageErrorKind::Corrupt(why),
-                },
-            )
-        })?;
+        let (mut sb, geo, sb_repair) = read_superblocks(path, &file, len)?;
         let layout = sb.layout;
         if len < layout.file_bytes {
             return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
@@ -376,7 +441,18 @@ impl FileImage {
         let media = wrap(FileMedia::new(buffered, direct, dio_align));
         let boot = opts.boot_id.unwrap_or_else(current_boot_id);
         let found = read_tables(&*media, &geo, &layout).map_err(io_err(path, "read zone tables"))?;
-        let rec = recover(&geo, found, &boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
+        let mut rec = recover(&geo, found, &boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
+        if let Some(risk) = &rec.at_risk {
+            if !opts.read_only && !opts.accept_rollback {
+                return Err(err(path, ImageErrorKind::MayLoseData(risk.clone())));
+            }
+            let what =
+                if opts.read_only { "read-only; nothing changed" } else { "accepted: the image goes on from it" };
+            rec.repairs.insert(0, format!("WARNING: {risk} ({what})"));
+        }
+        if let Some(r) = &sb_repair {
+            rec.repairs.insert(0, r.clone());
+        }
         // Zeroing is probed once the image is known good, so that nothing is written
         // to a file that is then refused.
         let probe = probe_zeroing(path, &*media, &layout, opts);
@@ -417,7 +493,13 @@ impl FileImage {
             media,
             direct: direct_raw,
             buffered_fd,
-            state: Mutex::new(DevState { zones, inflight: vec![Vec::new(); nr], done: rec.entries.clone(), live }),
+            state: Mutex::new(DevState {
+                zones,
+                inflight: vec![Vec::new(); nr],
+                done: rec.entries.clone(),
+                live,
+                live_hdr: (LiveState::Invalid, rec.durable_seq),
+            }),
             durable: Mutex::new(Durable {
                 seq: rec.durable_seq,
                 slot: rec.durable_slot,
@@ -433,6 +515,13 @@ impl FileImage {
             _lock: file,
         };
         if !opts.read_only {
+            if sb_repair.is_some() {
+                // Both copies are the same superblock: rewrite the damaged one.
+                let enc = image.sb.encode();
+                for at in format::SUPERBLOCK_OFFSETS {
+                    image.media.write_at(&enc, at).map_err(io_err(path, "rewrite superblock"))?;
+                }
+            }
             image.apply_recovery(rec.unclean, &boot).map_err(io_err(path, "repair"))?;
         }
         Ok(image)
@@ -442,13 +531,22 @@ impl FileImage {
     /// one (after syncing the data it describes), holes past every write pointer
     /// after an unclean stop, and a fresh live table for this boot.
     fn apply_recovery(&self, unclean: bool, boot: &[u8; 36]) -> io::Result<()> {
+        // The live table says nothing trustworthy until it is rewritten below; a
+        // process killed in between leaves it invalid and the durable tables current.
+        {
+            let mut st = self.lock_state();
+            let c = st.live_hdr.1;
+            st.set_live(LiveState::Invalid, c)?;
+        }
         self.commit_io()?;
         if self.rewrite_tables {
-            // A commit writes one slot; this one writes the other, so both hold a
-            // valid table again.
+            // Both slots are written, so that both hold a valid table again, each
+            // newer than any commit number a damaged copy claims.
             let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
-            let entries = d.entries.clone();
-            self.write_table(&mut d, entries)?;
+            for _ in 0..2 {
+                let entries = d.entries.clone();
+                self.write_table(&mut d, entries)?;
+            }
         }
         if unclean {
             let done = self.lock_state().done.clone();
@@ -464,15 +562,16 @@ impl FileImage {
         }
         // Invalidate, rewrite, validate: a process killed half-way leaves an invalid
         // live table, and the durable table just written says the same thing.
+        let commit = self.durable_seq();
         let mut st = self.lock_state();
         let entries = st.done.clone();
         let live = st.live.as_mut().expect("read-write image has a live table");
-        live.set_state(LiveState::Invalid)?;
         for (z, e) in entries.iter().enumerate() {
-            live.store(format::entry_offset(ZoneNo(z as u32)), e.pack())?;
+            let z = ZoneNo(z as u32);
+            live.store(format::entry_offset(z), e.pack(z))?;
         }
         LiveHeader::put_identity(live.bytes(), boot);
-        live.set_state(LiveState::Live)
+        st.set_live(LiveState::Live, commit)
     }
 
     /// Commits and marks the live table clean. Dropping the image does the same,
@@ -489,10 +588,10 @@ impl FileImage {
             return Ok(());
         }
         self.commit_io()?;
+        let commit = self.durable_seq();
         let mut st = self.lock_state();
-        let live = st.live.as_mut().expect("read-write image has a live table");
-        live.set_state(LiveState::Clean)?;
-        live.flush()
+        st.set_live(LiveState::Clean, commit)?;
+        st.live.as_mut().expect("read-write image has a live table").flush()
     }
 
     /// The image's path.
@@ -661,12 +760,15 @@ impl FileImage {
         let e = entry_now(st, z);
         if st.done[z.idx()] != e {
             st.done[z.idx()] = e;
-            if let Some(live) = st.live.as_mut() {
-                if live.store(format::entry_offset(z), e.pack()).is_err() {
-                    // The live table can no longer follow the writes: say so in it, and
-                    // a restart falls back to the durable tables.
-                    let _ = live.set_state(LiveState::Invalid);
-                }
+            let stored = match st.live.as_mut() {
+                Some(live) => live.store(format::entry_offset(z), e.pack(z)).is_ok(),
+                None => true,
+            };
+            if !stored {
+                // The live table can no longer follow the writes: say so in it, and
+                // a restart falls back to the durable tables.
+                let c = st.live_hdr.1;
+                let _ = st.set_live(LiveState::Invalid, c);
             }
         }
     }
@@ -707,6 +809,16 @@ impl FileImage {
     fn write_table(&self, d: &mut Durable, entries: Vec<Entry>) -> io::Result<()> {
         let layout = &self.sb.layout;
         let t = Table { seq: d.seq + 1, entries };
+        {
+            // The live table announces the commit before its table is written: the
+            // table's sync carries the announcement, so that an open that finds this
+            // table damaged knows a commit is missing; and in the same boot the live
+            // table (updated before any commit) is then known to have seen it. Lock
+            // order: durable, then state.
+            let mut st = self.lock_state();
+            let state = st.live_hdr.0;
+            st.set_live(state, t.seq)?;
+        }
         let slot = 1 - d.slot;
         let written = self
             .media
@@ -995,15 +1107,36 @@ fn initial_entries(geo: &Geometry) -> Vec<Entry> {
     ZoneSet::new(geo).zones().iter().map(Entry::of).collect()
 }
 
-fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, boot: &[u8; 36]) -> Vec<u8> {
+fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, commit: u64, boot: &[u8; 36]) -> Vec<u8> {
     let mut buf = vec![0u8; table_bytes as usize];
     LiveHeader::put_identity(&mut buf, boot);
-    LiveHeader::put_state(&mut buf, state);
+    LiveHeader::put_state(&mut buf, state, commit);
     for (z, e) in entries.iter().enumerate() {
         let at = format::entry_offset(ZoneNo(z as u32));
-        buf[at..at + 8].copy_from_slice(&e.pack().to_le_bytes());
+        buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32)).to_le_bytes());
     }
     buf
+}
+
+/// What kind of file `m` describes, in words.
+fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device (use the Linux device backend)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
 }
 
 fn lock(file: &File, shared: bool) -> io::Result<()> {
@@ -1053,9 +1186,75 @@ fn open_direct(path: &Path, read_only: bool) -> (Option<File>, u64) {
     }
 }
 
+/// Reads both superblock copies and picks a valid one. Returns the superblock, its
+/// geometry, and what to say (and rewrite) when one copy is damaged.
+fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<(Superblock, Geometry, Option<String>), ImageError> {
+    let mut decoded = Vec::new();
+    for at in format::SUPERBLOCK_OFFSETS {
+        let n = len.saturating_sub(at).min(format::SUPERBLOCK_BYTES) as usize;
+        let mut head = vec![0u8; n];
+        file.read_exact_at(&mut head, at).map_err(io_err(path, "read superblock"))?;
+        decoded.push(Superblock::decode(&head));
+    }
+    let kind = |e: &SuperblockError| match e {
+        SuperblockError::NotAnImage if len == 0 => ImageErrorKind::NotAnImage("empty file".to_string()),
+        SuperblockError::NotAnImage => ImageErrorKind::NotAnImage("no zblk superblock".to_string()),
+        SuperblockError::Version(found) => {
+            ImageErrorKind::WrongVersion { found: *found, supported: format::FORMAT_VERSION }
+        }
+        SuperblockError::Corrupt(_) if len < format::SUPERBLOCK_BYTES => {
+            ImageErrorKind::Truncated { len, need: 2 * format::SUPERBLOCK_BYTES }
+        }
+        SuperblockError::Corrupt(why) => ImageErrorKind::Corrupt(why.clone()),
+    };
+    let describe = |e: &SuperblockError| match e {
+        SuperblockError::NotAnImage => "no zblk magic".to_string(),
+        SuperblockError::Version(v) => format!("format version {v}"),
+        SuperblockError::Corrupt(why) => why.clone(),
+    };
+    match (&decoded[0], &decoded[1]) {
+        (Ok((a, ga)), Ok((b, _))) => {
+            if a != b {
+                return Err(err(
+                    path,
+                    ImageErrorKind::Corrupt(
+                        "the two superblock copies are both valid and differ (a superblock is never rewritten): \
+                         which geometry is right cannot be told"
+                            .to_string(),
+                    ),
+                ));
+            }
+            Ok((a.clone(), ga.clone(), None))
+        }
+        (Ok((a, g)), Err(e)) | (Err(e), Ok((a, g))) => {
+            let which = if decoded[0].is_ok() { "second" } else { "first" };
+            Ok((
+                a.clone(),
+                g.clone(),
+                Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
+            ))
+        }
+        (Err(e0), Err(e1)) => {
+            // The first copy's error names the file best, unless only the second is
+            // a zblk superblock at all.
+            let e = if matches!(e0, SuperblockError::NotAnImage) && !matches!(e1, SuperblockError::NotAnImage) {
+                e1
+            } else {
+                e0
+            };
+            let mut k = kind(e);
+            if let ImageErrorKind::Corrupt(why) = &mut k {
+                *why =
+                    format!("both superblock copies are unusable (first: {}; second: {})", describe(e0), describe(e1));
+            }
+            Err(err(path, k))
+        }
+    }
+}
+
 /// What opening found: the tables as read.
 struct Found {
-    tables: [Result<Table, String>; 2],
+    tables: [TableRead; 2],
     live: LiveHeader,
     live_entries: Result<Vec<Entry>, String>,
 }
@@ -1070,7 +1269,7 @@ fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout) -> io::Result
     let b = read(layout.table_offset[1])?;
     let live = read(layout.live_offset)?;
     Ok(Found {
-        tables: [Table::decode(&a, geo.nr_zones()), Table::decode(&b, geo.nr_zones())],
+        tables: [Table::read(&a, geo.nr_zones()), Table::read(&b, geo.nr_zones())],
         live: LiveHeader::decode(&live),
         live_entries: format::decode_live_entries(&live, geo.nr_zones()),
     })
@@ -1087,17 +1286,25 @@ struct Recovery {
     durable_seq: u64,
     durable_slot: usize,
     durable_entries: Vec<Entry>,
+    /// The state chosen cannot be proven as new as the last commit: what may be
+    /// lost. Opening for writing is refused unless the caller accepts it.
+    at_risk: Option<String>,
 }
 
 fn slot_name(slot: usize) -> char {
     if slot == 0 { 'A' } else { 'B' }
 }
 
-/// Whether `entries` describe a possible state of `geo`'s zones.
-fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), String> {
+/// Whether `entries` describe a possible state of `geo`'s zones; names the first
+/// impossible one.
+pub(crate) fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), String> {
     if !geo.is_zoned() {
         return if entries.is_empty() { Ok(()) } else { Err("zone entries on a regular device".to_string()) };
     }
+    if entries.len() != geo.nr_zones() as usize {
+        return Err(format!("{} zone entries, the geometry has {} zones", entries.len(), geo.nr_zones()));
+    }
+    let lbs = u64::from(geo.lbs_sectors());
     let infos: Vec<ZoneInfo> = entries.iter().enumerate().map(|(z, e)| e.info(geo, ZoneNo(z as u32))).collect();
     for (z, (e, i)) in entries.iter().zip(&infos).enumerate() {
         if e.wp_offset > i.len {
@@ -1106,92 +1313,264 @@ fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), String> {
         if geo.zone_is_conv(ZoneNo(z as u32)) != (e.cond == ZoneCond::NotWp) {
             return Err(format!("zone {z}: condition {} does not fit the zone type", e.cond));
         }
+        if e.cond == ZoneCond::NotWp && e.wp_offset != 0 {
+            return Err(format!("zone {z}: a conventional zone with a write pointer ({:#x})", e.wp_offset));
+        }
+        if e.wp_offset % lbs != 0 {
+            return Err(format!(
+                "zone {z}: write pointer offset {:#x} is not on a {}-byte logical block",
+                e.wp_offset,
+                geo.lbs_bytes()
+            ));
+        }
+        if e.cond == ZoneCond::Full && e.wp_offset != i.capacity && e.wp_offset != i.len {
+            return Err(format!(
+                "zone {z}: FULL with write pointer offset {:#x}, neither its capacity {:#x} nor its length {:#x}",
+                e.wp_offset, i.capacity, i.len
+            ));
+        }
+        if matches!(e.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen | ZoneCond::Closed) && e.wp_offset > i.capacity {
+            return Err(format!("zone {z}: {} with write pointer offset {:#x} past its capacity", e.cond, e.wp_offset));
+        }
+    }
+    let count = |f: &dyn Fn(ZoneCond) -> bool| entries.iter().filter(|e| f(e.cond)).count() as u32;
+    let open = count(&|c| matches!(c, ZoneCond::ImpOpen | ZoneCond::ExpOpen));
+    let active = open + count(&|c| c == ZoneCond::Closed);
+    if geo.max_open() != 0 && open > geo.max_open() {
+        return Err(format!("{open} open zones, more than the limit max_open={}", geo.max_open()));
+    }
+    if geo.max_active() != 0 && active > geo.max_active() {
+        return Err(format!("{active} active zones, more than the limit max_active={}", geo.max_active()));
     }
     ZoneSet::from_zones(geo, &infos).map(|_| ())
 }
 
-/// Decides the zone state of an image from its tables (see the module
+/// Decides the zone state of an image from every copy of it (see the module
 /// documentation), and what to say about it.
+///
+/// The newest commit any copy proves happened is `known`: a valid table's number, a
+/// damaged table's (its good sectors still carry it), the live header's. The state
+/// taken must be at least that new: the live table when it is trusted (same boot,
+/// or a clean close) and names `known`, else the newest valid durable table when it
+/// is `known`. Otherwise the state is older than a commit that happened: flushed
+/// writes, resets or finishes may be undone, and `at_risk` says which.
 fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<Recovery, String> {
     let mut repairs = Vec::new();
-    let [a, b] = found.tables;
-    let checked = |t: Result<Table, String>| {
-        t.and_then(|t| check_entries(geo, &t.entries).map(|()| t).map_err(|e| format!("impossible zone state: {e}")))
-    };
-    let tables = [checked(a), checked(b)];
-    let newest = (0..2).filter(|&s| tables[s].is_ok()).max_by_key(|&s| tables[s].as_ref().map_or(0, |t| t.seq));
-    for (slot, t) in tables.iter().enumerate() {
-        if let (Err(why), Some(_)) = (t, newest) {
-            repairs.push(format!("durable zone table {}: {why}; rewritten from the other copy", slot_name(slot)));
+    // A table whose zone state is impossible is damaged too; its number stays known.
+    let tables: Vec<TableRead> = found
+        .tables
+        .into_iter()
+        .map(|t| match t {
+            TableRead::Valid(t) => match check_entries(geo, &t.entries) {
+                Ok(()) => TableRead::Valid(t),
+                Err(e) => TableRead::Damaged { seq: Some(t.seq), why: format!("impossible zone state: {e}") },
+            },
+            other => other,
+        })
+        .collect();
+    let newest = (0..2)
+        .filter_map(|s| match &tables[s] {
+            TableRead::Valid(t) => Some((s, t)),
+            _ => None,
+        })
+        .max_by_key(|(_, t)| t.seq);
+    let valid_seq = newest.map(|(_, t)| t.seq);
+    let hdr = found.live;
+    let mut known = valid_seq.unwrap_or(0);
+    let mut unknown_damage = false;
+    for t in &tables {
+        match t {
+            TableRead::Damaged { seq: Some(s), .. } => known = known.max(*s),
+            TableRead::Damaged { seq: None, .. } => unknown_damage = true,
+            _ => {}
         }
     }
-    let same_boot = *boot != [0; 36] && found.live.boot_id == *boot;
+    // Tables claim commits; the live header announces a commit before its table
+    // is written, so every commit below the one it names is complete (at a clean
+    // close, the one it names too).
+    let claims = known;
+    if let Some(c) = hdr.commit {
+        known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
+    }
+    // New tables are numbered above every number seen, so that a later torn write
+    // never mixes two tables of the same number.
+    let highest = tables
+        .iter()
+        .filter_map(|t| match t {
+            TableRead::Torn { seqs } => Some(seqs.1),
+            t => t.claimed_seq(),
+        })
+        .chain(hdr.commit)
+        .max()
+        .unwrap_or(0);
+    let same_boot = *boot != [0; 36] && hdr.boot_id == *boot;
     let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
-    let trusted_live = match (&found.live.state, same_boot, &live) {
-        (LiveState::Live, true, Ok(e)) => Some(e.clone()),
-        (LiveState::Live, true, Err(why)) => {
+    let clean_at = |c: u64| hdr.state == LiveState::Clean && hdr.commit == Some(c);
+    // The live table is the state when it is trusted and has seen every known commit.
+    let trusted_live = match (&live, hdr.state, hdr.commit) {
+        (Ok(e), LiveState::Live, Some(c)) if same_boot && c >= claims => Some(e.clone()),
+        (Ok(e), LiveState::Clean, Some(c)) if c >= claims && valid_seq != Some(c) => Some(e.clone()),
+        (Err(why), LiveState::Live, Some(_)) if same_boot => {
             repairs.push(format!("live zone table unusable ({why}): write pointers from the last commit"));
             None
         }
         _ => None,
     };
-    let unclean = found.live.state != LiveState::Clean;
-    let (durable_seq, durable_slot, durable_entries) = match newest {
-        Some(s) => {
-            let t = tables[s].as_ref().expect("valid");
-            (t.seq, s, t.entries.clone())
+    for (slot, t) in tables.iter().enumerate() {
+        let other_ok = newest.is_some() || trusted_live.is_some();
+        match t {
+            TableRead::Valid(_) => {}
+            TableRead::Torn { seqs } if other_ok => repairs.push(format!(
+                "durable zone table {}: torn write of commit {} (a power cut during a commit, which was never \
+                 acknowledged); rewritten",
+                slot_name(slot),
+                seqs.1
+            )),
+            TableRead::Damaged { seq, why } if other_ok => repairs.push(format!(
+                "durable zone table {}: {why}{}; rewritten from the {}",
+                slot_name(slot),
+                seq.map_or(String::new(), |s| format!(" (it held commit {s})")),
+                if trusted_live.is_some() && valid_seq < Some(known) { "live table" } else { "other copy" }
+            )),
+            _ => {}
         }
-        None => {
-            let why = |s: usize| tables[s].as_ref().err().cloned().unwrap_or_default();
-            let Some(live) = &trusted_live else {
-                return Err(format!(
-                    "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted",
-                    why(0),
-                    why(1)
+    }
+    let unclean = hdr.state != LiveState::Clean;
+    let mut at_risk = None;
+    let (durable_seq, durable_slot, durable_entries, entries) = match (&trusted_live, newest) {
+        (Some(live), _) => {
+            // Durable tables are rebuilt from the live one, numbered past every
+            // commit known; the slot of the newest valid table (if any) is kept so
+            // that the damaged one is written first.
+            let slot = newest.map_or(1, |(s, _)| s);
+            let durable = newest.map_or_else(|| live.clone(), |(_, t)| t.entries.clone());
+            if hdr.state == LiveState::Clean {
+                repairs.push(format!(
+                    "commit {known} has no valid durable table: zone state taken from the live table, which the \
+                     clean close left equal to it"
                 ));
+            } else {
+                repairs.push(
+                    "not closed cleanly (the process using it stopped): write pointers taken from the live zone \
+                     table, which every completed write updated"
+                        .to_string(),
+                );
+            }
+            (highest, slot, durable, live.clone())
+        }
+        (None, Some((slot, t))) => {
+            let proven =
+                t.seq >= known && (!unknown_damage || clean_at(t.seq) || same_boot && hdr.commit == Some(t.seq));
+            if !proven {
+                at_risk = Some(describe_risk(geo, t, known, unknown_damage, &live));
+            }
+            if hdr.state != LiveState::Clean {
+                let cause = if hdr.state == LiveState::Live && !same_boot {
+                    "not closed cleanly and the machine restarted since (power loss or crash)"
+                } else {
+                    "not closed cleanly (interrupted while opening, or its live table is damaged)"
+                };
+                repairs.push(format!(
+                    "{cause}: write pointers taken from the last commit (durable table {}, commit {}); writes not \
+                     flushed since are dropped",
+                    slot_name(slot),
+                    t.seq
+                ));
+                if let Ok(old) = &live {
+                    describe_rollback(geo, old, &t.entries, &mut repairs);
+                }
+            } else if hdr.commit != Some(t.seq) && at_risk.is_none() {
+                repairs.push(format!(
+                    "live zone table (clean, commit {}) older than durable table {} (commit {}): the durable table used",
+                    hdr.commit.map_or("?".to_string(), |c| c.to_string()),
+                    slot_name(slot),
+                    t.seq
+                ));
+            }
+            (highest.max(t.seq), slot, t.entries.clone(), t.entries.clone())
+        }
+        (None, None) => {
+            let why = |s: usize| match &tables[s] {
+                TableRead::Valid(_) => "valid".to_string(),
+                TableRead::Torn { seqs } => format!("torn write (commits {} and {})", seqs.0, seqs.1),
+                TableRead::Damaged { why, .. } => why.clone(),
             };
-            repairs.push(format!(
-                "both durable zone tables were unusable (A: {}; B: {}); rebuilt from the live table",
+            let live_why = match (&live, hdr.state) {
+                (Err(e), _) => e.clone(),
+                (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
+                (Ok(_), LiveState::Live) if !same_boot => "it was live in another boot".to_string(),
+                (Ok(_), _) => format!("it has not seen commit {known}"),
+            };
+            return Err(format!(
+                "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted \
+                 ({live_why})",
                 why(0),
                 why(1)
             ));
-            // Both slots are rewritten by the commit that follows: start from slot B
-            // so that the first commit goes to A.
-            (0, 1, vec![Entry { cond: ZoneCond::Offline, wp_offset: 0 }; live.len()])
-        }
-    };
-    let entries = match (trusted_live, found.live.state) {
-        (Some(live), _) => {
-            repairs.push(
-                "not closed cleanly (the process using it stopped): write pointers taken from the live zone table, \
-                 which every completed write updated"
-                    .to_string(),
-            );
-            live
-        }
-        (None, LiveState::Clean) => durable_entries.clone(),
-        (None, state) => {
-            let cause = if state == LiveState::Live && !same_boot {
-                "not closed cleanly and the machine restarted since (power loss or crash)"
-            } else {
-                "not closed cleanly (interrupted while opening)"
-            };
-            repairs.push(format!(
-                "{cause}: write pointers taken from the last commit (durable table {}, commit {durable_seq}); \
-                 writes not flushed since are dropped",
-                slot_name(durable_slot)
-            ));
-            if let Ok(old) = &live {
-                describe_rollback(geo, old, &durable_entries, &mut repairs);
-            }
-            durable_entries.clone()
         }
     };
     if unclean && geo.is_zoned() {
         repairs.push("data past every write pointer discarded".to_string());
     }
-    let bad_table = tables.iter().any(|t| t.is_err());
-    Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries })
+    let bad_table = tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
+    Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries, at_risk })
+}
+
+/// Says what may be lost when the newest usable table `t` may be older than commit
+/// `known`: which commit, and the zones whose live entries (if readable, though not
+/// trusted) are ahead of `t`.
+fn describe_risk(geo: &Geometry, t: &Table, known: u64, unknown: bool, live: &Result<Vec<Entry>, String>) -> String {
+    let mut s = if t.seq < known {
+        format!(
+            "the newest usable zone table holds commit {}, but commit {known} happened (its table is damaged): \
+             flushed writes, resets and finishes of commits {}..={known} may be undone",
+            t.seq,
+            t.seq + 1
+        )
+    } else {
+        format!(
+            "a durable zone table is damaged beyond telling which commit it held: the newest usable one (commit {}) \
+             may be older than the last commit",
+            t.seq
+        )
+    };
+    match live {
+        Ok(l) => {
+            let differ: Vec<String> = l
+                .iter()
+                .zip(&t.entries)
+                .enumerate()
+                .filter(|(_, (a, b))| a != b)
+                .map(|(z, (a, b))| {
+                    let start = geo.zone_start(ZoneNo(z as u32)).0;
+                    format!(
+                        "zone {z} (sectors {:#x}..{:#x}: {} {:#x} in the live table, {} {:#x} in commit {})",
+                        start + a.wp_offset.min(b.wp_offset),
+                        start + a.wp_offset.max(b.wp_offset),
+                        a.cond,
+                        start + a.wp_offset,
+                        b.cond,
+                        start + b.wp_offset,
+                        t.seq
+                    )
+                })
+                .collect();
+            if differ.is_empty() {
+                s.push_str("; the live table (not trusted) agrees with it on every zone");
+            } else {
+                let n = differ.len();
+                s.push_str(&format!(
+                    "; zones at risk ({n}): {}{}",
+                    differ.into_iter().take(8).collect::<Vec<_>>().join(", "),
+                    if n > 8 { ", ..." } else { "" }
+                ));
+            }
+        }
+        Err(_) => s.push_str("; which zones cannot be told (the live table is unusable too)"),
+    }
+    let _ = unknown;
+    s.push_str(". Open read-only to copy out what is there, or accept the older state with `zblk check --repair -y`");
+    s
 }
 
 fn describe_rollback(geo: &Geometry, old: &[Entry], new: &[Entry], repairs: &mut Vec<String>) {

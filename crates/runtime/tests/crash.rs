@@ -356,6 +356,9 @@ fn read_log(path: &Path) -> Vec<String> {
 }
 
 fn create(path: &Path) {
+    // A fresh image each run: the previous run's runtime may still be winding down
+    // with the old file open (its lock held), and `create -f` refuses an image in use.
+    let _ = std::fs::remove_file(path);
     FileImage::create(path, &CreateOptions { geometry: geometry(), rotational: false, force: true }).unwrap();
 }
 

@@ -30,5 +30,10 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     } else {
         print!("{}", fio_out::text(&report, &device));
     }
+    // As fio: failed I/Os fail the run, unless they were injected on purpose.
+    let failed: u64 = report.jobs.iter().map(|j| j.errors).sum();
+    if failed > 0 && a.write_error_ppm == 0 {
+        return Err(CliError(format!("{failed} I/Os failed (the report above names the first)")));
+    }
     Ok(())
 }

@@ -48,6 +48,11 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     } else {
         print!("{}", text(&report, &geo));
     }
+    // As fio: a run where I/Os failed is a failed run, whatever was measured.
+    let failed: u64 = report.jobs.iter().map(|j| j.errors).sum();
+    if failed > 0 {
+        return Err(CliError(format!("{failed} I/Os failed (the report above names the first)")));
+    }
     Ok(())
 }
 

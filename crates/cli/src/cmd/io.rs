@@ -65,14 +65,31 @@ pub enum IoCmd {
     Read,
 }
 
+/// The most one single I/O command moves: its buffer is held whole in memory.
+const MAX_SINGLE_IO: u64 = 1 << 30;
+
+/// Reads the input, up to `--length` bytes and never more (an endless input such as
+/// /dev/zero is read only that far), and at most [`MAX_SINGLE_IO`].
+fn read_bounded(mut r: impl Read, what: &str, limit: Option<u64>) -> Result<Vec<u8>, CliError> {
+    let cap = limit.unwrap_or(MAX_SINGLE_IO + 1);
+    let mut v = Vec::new();
+    r.by_ref().take(cap).read_to_end(&mut v).map_err(|e| CliError(format!("{what}: {e}")))?;
+    if limit.is_none() && v.len() as u64 > MAX_SINGLE_IO {
+        return Err(CliError(format!(
+            "{what}: the input is longer than {MAX_SINGLE_IO} bytes, the most one write or append moves; give \
+             --length"
+        )));
+    }
+    Ok(v)
+}
+
 fn input_data(a: &IoArgs) -> Result<Vec<u8>, CliError> {
     let mut data = match (&a.input, a.pattern) {
-        (Some(p), _) if p.as_os_str() == "-" => {
-            let mut v = Vec::new();
-            std::io::stdin().read_to_end(&mut v).map_err(|e| CliError(format!("standard input: {e}")))?;
-            v
+        (Some(p), _) if p.as_os_str() == "-" => read_bounded(std::io::stdin().lock(), "standard input", a.length)?,
+        (Some(p), _) => {
+            let f = std::fs::File::open(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?;
+            read_bounded(f, &p.display().to_string(), a.length)?
         }
-        (Some(p), _) => std::fs::read(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?,
         (None, Some(b)) => {
             let len = a.length.ok_or_else(|| CliError::msg("--pattern needs --length"))?;
             vec![b; usize::try_from(len).map_err(|_| CliError::msg("--length too large"))?]
@@ -97,6 +114,22 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     }
     if cmd != IoCmd::Read && a.output.is_some() {
         return Err(CliError::msg("--output is for read"));
+    }
+    if a.length == Some(0) {
+        return Err(CliError(format!("{name}: EINVAL: length 0")));
+    }
+    if let Some(l) = a.length.filter(|&l| l > MAX_SINGLE_IO) {
+        return Err(CliError(format!(
+            "{name}: --length {l}: one command moves at most {MAX_SINGLE_IO} bytes (its buffer is held in memory)"
+        )));
+    }
+    if let Some(out) = a.output.as_ref().filter(|p| p.as_os_str() != "-") {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(o), Ok(i)) = (std::fs::metadata(out), std::fs::metadata(&a.image)) {
+            if (o.dev(), o.ino()) == (i.dev(), i.ino()) {
+                return Err(CliError(format!("{}: --output is the image itself: refused", out.display())));
+            }
+        }
     }
     if a.offset % SECTOR_SIZE != 0 {
         return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod check;
 pub mod corebench;
 pub mod create;
 pub mod fallocate;

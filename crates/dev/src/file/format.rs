@@ -1,12 +1,14 @@
-//! The on-disk format of a zoned image: one regular file holding a superblock, two
-//! durable zone tables, a live zone table and the data region.
+//! The on-disk format of a zoned image: one regular file holding two copies of the
+//! superblock, two durable zone tables, a live zone table and the data region.
 //!
 //! ```text
 //! 0                 superblock (4 KiB): magic, version, geometry, layout, CRC32
+//! 4096              its copy (identical; written once, at creation)
 //! table_offset[0]   durable zone table A  ┐ written only by a commit (after fdatasync
-//! table_offset[1]   durable zone table B  ┘ of the data), alternately, each with a CRC
+//! table_offset[1]   durable zone table B  ┘ of the data), alternately; every 512-byte
+//!                   sector carries the commit number and its own CRC32
 //! live_offset       live zone table: updated in place (shared mapping) as writes
-//!                   complete; trusted only within the boot that wrote it
+//!                   complete; its header names the last commit it saw
 //! data_offset       the device's sectors: sector s is at data_offset + 512 * s
 //! ```
 //!
@@ -14,9 +16,25 @@
 //! nothing of zblk (fio with `zonemode=zbd`, `zonesize`) sees the same zone boundaries
 //! when pointed at the same file with `offset=data_offset`.
 //!
-//! A zone entry is one little-endian `u64`: the condition code in the top byte, the
-//! write pointer offset (sectors from the zone start) in the low 56 bits. One word, so
-//! that an entry of the live table is always updated with a single store.
+//! # Why every sector of a durable table is stamped
+//!
+//! A commit rewrites the older table. A power cut during that write may tear it: some
+//! sectors new (commit n+1), the others still the old table (commit n-1). Such a
+//! table was never acknowledged (a commit is acknowledged after the table's
+//! `fdatasync`), so the other table is the newest acknowledged state. Damage (a
+//! flipped byte) is different: the damaged table may be the newest commit, and
+//! falling back to the other one would silently undo flushed writes and resets. With
+//! every sector stamped with its commit number and checksummed, the two are told
+//! apart: a torn table is made of sectors that each check out; a damaged one has a
+//! sector that does not, and its other sectors still say which commit it held.
+//!
+//! # Zone entries
+//!
+//! A zone entry is one little-endian `u64`: the condition code in the top byte, a
+//! 16-bit check (CRC32 of the zone number, condition and write pointer) below it,
+//! and the write pointer offset (sectors from the zone start) in the low 40 bits.
+//! One word, so that an entry of the live table is always updated with a single
+//! store, and a forged or damaged entry does not pass for a zone's state.
 
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{SECTOR_SHIFT, ZoneNo};
@@ -25,22 +43,39 @@ use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 /// The superblock's magic bytes.
 pub const MAGIC: [u8; 8] = *b"ZBLKIMG\0";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
-/// Size of the superblock.
+pub const FORMAT_VERSION: u32 = 2;
+/// Size of one superblock copy.
 pub const SUPERBLOCK_BYTES: u64 = 4096;
-/// Magic of a durable zone table.
-const TABLE_MAGIC: [u8; 8] = *b"ZBLKZTBL";
+/// Where the two superblock copies lie.
+pub const SUPERBLOCK_OFFSETS: [u64; 2] = [0, SUPERBLOCK_BYTES];
+/// Magic of a durable zone table (in its first sector).
+const TABLE_MAGIC: [u8; 8] = *b"ZBLKZTB2";
 /// Magic of the live zone table.
-const LIVE_MAGIC: [u8; 8] = *b"ZBLKLIVE";
-/// Bytes before the first entry of a table (durable or live).
+const LIVE_MAGIC: [u8; 8] = *b"ZBLKLIV2";
+/// Bytes before the first entry of the live table.
 pub const TABLE_HEADER_BYTES: u64 = 64;
 /// Bytes of one zone entry.
 const ENTRY_BYTES: u64 = 8;
-const WP_MASK: u64 = (1 << 56) - 1;
+/// Bits of a zone entry holding the write pointer offset.
+const WP_BITS: u32 = 40;
+const WP_MASK: u64 = (1 << WP_BITS) - 1;
+/// The largest zone this format records, in sectors (a write pointer offset fits 40
+/// bits).
+pub const MAX_ZONE_SECTORS: u64 = WP_MASK;
+/// The most zones an image may have: bounds the metadata (each table 8 bytes a zone,
+/// read whole at open) to 32 MiB a table.
+pub const MAX_ZONES: u32 = 1 << 22;
 /// Alignment of every metadata region (the largest logical block size).
 const META_ALIGN: u64 = 4096;
 /// The data region starts at a multiple of this (and of the zone size).
 const DATA_ALIGN: u64 = 1 << 20;
+/// A durable table's sector: payload, commit number, CRC32.
+const TSECT: usize = 512;
+const TSECT_PAYLOAD: usize = 496;
+const TSECT_SEQ_AT: usize = 496;
+const TSECT_CRC_AT: usize = 504;
+/// Entries in one sector of a durable table (sector 0 holds the header).
+const ENTRIES_PER_TSECT: u64 = (TSECT_PAYLOAD as u64) / ENTRY_BYTES;
 
 /// Where each part of an image lies, in bytes from the start of the file. A function of
 /// the geometry alone, recomputed at open and compared with what the superblock says.
@@ -58,27 +93,47 @@ pub struct Layout {
     pub file_bytes: u64,
 }
 
-fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
+fn round_up(v: u64, to: u64) -> Option<u64> {
+    v.checked_next_multiple_of(to)
 }
 
 impl Layout {
-    /// The layout of an image of geometry `geo`.
-    pub fn of(geo: &Geometry) -> Layout {
-        let table_bytes = round_up(TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(geo.nr_zones()), META_ALIGN);
-        let a = SUPERBLOCK_BYTES;
+    /// The layout of an image of geometry `geo`, or why the format cannot hold it
+    /// (too many zones, a zone too large, a file size past `u64`).
+    pub fn try_of(geo: &Geometry) -> Result<Layout, String> {
+        let nr = u64::from(geo.nr_zones());
+        if geo.nr_zones() > MAX_ZONES {
+            return Err(format!("{nr} zones: an image holds at most {MAX_ZONES}"));
+        }
+        if geo.is_zoned() && geo.zone_sectors() > MAX_ZONE_SECTORS {
+            return Err(format!(
+                "zone size {} sectors: an image's zones hold at most {MAX_ZONE_SECTORS} sectors",
+                geo.zone_sectors()
+            ));
+        }
+        let live = TABLE_HEADER_BYTES + ENTRY_BYTES * nr;
+        let durable = TSECT as u64 * (1 + nr.div_ceil(ENTRIES_PER_TSECT));
+        let too_big = || "the image size overflows 64 bits".to_string();
+        let table_bytes = round_up(live.max(durable), META_ALIGN).ok_or_else(too_big)?;
+        let a = 2 * SUPERBLOCK_BYTES;
         let b = a + table_bytes;
         let live = b + table_bytes;
         let meta_end = live + table_bytes;
-        let zone_bytes = geo.zone_sectors() << SECTOR_SHIFT;
-        let data_offset = round_up(meta_end, DATA_ALIGN.max(zone_bytes));
-        Layout {
-            table_offset: [a, b],
-            table_bytes,
-            live_offset: live,
-            data_offset,
-            file_bytes: data_offset + (geo.nr_sectors() << SECTOR_SHIFT),
+        let zone_bytes = geo.zone_sectors().checked_mul(1 << SECTOR_SHIFT).ok_or_else(too_big)?;
+        let data_offset = round_up(meta_end, DATA_ALIGN.max(zone_bytes)).ok_or_else(too_big)?;
+        let data_bytes = geo.nr_sectors().checked_mul(1 << SECTOR_SHIFT).ok_or_else(too_big)?;
+        let file_bytes = data_offset.checked_add(data_bytes).ok_or_else(too_big)?;
+        // A file offset is an i64 for the kernel (off_t).
+        if file_bytes > i64::MAX as u64 {
+            return Err(format!("the image would be {file_bytes} bytes: a file holds at most {} bytes", i64::MAX));
         }
+        Ok(Layout { table_offset: [a, b], table_bytes, live_offset: live, data_offset, file_bytes })
+    }
+
+    /// The layout of an image of geometry `geo`, which the format must be able to hold
+    /// (a geometry read from a checked superblock, or one [`Layout::try_of`] accepted).
+    pub fn of(geo: &Geometry) -> Layout {
+        Layout::try_of(geo).expect("geometry checked against the format's limits")
     }
 }
 
@@ -138,6 +193,14 @@ impl Get<'_> {
     }
 }
 
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
 /// Offset of the superblock's CRC32 (over the bytes before it).
 const SB_CRC_AT: usize = 256;
 
@@ -185,8 +248,8 @@ impl Superblock {
         buf
     }
 
-    /// Decodes and checks a superblock: magic, version, CRC, a valid geometry, and a
-    /// layout equal to the one the geometry gives.
+    /// Decodes and checks a superblock: magic, version, CRC, a valid geometry within
+    /// the format's limits, and a layout equal to the one the geometry gives.
     pub fn decode(buf: &[u8]) -> Result<(Superblock, Geometry), SuperblockError> {
         if buf.len() < 8 || buf[..8] != MAGIC {
             return Err(SuperblockError::NotAnImage);
@@ -194,13 +257,16 @@ impl Superblock {
         if buf.len() < SUPERBLOCK_BYTES as usize {
             return Err(SuperblockError::Corrupt(format!("superblock cut short at {} bytes", buf.len())));
         }
+        let crc_ok = le32(buf, SB_CRC_AT) == crc32fast::hash(&buf[..SB_CRC_AT]);
         let mut g = Get { buf, at: 8 };
         let version = g.u32();
-        if version != FORMAT_VERSION {
+        // Version 1 kept its CRC at the same place; a later version may not, so a
+        // version above ours is reported as such even when the CRC (as this version
+        // computes it) does not match.
+        if version != FORMAT_VERSION && (crc_ok || (FORMAT_VERSION..1000).contains(&version)) {
             return Err(SuperblockError::Version(version));
         }
-        let crc = u32::from_le_bytes(buf[SB_CRC_AT..SB_CRC_AT + 4].try_into().expect("4 bytes"));
-        if crc != crc32fast::hash(&buf[..SB_CRC_AT]) {
+        if !crc_ok {
             return Err(SuperblockError::Corrupt("superblock checksum mismatch".to_string()));
         }
         let _flags = g.u32();
@@ -232,7 +298,8 @@ impl Superblock {
         };
         let geo = Geometry::new(&params)
             .map_err(|e| SuperblockError::Corrupt(format!("superblock holds an invalid geometry: {e}")))?;
-        if layout != Layout::of(&geo) {
+        let expect = Layout::try_of(&geo).map_err(|e| SuperblockError::Corrupt(format!("superblock geometry: {e}")))?;
+        if layout != expect {
             return Err(SuperblockError::Corrupt("superblock layout does not match its geometry".to_string()));
         }
         Ok((Superblock { params, rotational, layout }, geo))
@@ -248,29 +315,46 @@ pub struct Entry {
     pub wp_offset: u64,
 }
 
+const CONDS: [ZoneCond; 8] = [
+    ZoneCond::NotWp,
+    ZoneCond::Empty,
+    ZoneCond::ImpOpen,
+    ZoneCond::ExpOpen,
+    ZoneCond::Closed,
+    ZoneCond::Full,
+    ZoneCond::ReadOnly,
+    ZoneCond::Offline,
+];
+
+fn entry_check(z: ZoneNo, code: u8, wp: u64) -> u64 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&z.0.to_le_bytes());
+    h.update(&[code]);
+    h.update(&wp.to_le_bytes());
+    u64::from(h.finalize() & 0xffff)
+}
+
 impl Entry {
-    /// The packed word.
-    pub fn pack(self) -> u64 {
-        assert!(self.wp_offset <= WP_MASK, "write pointer offset {} does not fit 56 bits", self.wp_offset);
-        (u64::from(self.cond.code()) << 56) | self.wp_offset
+    /// The packed word of zone `z`'s entry.
+    pub fn pack(self, z: ZoneNo) -> u64 {
+        assert!(self.wp_offset <= WP_MASK, "write pointer offset {} does not fit {WP_BITS} bits", self.wp_offset);
+        let code = self.cond.code();
+        (u64::from(code) << 56) | (entry_check(z, code, self.wp_offset) << WP_BITS) | self.wp_offset
     }
 
-    /// Unpacks a word; `None` for an unknown condition code.
-    pub fn unpack(word: u64) -> Option<Entry> {
+    /// Unpacks zone `z`'s word; says why it is refused (unknown condition, check
+    /// bits that do not match).
+    pub fn unpack(word: u64, z: ZoneNo) -> Result<Entry, String> {
         let code = (word >> 56) as u8;
-        let cond = [
-            ZoneCond::NotWp,
-            ZoneCond::Empty,
-            ZoneCond::ImpOpen,
-            ZoneCond::ExpOpen,
-            ZoneCond::Closed,
-            ZoneCond::Full,
-            ZoneCond::ReadOnly,
-            ZoneCond::Offline,
-        ]
-        .into_iter()
-        .find(|c| c.code() == code)?;
-        Some(Entry { cond, wp_offset: word & WP_MASK })
+        let wp_offset = word & WP_MASK;
+        if (word >> WP_BITS) & 0xffff != entry_check(z, code, wp_offset) {
+            return Err(format!("zone {}: entry {word:#018x} fails its check", z.0));
+        }
+        let cond = CONDS
+            .into_iter()
+            .find(|c| c.code() == code)
+            .ok_or_else(|| format!("zone {}: unknown condition code {code:#x}", z.0))?;
+        Ok(Entry { cond, wp_offset })
     }
 
     /// The entry of a zone descriptor.
@@ -294,61 +378,132 @@ pub struct Table {
     pub entries: Vec<Entry>,
 }
 
-/// Offset of a table header's CRC32.
-const TABLE_CRC_AT: usize = 20;
+/// What a durable table region holds, as far as its bytes tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableRead {
+    /// Every sector checks out and holds the same commit.
+    Valid(Table),
+    /// Every sector checks out but not all hold the same commit: a commit's table
+    /// write torn by a power cut. The newest commit seen is `newest`; it was never
+    /// acknowledged.
+    Torn {
+        /// The commit numbers its sectors hold, smallest and largest.
+        seqs: (u64, u64),
+    },
+    /// Some sector does not check out: damage. `seq` is the newest commit number its
+    /// good sectors still carry (the commit this table may have held), if any.
+    Damaged {
+        /// The newest commit number a good sector holds.
+        seq: Option<u64>,
+        /// What is wrong.
+        why: String,
+    },
+}
 
-impl Table {
-    /// Encodes the table into `table_bytes` bytes: header, entries, CRC32 over both.
-    pub fn encode(&self, table_bytes: u64) -> Vec<u8> {
-        let mut buf = vec![0u8; table_bytes as usize];
-        let mut p = Put { buf: &mut buf, at: 0 };
-        p.bytes(&TABLE_MAGIC);
-        p.u64(self.seq);
-        p.u32(self.entries.len() as u32);
-        let mut p = Put { buf: &mut buf, at: TABLE_HEADER_BYTES as usize };
-        for e in &self.entries {
-            p.u64(e.pack());
+impl TableRead {
+    /// The newest commit number this table says it held, if it says one.
+    pub fn claimed_seq(&self) -> Option<u64> {
+        match self {
+            TableRead::Valid(t) => Some(t.seq),
+            TableRead::Torn { seqs } => Some(seqs.1),
+            TableRead::Damaged { seq, .. } => *seq,
         }
-        let end = p.at;
-        let crc = crc32fast::hash(&buf[..end]);
-        buf[TABLE_CRC_AT..TABLE_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-        buf
-    }
-
-    /// Decodes a table of `nr_zones` entries; says why it is refused.
-    pub fn decode(buf: &[u8], nr_zones: u32) -> Result<Table, String> {
-        let end = (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(nr_zones)) as usize;
-        if buf.len() < end {
-            return Err("cut short".to_string());
-        }
-        if buf[..8] != TABLE_MAGIC {
-            return Err("bad magic".to_string());
-        }
-        let mut g = Get { buf, at: 8 };
-        let seq = g.u64();
-        let n = g.u32();
-        if n != nr_zones {
-            return Err(format!("{n} entries, the geometry has {nr_zones} zones"));
-        }
-        let crc = g.u32();
-        let mut copy = buf[..end].to_vec();
-        copy[TABLE_CRC_AT..TABLE_CRC_AT + 4].fill(0);
-        if crc != crc32fast::hash(&copy) {
-            return Err("checksum mismatch".to_string());
-        }
-        let entries = decode_entries(&buf[TABLE_HEADER_BYTES as usize..end])?;
-        Ok(Table { seq, entries })
     }
 }
 
-fn decode_entries(buf: &[u8]) -> Result<Vec<Entry>, String> {
-    buf.chunks_exact(ENTRY_BYTES as usize)
-        .enumerate()
-        .map(|(z, w)| {
-            let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-            Entry::unpack(word).ok_or_else(|| format!("zone {z}: unknown condition code {:#x}", word >> 56))
-        })
-        .collect()
+fn tsect_crc(sect: &[u8], j: u64) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&TABLE_MAGIC);
+    h.update(&j.to_le_bytes());
+    h.update(&sect[..TSECT_CRC_AT]);
+    h.finalize()
+}
+
+impl Table {
+    /// Encodes the table into `table_bytes` bytes: every 512-byte sector carries the
+    /// commit number and its own CRC32 (sector 0: magic and zone count).
+    pub fn encode(&self, table_bytes: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; table_bytes as usize];
+        {
+            let mut p = Put { buf: &mut buf, at: 0 };
+            p.bytes(&TABLE_MAGIC);
+            p.u32(self.entries.len() as u32);
+        }
+        for (z, e) in self.entries.iter().enumerate() {
+            let at = tentry_at(z as u64);
+            buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32)).to_le_bytes());
+        }
+        for (j, sect) in buf.chunks_exact_mut(TSECT).enumerate() {
+            sect[TSECT_SEQ_AT..TSECT_SEQ_AT + 8].copy_from_slice(&self.seq.to_le_bytes());
+            let crc = tsect_crc(sect, j as u64);
+            sect[TSECT_CRC_AT..TSECT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        }
+        buf
+    }
+
+    /// Reads a table region of `nr_zones` entries: valid, torn or damaged (with why).
+    pub fn read(buf: &[u8], nr_zones: u32) -> TableRead {
+        let need = TSECT as u64 * (1 + u64::from(nr_zones).div_ceil(ENTRIES_PER_TSECT));
+        let sects = buf.len() / TSECT;
+        let mut bad = Vec::new();
+        let (mut lo, mut hi) = (u64::MAX, None::<u64>);
+        for (j, sect) in buf.chunks_exact(TSECT).enumerate() {
+            if le32(sect, TSECT_CRC_AT) != tsect_crc(sect, j as u64) {
+                bad.push(j);
+                continue;
+            }
+            let s = le64(sect, TSECT_SEQ_AT);
+            lo = lo.min(s);
+            hi = Some(hi.map_or(s, |h| h.max(s)));
+        }
+        if (sects as u64) * (TSECT as u64) < need {
+            return TableRead::Damaged { seq: hi, why: "cut short".to_string() };
+        }
+        if !bad.is_empty() {
+            let list: Vec<String> = bad.iter().take(4).map(|j| j.to_string()).collect();
+            let more = if bad.len() > 4 { format!(" and {} more", bad.len() - 4) } else { String::new() };
+            return TableRead::Damaged {
+                seq: hi,
+                why: format!("checksum mismatch in sector {}{more} of the table", list.join(", ")),
+            };
+        }
+        let hi = hi.expect("a table has sectors");
+        if lo != hi {
+            return TableRead::Torn { seqs: (lo, hi) };
+        }
+        if buf[..8] != TABLE_MAGIC {
+            return TableRead::Damaged { seq: Some(hi), why: "bad magic".to_string() };
+        }
+        let n = le32(buf, 8);
+        if n != nr_zones {
+            return TableRead::Damaged {
+                seq: Some(hi),
+                why: format!("{n} entries, the geometry has {nr_zones} zones"),
+            };
+        }
+        let entries: Result<Vec<Entry>, String> =
+            (0..u64::from(nr_zones)).map(|z| Entry::unpack(le64(buf, tentry_at(z)), ZoneNo(z as u32))).collect();
+        match entries {
+            Ok(entries) => TableRead::Valid(Table { seq: hi, entries }),
+            Err(why) => TableRead::Damaged { seq: Some(hi), why },
+        }
+    }
+
+    /// Decodes a table of `nr_zones` entries; says why it is refused (torn or
+    /// damaged).
+    pub fn decode(buf: &[u8], nr_zones: u32) -> Result<Table, String> {
+        match Table::read(buf, nr_zones) {
+            TableRead::Valid(t) => Ok(t),
+            TableRead::Torn { seqs } => Err(format!("torn write (sectors of commits {} and {})", seqs.0, seqs.1)),
+            TableRead::Damaged { why, .. } => Err(why),
+        }
+    }
+}
+
+/// Byte offset of zone `z`'s entry in a durable table.
+fn tentry_at(z: u64) -> usize {
+    let sect = 1 + z / ENTRIES_PER_TSECT;
+    (sect * TSECT as u64 + (z % ENTRIES_PER_TSECT) * ENTRY_BYTES) as usize
 }
 
 /// State of the live table, in its header.
@@ -362,63 +517,101 @@ pub enum LiveState {
     Clean,
 }
 
-/// The live table's header: its state and the boot it was written in.
+/// The live table's header: its state, the last commit it saw, the boot it was
+/// written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveHeader {
     /// Whether the entries can be trusted (within `boot_id`).
     pub state: LiveState,
+    /// The newest commit made while this table was live (after a clean close: the
+    /// commit it equals). `None` when the header does not check out.
+    pub commit: Option<u64>,
     /// `/proc/sys/kernel/random/boot_id` of the boot that wrote the entries.
     pub boot_id: [u8; 36],
 }
 
-/// Byte offsets inside the live header.
-const LIVE_STATE_AT: usize = 8;
+/// Byte offsets inside the live header. The state and the commit number share one
+/// word (`STATE_WORD_AT`), so that each change is a single aligned store that a
+/// killed process leaves either old or new; the word has its own check bits.
+const LIVE_WORD_AT: usize = 8;
 const LIVE_BOOT_AT: usize = 16;
+const LIVE_ID_CRC_AT: usize = 52;
+const LIVE_COMMIT_BITS: u32 = 46;
+
+fn live_word_check(state: u64, commit: u64, boot: &[u8]) -> u64 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&state.to_le_bytes());
+    h.update(&commit.to_le_bytes());
+    h.update(boot);
+    u64::from(h.finalize() & 0xffff)
+}
+
+fn live_id_crc(buf: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&buf[..8]);
+    h.update(&buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
+    h.finalize()
+}
 
 impl LiveHeader {
-    /// Reads the header at the start of the live table region.
+    /// Reads the header at the start of the live table region. A header that does
+    /// not check out reads as [`LiveState::Invalid`] with no commit.
     pub fn decode(buf: &[u8]) -> LiveHeader {
-        let state = if buf[..8] != LIVE_MAGIC {
-            LiveState::Invalid
-        } else {
-            match u32::from_le_bytes(buf[LIVE_STATE_AT..LIVE_STATE_AT + 4].try_into().expect("4 bytes")) {
-                1 => LiveState::Live,
-                2 => LiveState::Clean,
-                _ => LiveState::Invalid,
-            }
-        };
         let mut boot_id = [0u8; 36];
         boot_id.copy_from_slice(&buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
-        LiveHeader { state, boot_id }
+        let invalid = LiveHeader { state: LiveState::Invalid, commit: None, boot_id };
+        if buf[..8] != LIVE_MAGIC || le32(buf, LIVE_ID_CRC_AT) != live_id_crc(buf) {
+            return invalid;
+        }
+        let word = le64(buf, LIVE_WORD_AT);
+        let state = word >> 62;
+        let check = (word >> LIVE_COMMIT_BITS) & 0xffff;
+        let commit = word & ((1 << LIVE_COMMIT_BITS) - 1);
+        if check != live_word_check(state, commit, &boot_id) {
+            return invalid;
+        }
+        let state = match state {
+            1 => LiveState::Live,
+            2 => LiveState::Clean,
+            _ => LiveState::Invalid,
+        };
+        LiveHeader { state, commit: Some(commit), boot_id }
     }
 
     /// Writes the magic and the boot id (not the state) into `buf`.
     pub fn put_identity(buf: &mut [u8], boot_id: &[u8; 36]) {
         buf[..8].copy_from_slice(&LIVE_MAGIC);
         buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36].copy_from_slice(boot_id);
+        let crc = live_id_crc(buf);
+        buf[LIVE_ID_CRC_AT..LIVE_ID_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
-    /// Writes the state word into `buf` (one aligned 4-byte store).
-    pub fn put_state(buf: &mut [u8], state: LiveState) {
-        let v: u32 = match state {
+    /// Writes the state and commit word into `buf` (one aligned 8-byte store).
+    pub fn put_state(buf: &mut [u8], state: LiveState, commit: u64) {
+        let s: u64 = match state {
             LiveState::Invalid => 0,
             LiveState::Live => 1,
             LiveState::Clean => 2,
         };
-        buf[LIVE_STATE_AT..LIVE_STATE_AT + 4].copy_from_slice(&v.to_le_bytes());
+        let commit = commit & ((1 << LIVE_COMMIT_BITS) - 1);
+        let word = (s << 62)
+            | (live_word_check(s, commit, &buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]) << LIVE_COMMIT_BITS)
+            | commit;
+        buf[LIVE_WORD_AT..LIVE_WORD_AT + 8].copy_from_slice(&word.to_le_bytes());
     }
 }
 
-/// Decodes the live table's entries (the region after its header).
+/// Decodes the live table's entries (the region after its header); says which entry
+/// is refused.
 pub fn decode_live_entries(region: &[u8], nr_zones: u32) -> Result<Vec<Entry>, String> {
     let end = (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(nr_zones)) as usize;
     if region.len() < end {
         return Err("cut short".to_string());
     }
-    decode_entries(&region[TABLE_HEADER_BYTES as usize..end])
+    (0..nr_zones).map(|z| Entry::unpack(le64(region, entry_offset(ZoneNo(z))), ZoneNo(z))).collect()
 }
 
-/// Byte offset of zone `z`'s entry in a table region.
+/// Byte offset of zone `z`'s entry in the live table region.
 pub fn entry_offset(z: ZoneNo) -> usize {
     (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(z.0)) as usize
 }
@@ -443,7 +636,7 @@ mod tests {
     fn layout_aligns_data_to_zones() {
         let (_, g) = geo();
         let l = Layout::of(&g);
-        assert_eq!(l.table_offset[0], 4096);
+        assert_eq!(l.table_offset[0], 8192);
         assert_eq!(l.data_offset % (8 << 20), 0);
         assert_eq!(l.file_bytes, l.data_offset + (40 << 20));
     }
@@ -462,11 +655,17 @@ mod tests {
         let mut bad = buf.clone();
         bad[8] = 9;
         assert_eq!(Superblock::decode(&bad), Err(SuperblockError::Version(9)));
+        // An image of version 1 (the CRC at the same place) is named as such.
+        let mut v1 = buf.clone();
+        v1[8] = 1;
+        let crc = crc32fast::hash(&v1[..SB_CRC_AT]);
+        v1[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Superblock::decode(&v1), Err(SuperblockError::Version(1)));
         assert_eq!(Superblock::decode(b"hello world"), Err(SuperblockError::NotAnImage));
     }
 
     #[test]
-    fn table_round_trip_and_checksum() {
+    fn table_round_trip_torn_and_damaged() {
         let (_, g) = geo();
         let entries: Vec<Entry> = (0..g.nr_zones())
             .map(|z| Entry {
@@ -478,16 +677,59 @@ mod tests {
         let l = Layout::of(&g);
         let buf = t.encode(l.table_bytes);
         assert_eq!(Table::decode(&buf, g.nr_zones()).unwrap(), t);
+        // Damage: one byte of one sector; the other sectors still say commit 7.
         let mut bad = buf.clone();
-        bad[70] ^= 0x10;
-        assert_eq!(Table::decode(&bad, g.nr_zones()).unwrap_err(), "checksum mismatch");
+        bad[520] ^= 0x10;
+        match Table::read(&bad, g.nr_zones()) {
+            TableRead::Damaged { seq: Some(7), why } => assert!(why.contains("sector 1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Torn: sector 1 from commit 5's table, the rest from commit 7's.
+        let old = Table { seq: 5, ..t.clone() }.encode(l.table_bytes);
+        let mut torn = buf.clone();
+        torn[512..1024].copy_from_slice(&old[512..1024]);
+        assert_eq!(Table::read(&torn, g.nr_zones()), TableRead::Torn { seqs: (5, 7) });
         assert!(Table::decode(&buf, 3).is_err());
     }
 
     #[test]
-    fn entries_pack_into_one_word() {
+    fn entries_pack_into_one_word_with_a_check() {
         let e = Entry { cond: ZoneCond::ExpOpen, wp_offset: 12345 };
-        assert_eq!(Entry::unpack(e.pack()), Some(e));
-        assert_eq!(Entry::unpack(0x77 << 56), None);
+        assert_eq!(Entry::unpack(e.pack(ZoneNo(3)), ZoneNo(3)), Ok(e));
+        // The same word read as another zone's, or with one bit flipped, fails.
+        assert!(Entry::unpack(e.pack(ZoneNo(3)), ZoneNo(4)).is_err());
+        for bit in 0..64 {
+            assert!(Entry::unpack(e.pack(ZoneNo(3)) ^ (1 << bit), ZoneNo(3)).is_err(), "bit {bit}");
+        }
+        // A forged word (condition and write pointer, no check) fails.
+        assert!(Entry::unpack((u64::from(ZoneCond::Closed.code()) << 56) | 0x100, ZoneNo(2)).is_err());
+    }
+
+    #[test]
+    fn live_header_word_is_checked() {
+        let mut buf = vec![0u8; 64];
+        LiveHeader::put_identity(&mut buf, &[b'x'; 36]);
+        LiveHeader::put_state(&mut buf, LiveState::Live, 42);
+        let h = LiveHeader::decode(&buf);
+        assert_eq!((h.state, h.commit), (LiveState::Live, Some(42)));
+        for at in [8, 12, 20, 53] {
+            let mut bad = buf.clone();
+            bad[at] ^= 4;
+            assert_eq!(LiveHeader::decode(&bad).state, LiveState::Invalid, "byte {at}");
+        }
+    }
+
+    #[test]
+    fn limits_are_named() {
+        let p = GeometryParams {
+            capacity_bytes: 1 << 40,
+            zone_size_bytes: 64 << 10,
+            zone_capacity_bytes: 64 << 10,
+            ..GeometryParams::default()
+        };
+        if let Ok(g) = Geometry::new(&p) {
+            let e = Layout::try_of(&g).unwrap_err();
+            assert!(e.contains("at most"), "{e}");
+        }
     }
 }
