@@ -282,7 +282,8 @@ fn serve_queue(qid: u16, dev: &UblkDev, rt: &Arc<Runtime>) {
         };
         let _ = q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(res));
     };
-    let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None))) {
+    let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None)))
+    {
         Ok(q) => q,
         Err(e) => {
             eprintln!("zblk: ublk queue {qid}: {e}");
@@ -428,5 +429,20 @@ mod tests {
     fn a_missing_control_device_says_to_load_the_driver() {
         let e = check_driver(Path::new("/nonexistent/ublk-control")).unwrap_err();
         assert!(e.0.contains("modprobe ublk_drv"), "{}", e.0);
+    }
+
+    fn geo(zone_size: u64, size: u64) -> Geometry {
+        let mut p = zblk_core::params::DeviceParams::default();
+        p.apply(&format!("zone_size={zone_size},size={size}")).unwrap();
+        p.validate().unwrap()
+    }
+
+    #[test]
+    fn the_kernel_gets_only_power_of_two_zones_and_whole_zones() {
+        assert!(check_geometry(&geo(4, 64)).is_ok());
+        let e = check_geometry(&geo(3, 96)).unwrap_err();
+        assert!(e.0.contains("not a power of two"), "{}", e.0);
+        let e = check_geometry(&geo(4, 66)).unwrap_err();
+        assert!(e.0.contains("smaller than the others"), "{}", e.0);
     }
 }
