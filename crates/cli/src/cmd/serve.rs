@@ -438,10 +438,10 @@ mod tests {
     }
 
     #[test]
-    fn the_kernel_gets_only_power_of_two_zones_and_whole_zones() {
+    fn the_kernel_gets_only_whole_zones() {
+        // (Zone sizes that are not a power of two never get this far: the device
+        // parameters refuse them, as the VM test's `--dev nullb:zone_size=3` shows.)
         assert!(check_geometry(&geo(4, 64)).is_ok());
-        let e = check_geometry(&geo(3, 96)).unwrap_err();
-        assert!(e.0.contains("not a power of two"), "{}", e.0);
         let e = check_geometry(&geo(4, 66)).unwrap_err();
         assert!(e.0.contains("smaller than the others"), "{}", e.0);
     }
