@@ -23,12 +23,13 @@ const MIB: u64 = 1 << 20;
 /// output in the share. Zones are 4 MiB, the first two conventional. Each job of a
 /// random pair has its own 16 MiB and writes 2 MiB of it: a job that filled its zones
 /// would reset one, overwriting what it is still to verify (fio's verify then fails on
-/// any device).
+/// any device). Each job gets its share of the open zone limit (`job_max_open_zones`):
+/// a job that finds the limit taken by the others ends having written nothing.
 const FIO: &str = r#"
 F="fio --filename=$D --direct=1 --zonemode=zbd --verify=crc32c --output-format=json"
 $F --name=seq --rw=write --bs=64k --ioengine=libaio --iodepth=8 --offset=8M --size=16M > $S/fio-seq.json 2> $S/fio-seq.err; echo $? > $S/fio-seq.rc
-$F --name=rand --rw=randwrite --bs=16k --ioengine=io_uring --iodepth=8 --numjobs=2 --offset=32M --offset_increment=16M --size=16M --io_size=2M --max_open_zones=4 > $S/fio-rand.json 2> $S/fio-rand.err; echo $? > $S/fio-rand.rc
-$F --name=randall --rw=randwrite --bs=8k --ioengine=libaio --iodepth=4 --numjobs=2 --offset=64M --offset_increment=16M --size=16M --io_size=2M > $S/fio-randall.json 2> $S/fio-randall.err; echo $? > $S/fio-randall.rc
+$F --name=rand --rw=randwrite --bs=16k --ioengine=io_uring --iodepth=8 --numjobs=2 --offset=32M --offset_increment=16M --size=16M --io_size=2M --max_open_zones=4 --job_max_open_zones=2 > $S/fio-rand.json 2> $S/fio-rand.err; echo $? > $S/fio-rand.rc
+$F --name=randall --rw=randwrite --bs=8k --ioengine=libaio --iodepth=4 --numjobs=2 --offset=64M --offset_increment=16M --size=16M --io_size=2M --job_max_open_zones=4 > $S/fio-randall.json 2> $S/fio-randall.err; echo $? > $S/fio-randall.rc
 "#;
 
 /// The region fio wrote, compared byte for byte: 8 MiB .. 96 MiB (zones 2..24).
@@ -96,7 +97,7 @@ serve mem --json --dev nullb:zone_size=8,size=512,zone_max_open=6
 D=$(sed 's/.*"device":"\([^"]*\)".*/\1/' $S/mem.out)
 cat /sys/block/${{D#/dev/}}/queue/nr_zones > $S/mem-zones 2>&1
 fio --name=mem --filename=$D --direct=1 --zonemode=zbd --rw=randwrite --bs=4k --ioengine=io_uring --iodepth=16 \
-  --numjobs=2 --offset_increment=64M --size=64M --io_size=2M --verify=crc32c \
+  --numjobs=2 --offset_increment=64M --size=64M --io_size=2M --job_max_open_zones=3 --verify=crc32c \
   --output-format=json > $S/fio-mem.json 2> $S/fio-mem.err; echo $? > $S/fio-mem.rc
 stop INT mem
 $X serve --dev nullb:zone_size=3,size=96 > $S/bad.out 2> $S/bad.err; echo $? > $S/bad.rc
