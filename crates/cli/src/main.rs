@@ -63,6 +63,9 @@ enum Command {
     Append(cmd::io::IoArgs),
     /// Read from an image or a zoned block device at a byte offset.
     Read(cmd::io::IoArgs),
+    /// Serve an image or a memory device to the kernel as a zoned ublk block device
+    /// (/dev/ublkbN), until SIGINT/SIGTERM.
+    Serve(cmd::serve::ServeArgs),
     /// Zero a range of an image (fallocate -w: WRITE_ZEROES, unmapped where possible).
     Fallocate(cmd::fallocate::FallocateArgs),
 }
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
         Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),
         Command::Fallocate(a) => cmd::fallocate::run(&a),
+        Command::Serve(a) => cmd::serve::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

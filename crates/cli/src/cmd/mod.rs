@@ -8,6 +8,7 @@ pub mod fallocate;
 pub mod imgbench;
 pub mod info;
 pub mod io;
+pub mod serve;
 pub mod sweep;
 pub mod sweep_split;
 pub mod sweep_zeroes;
