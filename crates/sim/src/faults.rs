@@ -13,7 +13,17 @@ pub struct FaultConfig {
     pub zone_fail_ppm: u32,
     /// A read fails with an I/O error.
     pub read_error_ppm: u32,
+    /// A request's completion is lost or delayed past the driver's timeout: the
+    /// driver fails it with an I/O error [`TIMEOUT_NS`] later, as the kernel's
+    /// timeout handler does (`blk_mq_rq_timed_out()`). Half the time the device had
+    /// executed it (the completion was lost), half the time the command was aborted
+    /// before it executed (delayed past the timeout).
+    pub timeout_ppm: u32,
 }
+
+/// How long after a request's lost completion the driver's timeout fails it (a
+/// short timeout keeps simulated runs short; its length changes no outcome).
+pub const TIMEOUT_NS: u64 = 1_000_000;
 
 /// What happens to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +38,9 @@ pub enum Fault {
     ZoneOffline,
     /// Fail the read with an I/O error.
     ReadError,
+    /// The completion is lost; the request executed (`true`) or was aborted before
+    /// it did (`false`); the driver times it out.
+    Timeout(bool),
 }
 
 /// Seeded fault source.
@@ -62,6 +75,16 @@ impl Faults {
             return Fault::PartialWrite(self.rng.random_range(0..blocks) * lbs_sectors);
         }
         Fault::None
+    }
+
+    /// Whether the completion of a request is lost (`Some(executed)`): drawn for
+    /// every request, after the fault of its kind.
+    pub fn for_completion(&mut self) -> Option<bool> {
+        if self.hit(self.cfg.timeout_ppm) {
+            self.injected += 1;
+            return Some(self.rng.random_bool(0.5));
+        }
+        None
     }
 
     /// The fate of a read.
