@@ -133,6 +133,9 @@ impl SimDisk {
             c.on_execute(req, result, partial, stamp);
         }
         let timed_out = matches!(fault, Fault::Timeout(_));
+        if let (true, Some(c)) = (timed_out, &mut self.checker) {
+            c.completion_lost(req);
+        }
         let executed = Executed {
             fault: fault != Fault::None,
             zone_failed: matches!(fault, Fault::ZoneReadOnly | Fault::ZoneOffline),

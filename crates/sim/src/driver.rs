@@ -24,7 +24,7 @@ use super::oracle::{DeviceOracle, HostBio, HostOracle, HostRules};
 use slab::Slab;
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use zblk_core::bio::{Bio, Op, ReqId, Request, Status};
+use zblk_core::bio::{Bio, Op, Request, Status};
 use zblk_core::engine::{Engine, EngineConfig, EngineStats, WpRecovery};
 use zblk_core::geometry::Geometry;
 use zblk_core::params::{DeviceParams, ParamError};
@@ -215,7 +215,7 @@ pub struct Sim {
     host: Option<HostOracle>,
     /// Completions lost by the disks, which the driver's timeout fails: (time,
     /// disk, request, result), earliest first.
-    late: VecDeque<(u64, DevId, ReqId, Result<Sector, Status>)>,
+    late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -387,6 +387,9 @@ impl Sim {
     /// writing the queue attribute while I/O runs: each engine freezes, drains and
     /// switches.
     pub fn set_zoned_qd1_writes(&mut self, value: u64) {
+        if self.debug {
+            eprintln!("{:>12} zoned_qd1_writes={value}", self.now_ns);
+        }
         for i in 0..self.disks.len() {
             let dev = self.disks[i].dev;
             let e = self.stack.engine_mut(dev);
@@ -548,7 +551,10 @@ impl Sim {
                 // free tag: none waits for one.
                 let plugs_exact = self.disk_of[top.idx()].is_some() && {
                     let e = self.stack.engine(top).expect("a disk's engine");
-                    e.config().policy.plugs() && e.inflight() < e.config().queue_depth
+                    // A frozen queue (zoned_qd1_writes being written) holds BIOs at
+                    // its door, before their plugs: they enter in order afterwards,
+                    // a write ahead of a reset goes before it.
+                    e.config().policy.plugs() && e.inflight() < e.config().queue_depth && !e.frozen()
                 };
                 h.on_submit(&bio, self.bios.iter_mut().map(|(_, r)| &mut r.host), plugs_exact)
             }
@@ -801,7 +807,7 @@ impl Sim {
             }
         }
         if executed.timed_out {
-            self.late.push_back((self.now_ns + super::faults::TIMEOUT_NS, dev, req.id, result));
+            self.late.push_back((self.now_ns + super::faults::TIMEOUT_NS, dev, *req, result));
             return;
         }
         self.complete_request(dev, req, result, submitter);
@@ -845,11 +851,16 @@ impl Sim {
         }
         self.deliver_due();
         while self.late.front().is_some_and(|l| l.0 <= self.now_ns) {
-            let (_, dev, id, result) = self.late.pop_front().expect("a late completion");
+            let (_, dev, req, result) = self.late.pop_front().expect("a late completion");
             if self.debug {
-                eprintln!("{:>12} timeout {id:?} -> {result:?}", self.now_ns);
+                eprintln!("{:>12} timeout {req:?} -> {result:?}", self.now_ns);
             }
-            self.stack.complete(dev, id, result);
+            let i = self.disk_index(dev);
+            if let Some(c) = &mut self.disks[i].checker {
+                c.completion_timed_out(&req);
+            }
+            let submitter = self.bios.get(req.user_data as usize).map_or(0, |r| r.submitter);
+            self.complete_request(dev, &req, result, submitter);
         }
         while let Some(&(at, dev, token)) = self.timers.front() {
             if at > self.now_ns {

@@ -115,9 +115,13 @@ pub fn run_seed_logged(
     let _m = MutationGuard::new(mutation);
     let faults = fault_config(seed);
     let stack = is_stack(seed);
+    let debug = std::env::var_os("ZBLK_SIM_TRACE").is_some();
     let (mut sim, kernel_recovery, ops) = if stack {
         let mut rs = random_stack(seed);
         rs.cfg.faults = faults;
+        if debug {
+            eprintln!("seed {seed}: {:#?}", rs);
+        }
         (Sim::with_stack(rs.built, rs.cfg, &mut null_model), rs.kernel_recovery, (ops / 2).max(1))
     } else {
         let mut cfg = random_config(seed);
@@ -125,6 +129,9 @@ pub fn run_seed_logged(
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1a7e_4c7);
         cfg.host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
         let recovery = cfg.engine.wp_recovery == WpRecovery::Kernel;
+        if debug {
+            eprintln!("seed {seed}: {cfg:#?}");
+        }
         let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
         (sim, recovery, ops)
     };
