@@ -573,7 +573,8 @@ impl Sim {
         });
         bio.user_data = key as u64;
         if self.debug {
-            eprintln!("{:>12} submit {bio:?}", self.now_ns);
+            let r = &self.bios[key].host;
+            eprintln!("{:>12} submit {bio:?} (oracle: {:?})", self.now_ns, r.prediction());
         }
         self.stack.submit(top, bio, submitter);
     }

@@ -416,9 +416,12 @@ struct HostZone {
     /// The kernel's recovery: after a write error the host refuses writes until
     /// the user reports the zone.
     need_report: bool,
-    /// A RESET, FINISH or RESET_ALL of the zone succeeded since the last
-    /// disturbance: its write pointer is known again once nothing is in flight.
+    /// A RESET, FINISH or RESET_ALL of the zone, submitted after the last
+    /// disturbance, succeeded: its write pointer is known again once nothing is in
+    /// flight.
     wp_set: bool,
+    /// Disturbances so far.
+    disturbs: u64,
 }
 
 /// What the host-side model recorded of one BIO at its submission.
@@ -434,6 +437,10 @@ pub struct HostBio {
     pred_ok: Option<bool>,
     /// For an emulated append: the sector it should land at.
     pred_at: Option<u64>,
+    /// The predicted write pointers (offsets) of its zones at its submission.
+    pred_wps: Vec<u64>,
+    /// The disturbances of its zones at its submission.
+    disturbs: Vec<u64>,
     /// A request of it failed on a device (or timed out).
     pub dev_err: bool,
     /// A request of it was issued to a device.
@@ -442,6 +449,14 @@ pub struct HostBio {
     pub flush_executed: bool,
     /// A RESET, FINISH or RESET_ALL arrived while it waited in its plug: it must fail.
     must_fail: Option<&'static str>,
+}
+
+impl HostBio {
+    /// What the model predicted at submission, for traces: (valid, zones, their
+    /// write pointers, success).
+    pub fn prediction(&self) -> (bool, &[u32], &[u64], Option<bool>) {
+        (self.valid, &self.zones, &self.pred_wps, self.pred_ok)
+    }
 }
 
 /// How the host-side model must judge a run.
@@ -551,6 +566,7 @@ impl HostOracle {
         hz.epoch += 1;
         hz.certain = false;
         hz.wp_set = false;
+        hz.disturbs += 1;
         if self.rules.kernel_recovery {
             hz.need_report = true;
         }
@@ -577,6 +593,8 @@ impl HostOracle {
             return rec;
         }
         rec.zones = self.zones_of(bio);
+        rec.pred_wps = rec.zones.iter().map(|&z| self.zones[z as usize].sub_wp).collect();
+        rec.disturbs = rec.zones.iter().map(|&z| self.zones[z as usize].disturbs).collect();
         let g = self.geo.clone();
         match bio.op {
             Op::Write | Op::WriteZeroes if !rec.zones.is_empty() => {
@@ -707,16 +725,19 @@ impl HostOracle {
         self.checks += 1;
         let verdict = self.judge(rec, result);
         let sets_wp = matches!(rec.bio.map(|b| b.op), Some(Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll));
-        for &z in &rec.zones {
+        for (i, &z) in rec.zones.iter().enumerate() {
             let hz = &mut self.zones[z as usize];
             hz.inflight -= 1;
-            if sets_wp && result.is_ok() && !rec.dev_err {
+            if sets_wp && result.is_ok() && !rec.dev_err && rec.disturbs[i] == hz.disturbs {
                 hz.wp_set = true;
             }
             let known = self.rules.report_is_wp || hz.wp_set;
             if hz.inflight == 0 && !hz.certain && !hz.need_report && !hz.failed && known {
                 match device_wp(ZoneNo(z)) {
                     Some(wp) => {
+                        if std::env::var_os("ZBLK_ORACLE_DEBUG").is_some() {
+                            eprintln!("resync zone {z} at {wp} after {:?} wp_set {}", rec.bio, hz.wp_set);
+                        }
                         hz.sub_wp = wp;
                         hz.certain = true;
                     }
@@ -758,11 +779,13 @@ impl HostOracle {
         match (zone_write, result) {
             (false, Err(s)) if quiet => Err(format!("valid {bio:?} refused by the host with {s:?}")),
             (true, Err(s)) if quiet && rec.pred_ok == Some(true) => Err(format!(
-                "{bio:?} at its zone's write pointer (as the BIOs before it leave it) refused by the host with {s:?}"
+                "{bio:?} at its zone's write pointer (as the BIOs before it leave it: {:?}) refused by the host with {s:?}",
+                rec.pred_wps
             )),
-            (true, Ok(_)) if quiet && rec.pred_ok == Some(false) => {
-                Err(format!("{bio:?} is not at its zone's write pointer or does not fit, yet it succeeded"))
-            }
+            (true, Ok(_)) if quiet && rec.pred_ok == Some(false) => Err(format!(
+                "{bio:?} is not at its zone's write pointer ({:?}, as the BIOs before it leave it) or does not fit, yet it succeeded",
+                rec.pred_wps
+            )),
             (true, Ok(at)) if quiet && rec.pred_at.is_some_and(|p| p != at.0) => Err(format!(
                 "emulated {bio:?} landed at {at}, the BIOs before it leave the write pointer at {}",
                 rec.pred_at.unwrap_or(0)
