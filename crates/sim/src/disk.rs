@@ -133,6 +133,7 @@ impl SimDisk {
             c.on_execute(req, result, partial, stamp);
         }
         let timed_out = matches!(fault, Fault::Timeout(_));
+        self.faults.count(fault);
         if let (true, Some(c)) = (timed_out, &mut self.checker) {
             c.completion_lost(req);
         }

@@ -400,6 +400,13 @@ impl Sim {
         }
     }
 
+    /// Forces `fault` on the next request of the top device (a disk) it applies
+    /// to (see [`Faults::force`]): scenarios script their faults.
+    pub fn force_fault(&mut self, fault: super::faults::Fault) {
+        let i = self.top_disk();
+        self.disks[i].faults.force(fault);
+    }
+
     /// The engine of disk `dev`.
     pub fn disk_engine(&self, dev: DevId) -> &Engine {
         self.stack.engine(dev).unwrap_or_else(|| panic!("{} is not a disk", self.stack.info(dev).name))
@@ -474,6 +481,17 @@ impl Sim {
         let checks = self.disks.iter().filter_map(|d| d.checker.as_ref()).map(|c| c.checks).sum();
         let faults = self.disks.iter().map(|d| d.faults.injected).sum();
         SimStats { checks, faults, ..self.stats }
+    }
+
+    /// Faults injected so far, by kind, over every disk.
+    pub fn faults_by_kind(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut sum = std::collections::BTreeMap::new();
+        for d in &self.disks {
+            for (k, n) in &d.faults.by_kind {
+                *sum.entry(*k).or_insert(0) += n;
+            }
+        }
+        sum
     }
 
     /// Engine counters of the device (the top device must be a disk).

@@ -97,6 +97,8 @@ pub struct RandomReport {
     pub plugged: u64,
     /// Run-time writes of `zoned_qd1_writes`.
     pub qd1_switches: u64,
+    /// Operations submitted, by name (WRITE_ZEROES with NOUNMAP apart).
+    pub op_kinds: BTreeMap<String, u64>,
 }
 
 /// The random-operations workload.
@@ -201,6 +203,11 @@ impl RandomOps {
         self.ops_left -= 1;
         self.report.ops += 1;
         self.stamp += 1;
+        let name = match bio.op {
+            Op::WriteZeroes if bio.flags.contains(BioFlags::NOUNMAP) => "WRITE_ZEROES NOUNMAP",
+            op => op.name(),
+        };
+        *self.report.op_kinds.entry(name.to_string()).or_insert(0) += 1;
         if let Some(log) = &mut self.log {
             log.push(LoggedOp { token, bio, result: None });
         }

@@ -15,10 +15,12 @@ use super::random::{LoggedOp, RandomOps, random_config, random_stack};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use zblk_core::engine::WpRecovery;
 use zblk_core::geometry::Geometry;
 use zblk_core::mutation::Mutation;
+use zblk_core::stack::DevKind;
 use zblk_core::units::{Sector, ZoneNo};
 
 /// Operations per seed by default: a single device gets them all, a stack half
@@ -40,6 +42,46 @@ pub struct SeedRun {
     pub checks: u64,
     /// The violation, if one was found.
     pub violation: Option<String>,
+    /// What the seed covered: device kinds, policies, zone append, operations,
+    /// faults (see [`coverage`]).
+    pub coverage: BTreeSet<String>,
+}
+
+/// What a simulation about to run covers, from its devices and engines.
+fn coverage(sim: &Sim, rotational: &[bool]) -> BTreeSet<String> {
+    let mut c = BTreeSet::new();
+    let stack = sim.stack();
+    for (dev, info) in stack.devices() {
+        match info.kind {
+            DevKind::Striped => c.insert("stack: striped".to_string()),
+            DevKind::Linear => c.insert("stack: linear".to_string()),
+            DevKind::Disk => {
+                let e = sim.disk_engine(dev);
+                let g = e.geometry();
+                c.insert(format!("policy: {}", e.config().policy.name()));
+                c.insert(format!("recovery: {:?}", e.config().wp_recovery).to_lowercase());
+                if g.is_zoned() {
+                    c.insert(if g.emulates_zone_append() { "append: emulated" } else { "append: native" }.into());
+                    if g.nr_conv() > 0 {
+                        c.insert("conventional zones".into());
+                    }
+                    if g.max_open() > 0 || g.max_active() > 0 {
+                        c.insert("open/active limits".into());
+                    }
+                } else {
+                    c.insert("regular disk".into());
+                }
+                if g.max_hw_wzeroes_unmap_sectors() > 0 {
+                    c.insert("write zeroes: device unmaps".into());
+                }
+                true
+            }
+        };
+    }
+    for &r in rotational {
+        c.insert(if r { "rotational" } else { "non-rotational" }.into());
+    }
+    c
 }
 
 /// The fault probabilities of a seed, each drawn from it (parts per million of the
@@ -116,12 +158,14 @@ pub fn run_seed_logged(
     let faults = fault_config(seed);
     let stack = is_stack(seed);
     let debug = std::env::var_os("ZBLK_SIM_TRACE").is_some();
+    let mut rotational = Vec::new();
     let (mut sim, kernel_recovery, ops) = if stack {
         let mut rs = random_stack(seed);
         rs.cfg.faults = faults;
         if debug {
             eprintln!("seed {seed}: {:#?}", rs);
         }
+        rotational.extend(rs.built.disks.iter().map(|(_, p)| p.rotational));
         (Sim::with_stack(rs.built, rs.cfg, &mut null_model), rs.kernel_recovery, (ops / 2).max(1))
     } else {
         let mut cfg = random_config(seed);
@@ -132,10 +176,12 @@ pub fn run_seed_logged(
         if debug {
             eprintln!("seed {seed}: {cfg:#?}");
         }
+        rotational.push(cfg.device.rotational);
         let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
         (sim, recovery, ops)
     };
     let geo = sim.device_geometry();
+    let mut covered = coverage(&sim, &rotational);
     let mut w = RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch();
     if log {
         w = w.with_log();
@@ -151,6 +197,14 @@ pub fn run_seed_logged(
             .unwrap_or_else(|| "panic with a non-text payload".to_string())
     });
     let stats = sim.stats();
+    covered.extend(w.report().op_kinds.keys().map(|k| format!("op: {k}")));
+    covered.extend(sim.faults_by_kind().keys().map(|k| format!("fault: {k}")));
+    if w.report().qd1_switches > 0 {
+        covered.insert("zoned_qd1_writes written at run time".into());
+    }
+    if faults != FaultConfig::default() {
+        covered.insert("faults on".into());
+    }
     let run = SeedRun {
         seed,
         kind: if stack { "stack" } else { "device" },
@@ -158,6 +212,7 @@ pub fn run_seed_logged(
         faults: stats.faults,
         checks: stats.checks,
         violation,
+        coverage: covered,
     };
     (run, w.log().to_vec(), geo)
 }

@@ -59,6 +59,8 @@ struct Summary {
     checks: u64,
     violations: u64,
     failures: Vec<SeedRun>,
+    /// Seeds that covered each feature.
+    coverage: std::collections::BTreeMap<String, u64>,
     wall_seconds: f64,
     simulated: bool,
 }
@@ -133,6 +135,9 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
                     sum.operations += r.ops;
                     sum.faults_injected += r.faults;
                     sum.checks += r.checks;
+                    for c in &r.coverage {
+                        *sum.coverage.entry(c.clone()).or_insert(0) += 1;
+                    }
                     if r.violation.is_some() {
                         sum.violations += 1;
                         sum.failures.push(r);
