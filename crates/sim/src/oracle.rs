@@ -782,7 +782,7 @@ impl HostOracle {
         }
         let quiet =
             rec.gen_sum == self.gen_sum(&rec.zones) && rec.zones.iter().all(|&z| !self.zones[z as usize].failed);
-        let zone_write = rec.zones.len() > 0 && bio.op.is_zone_write();
+        let zone_write = !rec.zones.is_empty() && bio.op.is_zone_write();
         match (zone_write, result) {
             (false, Err(s)) if quiet => Err(format!("valid {bio:?} refused by the host with {s:?}")),
             (true, Err(s)) if quiet && rec.pred_ok == Some(true) => Err(format!(

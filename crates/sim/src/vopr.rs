@@ -170,7 +170,7 @@ pub fn run_seed_logged(
     } else {
         let mut cfg = random_config(seed);
         cfg.faults = faults;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1a7e_4c7);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x01a7_e4c7);
         cfg.host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
         let recovery = cfg.engine.wp_recovery == WpRecovery::Kernel;
         if debug {

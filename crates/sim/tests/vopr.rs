@@ -303,8 +303,9 @@ fn reset_all_after_a_queued_finish_executes_after_it() {
 fn regression_seeds() {
     // 441: a frozen queue (zoned_qd1_writes written) waited forever for BIOs a
     // zone report had ended. 97, 344, 418: a lost RESET_ALL completion. 491:
-    // a striped zone after a partial failure.
-    for seed in [441, 97, 344, 418, 491, 863, 1671, 1836, 1891] {
+    // a striped zone after a partial failure. 1000535...: a striped zone accepts
+    // a write off its write pointer that lands at its members' write pointers.
+    for seed in [441, 97, 344, 418, 491, 863, 1671, 1836, 1891, 1000535, 1000547, 1001115, 1002111, 1004027, 1004851] {
         let r = vopr::run_seed(seed, vopr::DEFAULT_OPS, None);
         assert_eq!(r.violation, None, "seed {seed}: replay with zblk vopr --seed {seed}");
     }
