@@ -37,6 +37,9 @@ enum Command {
     /// Trace every I/O of every device of a simulated stack, blkparse-style, with
     /// seek histograms.
     Trace(cmd::trace::TraceArgs),
+    /// Fault-injected random simulation checked against a reference model of the
+    /// kernel's zoned block layer (seeds, replay, shrunk traces).
+    Vopr(cmd::vopr::VoprArgs),
     /// Create a zoned image on a regular file (null_blk geometry parameters).
     Create(cmd::create::CreateArgs),
     /// Report zones of an image or a zoned block device, as blkzone report.
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         Command::Corebench(a) => cmd::corebench::run(&a),
         Command::Sweep(a) => cmd::sweep::run(&a),
         Command::Trace(a) => cmd::trace::run(&a),
+        Command::Vopr(a) => cmd::vopr::run(&a),
         Command::Create(a) => cmd::create::run(&a),
         Command::Report(a) => cmd::zones::run(cmd::zones::ZoneCmd::Report, &a),
         Command::Capacity(a) => cmd::zones::run(cmd::zones::ZoneCmd::Capacity, &a),

@@ -18,6 +18,7 @@ pub mod bio;
 pub mod corebench;
 pub mod engine;
 pub mod geometry;
+pub mod mutation;
 pub mod params;
 pub mod split;
 pub mod stack;

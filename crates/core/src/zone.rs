@@ -388,8 +388,15 @@ impl ZoneSet {
     }
 
     fn check_active(&self) -> Result<(), Status> {
-        let max = self.geo.max_active();
+        let max = self.max_active();
         if max == 0 || self.nr_active() < max { Ok(()) } else { Err(Status::ZoneActiveResource) }
+    }
+
+    /// The active-zone limit (0: none). The planted off-by-one of the mutation check
+    /// changes it here, for the checks and the assertions alike, as a real bug would.
+    fn max_active(&self) -> u32 {
+        let max = self.geo.max_active();
+        if max > 0 && crate::mutation::on(crate::mutation::Mutation::ActiveLimitOffByOne) { max + 1 } else { max }
     }
 
     fn check_open(&mut self) -> Result<(), Status> {
@@ -410,6 +417,11 @@ impl ZoneSet {
         let nr_zones = self.geo.nr_zones();
         let nr_conv = self.geo.nr_conv();
         let mut zno = self.imp_close_zone_no;
+        if crate::mutation::on(crate::mutation::Mutation::ImplicitCloseWrongZone) {
+            let last = (nr_conv..nr_zones).rev().find(|&z| self.zones[z as usize].cond == ZoneCond::ImpOpen);
+            self.close_zone(ZoneNo(last.expect("an implicitly open zone"))).expect("close");
+            return;
+        }
         for _ in nr_conv..nr_zones {
             if zno >= nr_zones {
                 zno = nr_conv;
@@ -590,7 +602,7 @@ impl ZoneSet {
     /// Invariant kept on every transition, O(1): the limits hold. (The recount of
     /// the counters is [`ZoneSet::check_invariants`].)
     fn assert_counts(&self) {
-        let (mo, ma) = (self.geo.max_open(), self.geo.max_active());
+        let (mo, ma) = (self.geo.max_open(), self.max_active());
         assert!(mo == 0 || self.nr_open() <= mo, "open zones {} > max_open {mo}", self.nr_open());
         assert!(ma == 0 || self.nr_active() <= ma, "active zones {} > max_active {ma}", self.nr_active());
     }

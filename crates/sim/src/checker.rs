@@ -195,6 +195,32 @@ impl Checker {
         }
     }
 
+    /// The device executed `req` (or aborted it) but its completion was lost: until
+    /// the driver's timeout ends it, the engine still counts it out, so the host's
+    /// write pointer may differ from the device's as before its execution.
+    pub fn completion_lost(&mut self, req: &Request) {
+        if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
+            *self.wp_movers_out.entry(z).or_insert(0) += 1;
+        }
+        if req.op == Op::ZoneResetAll {
+            self.reset_all_out += 1;
+        }
+    }
+
+    /// The timeout of a request whose completion was lost reached the engine.
+    pub fn completion_timed_out(&mut self, req: &Request) {
+        if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
+            let n = self.wp_movers_out.get_mut(&z).expect("timed out a zone op never lost");
+            *n -= 1;
+            if *n == 0 {
+                self.wp_movers_out.remove(&z);
+            }
+        }
+        if req.op == Op::ZoneResetAll {
+            self.reset_all_out -= 1;
+        }
+    }
+
     fn bump_if_conv(&mut self, at: Sector, nr_sectors: u32) {
         if self.geo.is_zoned() && self.seq_zone(at).is_none() {
             let z = self.geo.zone_no(at);
@@ -323,13 +349,15 @@ impl Checker {
                 failed += 1;
                 continue;
             }
-            if plug.busy || plug.queued > 0 || plug.need_wp_update {
+            // A reset, finish, append or RESET_ALL the device executed but the
+            // engine has not heard of (its completion lost, or not handled yet).
+            let moving = self.reset_all_out > 0 || self.wp_movers_out.contains_key(&plug.zone);
+            if plug.busy || plug.queued > 0 || plug.need_wp_update || moving {
                 busy += 1;
                 continue;
             }
-            let moving = self.reset_all_out > 0 || self.wp_movers_out.contains_key(&plug.zone);
             let device_wp = zone.wp.since(zone.start).min(zone.capacity);
-            if !moving && plug.wp_offset != device_wp {
+            if plug.wp_offset != device_wp {
                 self.fail(format!(
                     "idle plug of zone {} has wp_offset {}, the device's write pointer is at {}",
                     plug.zone, plug.wp_offset, device_wp

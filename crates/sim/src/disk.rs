@@ -6,6 +6,7 @@
 use super::checker::Checker;
 use super::faults::{Fault, Faults};
 use super::model::DeviceModel;
+use super::oracle::{DeviceOracle, errno, errno_of};
 use zblk_core::bio::{Op, Request, Status};
 use zblk_core::stack::DevId;
 use zblk_core::units::{SECTOR_SIZE, Sector};
@@ -25,6 +26,21 @@ pub(crate) struct SimDisk {
     pub checker: Option<Checker>,
     /// Faults injected into its requests.
     pub faults: Faults,
+    /// The reference model every execution is compared with (checking on).
+    pub oracle: Option<DeviceOracle>,
+    /// The run's seed, for violations.
+    pub seed: u64,
+}
+
+/// What happened to an executed request beyond its result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Executed {
+    /// A fault was injected into it.
+    pub fault: bool,
+    /// Its zone turned READONLY or OFFLINE.
+    pub zone_failed: bool,
+    /// Its completion was lost: the driver times it out later, with this result.
+    pub timed_out: bool,
 }
 
 impl SimDisk {
@@ -37,7 +53,7 @@ impl SimDisk {
         stamp: u64,
         buf: &mut Vec<u8>,
         trace: Option<u64>,
-    ) -> Result<Sector, Status> {
+    ) -> (Result<Sector, Status>, Executed) {
         let geo = self.mem.geometry();
         let seq_zone =
             (geo.is_zoned() && req.op.has_range()).then(|| geo.zone_no(req.sector)).filter(|z| !geo.zone_is_conv(*z));
@@ -47,6 +63,26 @@ impl SimDisk {
             (Op::Read, _) => self.faults.for_read(),
             _ => Fault::None,
         };
+        let fault = match (fault, self.faults.for_completion()) {
+            (Fault::None, Some(executed)) => Fault::Timeout(executed),
+            (f, _) => f,
+        };
+        let expected = self.oracle.as_mut().map(|o| match fault {
+            Fault::ZoneReadOnly | Fault::ZoneOffline => {
+                let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
+                o.fail_zone(seq_zone.expect("zone fault on a sequential zone"), cond);
+                o.execute(req)
+            }
+            Fault::PartialWrite(k) if req.op == Op::Write => {
+                if k > 0 {
+                    let _ = o.execute(&Request { nr_sectors: k, ..*req });
+                }
+                Err(errno::EIO)
+            }
+            Fault::ReadError => Err(errno::EIO),
+            Fault::Timeout(false) => Err(errno::EIO),
+            _ => o.execute(req),
+        });
         let mut partial = 0;
         let result = match fault {
             Fault::ZoneReadOnly | Fault::ZoneOffline => {
@@ -67,16 +103,47 @@ impl SimDisk {
                 }
                 Err(Status::IoErr)
             }
-            Fault::ReadError => Err(Status::IoErr),
+            Fault::ReadError | Fault::Timeout(false) => Err(Status::IoErr),
             _ => self.execute_data(req, stamp, buf),
         };
+        if let Some(expected) = expected {
+            let got = result.map(|s| s.0).map_err(|s| s.errno());
+            let agree = match (got, expected) {
+                (Ok(a), Ok(b)) => a == b,
+                (Err(a), Err(b)) => a == b,
+                _ => false,
+            };
+            if !agree {
+                panic!(
+                    "oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
+                    self.seed,
+                    errno_of(result)
+                );
+            }
+            if let (Some(o), Some(zones)) = (&self.oracle, self.mem.zones()) {
+                if let Err(e) = o.compare(zones.zones()) {
+                    panic!("oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
+                }
+            }
+        }
         if let Some(now_ns) = trace {
             eprintln!("{now_ns:>12} execute {req:?} -> {result:?} (fault {fault:?})");
         }
         if let Some(c) = &mut self.checker {
             c.on_execute(req, result, partial, stamp);
         }
-        result
+        let timed_out = matches!(fault, Fault::Timeout(_));
+        self.faults.count(fault);
+        if let (true, Some(c)) = (timed_out, &mut self.checker) {
+            c.completion_lost(req);
+        }
+        let executed = Executed {
+            fault: fault != Fault::None,
+            zone_failed: matches!(fault, Fault::ZoneReadOnly | Fault::ZoneOffline),
+            timed_out,
+        };
+        // A lost completion: whatever the device did, the driver's timeout fails it.
+        (if timed_out { Err(Status::IoErr) } else { result }, executed)
     }
 
     fn execute_data(&mut self, req: &Request, stamp: u64, buf: &mut Vec<u8>) -> Result<Sector, Status> {

@@ -20,18 +20,20 @@ use super::checker::Checker;
 use super::disk::SimDisk;
 use super::faults::{FaultConfig, Faults};
 use super::model::{DeviceModel, NullModel};
+use super::oracle::{DeviceOracle, HostBio, HostOracle, HostRules};
 use slab::Slab;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use zblk_core::bio::{Bio, Op, Request, Status};
-use zblk_core::engine::{Engine, EngineConfig, EngineStats};
+use zblk_core::engine::{Engine, EngineConfig, EngineStats, WpRecovery};
 use zblk_core::geometry::Geometry;
 use zblk_core::params::{DeviceParams, ParamError};
 use zblk_core::stack::{
-    BuiltStack, DevId, SeekTracker, SplitOrder, Stack, StackAction, StackBuilder, StackConfig, TraceAction, TraceEvent,
+    BuiltStack, DevId, DevKind, SeekTracker, SplitOrder, Stack, StackAction, StackBuilder, StackConfig, TraceAction,
+    TraceEvent,
 };
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
-use zblk_core::zone::ZoneInfo;
+use zblk_core::zone::{ZoneCond, ZoneInfo};
 use zblk_dev::{BlockDevice, MemDevice};
 
 /// How to build a simulation of one device.
@@ -153,6 +155,8 @@ struct BioRec {
     /// The reset epochs of what the BIO covers, at submission (see
     /// [`Checker::epoch_of`]).
     epoch: u64,
+    /// What the host-side oracle recorded of it.
+    host: HostBio,
 }
 
 /// Counters of a simulation run.
@@ -207,6 +211,11 @@ pub struct Sim {
     completed: u64,
     /// An engine was handed out mutably: what it decided must be collected.
     engines_touched: bool,
+    /// The host-side oracle (checking on).
+    host: Option<HostOracle>,
+    /// Completions lost by the disks, which the driver's timeout fails: (time,
+    /// disk, request, result), earliest first.
+    late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -260,8 +269,48 @@ impl Sim {
                 model: models(*dev, p, cfg.seed ^ ((i as u64 + 1) << 40)),
                 checker: cfg.check.then(|| Checker::new(&geo, policy, cfg.seed)),
                 faults: Faults::new(cfg.faults, cfg.seed ^ ((i as u64) << 40)),
+                oracle: cfg.check.then(|| DeviceOracle::new(&geo)),
+                seed: cfg.seed,
             });
         }
+        // The largest write that no device of the stack splits: within every
+        // max_sectors and stripe chunk, a power of two so that it can be aligned.
+        let mut piece_sectors = u64::MAX;
+        let mut wz_piece_sectors = u64::MAX;
+        for (_, info) in stack.devices() {
+            let wz = u64::from(info.geometry.max_write_zeroes_sectors().min(info.limits.max_write_zeroes_sectors));
+            if wz > 0 {
+                wz_piece_sectors = wz_piece_sectors.min(wz);
+            }
+            piece_sectors = piece_sectors.min(u64::from(info.geometry.max_sectors()));
+            piece_sectors = piece_sectors.min(u64::from(info.limits.max_sectors));
+            if info.kind != DevKind::Disk && info.limits.chunk_sectors > 0 {
+                piece_sectors = piece_sectors.min(info.limits.chunk_sectors);
+            }
+        }
+        if disks.len() > 1 || disk_of[stack.top().idx()].is_none() {
+            piece_sectors = 1 << piece_sectors.ilog2();
+        }
+        let wz_piece_sectors = match wz_piece_sectors.min(piece_sectors) {
+            n if disks.len() > 1 || disk_of[stack.top().idx()].is_none() => 1 << n.ilog2(),
+            n => n,
+        };
+        let host = cfg.check.then(|| {
+            let engines: Vec<&Engine> = disks.iter().map(|d| stack.engine(d.dev).expect("a disk's engine")).collect();
+            let rules = HostRules {
+                ordered: stack.config().split_order == SplitOrder::Head
+                    && engines.iter().all(|e| e.config().policy.plugs()),
+                kernel_recovery: engines.iter().any(|e| e.config().wp_recovery == WpRecovery::Kernel),
+                // Emulation needs a plug; a striped device has no zone append.
+                append_may_be_unsupported: engines.iter().any(|e| !e.config().policy.plugs())
+                    || stack.devices().any(|(_, info)| info.kind == DevKind::Striped),
+                piece_sectors,
+                piece_aligned: disks.len() > 1 || disk_of[stack.top().idx()].is_none(),
+                wz_piece_sectors,
+                report_is_wp: stack.devices().all(|(_, info)| info.kind != DevKind::Striped),
+            };
+            HostOracle::new(&stack.info(stack.top()).geometry, rules)
+        });
         // The checkers learn of the BIOs reaching each disk from the trace.
         let tracing = cfg.trace || cfg.check;
         stack.record_events(tracing);
@@ -288,6 +337,8 @@ impl Sim {
             progress: None,
             completed: 0,
             engines_touched: false,
+            host,
+            late: VecDeque::new(),
         }
     }
 
@@ -329,6 +380,31 @@ impl Sim {
         let dev = self.disks[self.top_disk()].dev;
         self.engines_touched = true;
         self.stack.engine_mut(dev)
+    }
+
+    /// Writes `zoned_qd1_writes` (0 or 1) of every zoned disk whose engine plugs
+    /// (per-zone plugging, the single issuer or the batching issuer), as a user
+    /// writing the queue attribute while I/O runs: each engine freezes, drains and
+    /// switches.
+    pub fn set_zoned_qd1_writes(&mut self, value: u64) {
+        if self.debug {
+            eprintln!("{:>12} zoned_qd1_writes={value}", self.now_ns);
+        }
+        for i in 0..self.disks.len() {
+            let dev = self.disks[i].dev;
+            let e = self.stack.engine_mut(dev);
+            if e.geometry().is_zoned() && e.config().policy.plugs() {
+                e.set_zoned_qd1_writes(value).expect("zoned_qd1_writes of a zoned disk");
+                self.engines_touched = true;
+            }
+        }
+    }
+
+    /// Forces `fault` on the next request of the top device (a disk) it applies
+    /// to (see [`Faults::force`]): scenarios script their faults.
+    pub fn force_fault(&mut self, fault: super::faults::Fault) {
+        let i = self.top_disk();
+        self.disks[i].faults.force(fault);
     }
 
     /// The engine of disk `dev`.
@@ -407,6 +483,17 @@ impl Sim {
         SimStats { checks, faults, ..self.stats }
     }
 
+    /// Faults injected so far, by kind, over every disk.
+    pub fn faults_by_kind(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut sum = std::collections::BTreeMap::new();
+        for d in &self.disks {
+            for (k, n) in &d.faults.by_kind {
+                *sum.entry(*k).or_insert(0) += n;
+            }
+        }
+        sum
+    }
+
     /// Engine counters of the device (the top device must be a disk).
     pub fn engine_stats(&self) -> EngineStats {
         self.engine().stats()
@@ -467,9 +554,30 @@ impl Sim {
     /// As [`Sim::submit`], for `submitter` (a number naming the submitting
     /// context, in traces and completions).
     pub fn submit_by(&mut self, submitter: u32, mut bio: Bio, token: u64, stamp: u64) {
+        if self.host.is_some() && matches!(bio.op, Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll) {
+            // Carry out what the engines decided so far: the oracle must see which
+            // writes are on their way to the device and which wait in a plug.
+            self.pump();
+        }
         self.stats.bios += 1;
         let top = self.stack.top();
         let epoch = if self.check { self.epoch(top, bio.sector, bio.nr_sectors) } else { 0 };
+        let host = match &mut self.host {
+            Some(h) => {
+                // Every zone write in flight and not issued waits in its plug (so that
+                // a reset or finish must abort it) when a single disk's engine has a
+                // free tag: none waits for one.
+                let plugs_exact = self.disk_of[top.idx()].is_some() && {
+                    let e = self.stack.engine(top).expect("a disk's engine");
+                    // A frozen queue (zoned_qd1_writes being written) holds BIOs at
+                    // its door, before their plugs: they enter in order afterwards,
+                    // a write ahead of a reset goes before it.
+                    e.config().policy.plugs() && e.inflight() < e.config().queue_depth && !e.frozen()
+                };
+                h.on_submit(&bio, self.bios.iter_mut().map(|(_, r)| &mut r.host), plugs_exact)
+            }
+            None => HostBio::default(),
+        };
         let key = self.bios.insert(BioRec {
             token,
             submitter,
@@ -479,10 +587,12 @@ impl Sim {
             nr_sectors: bio.nr_sectors,
             stamp,
             epoch,
+            host,
         });
         bio.user_data = key as u64;
         if self.debug {
-            eprintln!("{:>12} submit {bio:?}", self.now_ns);
+            let r = &self.bios[key].host;
+            eprintln!("{:>12} submit {bio:?} (oracle: {:?})", self.now_ns, r.prediction());
         }
         self.stack.submit(top, bio, submitter);
     }
@@ -497,6 +607,9 @@ impl Sim {
             return;
         }
         let z = geo.zone_no(sector);
+        if let Some(h) = &mut self.host {
+            h.on_user_report(z);
+        }
         let mut parts = Vec::new();
         let (disks, disk_of) = (&self.disks, &self.disk_of);
         let _ = self.stack.report_zone(top, z, &mut |d, s| {
@@ -595,6 +708,9 @@ impl Sim {
             }
             match action {
                 StackAction::Issue { dev, req } => {
+                    if let Some(rec) = self.bios.get_mut(req.user_data as usize) {
+                        rec.host.issued = true;
+                    }
                     let i = self.disk_index(dev);
                     let d = &mut self.disks[i];
                     if let Some(c) = &mut d.checker {
@@ -631,6 +747,21 @@ impl Sim {
         let rec = self.bios.remove(key);
         if let (true, Ok(at), Op::Write | Op::ZoneAppend) = (self.check, result, rec.op) {
             self.check_written(&rec, at);
+        }
+        if let Some(mut host) = self.host.take() {
+            let top = self.stack.top();
+            let verdict = host.on_complete(&rec.host, result, &mut |z| {
+                let info = self.report_zone(top, z).ok()?;
+                match info.cond {
+                    ZoneCond::ReadOnly | ZoneCond::Offline => None,
+                    ZoneCond::Full => Some(info.capacity),
+                    _ => Some(info.wp.since(info.start).min(info.capacity)),
+                }
+            });
+            self.host = Some(host);
+            if let Err(e) = verdict {
+                panic!("oracle violation (seed {}): {e}", self.seed);
+            }
         }
         let deliver_at = self.now_ns + self.host_latency_ns;
         let c = SimCompletion {
@@ -685,8 +816,24 @@ impl Sim {
         let (stamp, submitter) = (rec.stamp, rec.submitter);
         let trace = self.debug.then_some(self.now_ns);
         let d = &mut self.disks[i];
-        let result = d.execute(req, stamp, &mut self.buf, trace);
+        let (result, executed) = d.execute(req, stamp, &mut self.buf, trace);
         let dev = d.dev;
+        if let (Some(h), Some(rec)) = (&mut self.host, self.bios.get_mut(req.user_data as usize)) {
+            if result.is_err() || executed.fault {
+                h.on_device_error(&mut rec.host, executed.zone_failed);
+            } else if req.op == Op::Flush {
+                rec.host.flush_executed = true;
+            }
+        }
+        if executed.timed_out {
+            self.late.push_back((self.now_ns + super::faults::TIMEOUT_NS, dev, *req, result));
+            return;
+        }
+        self.complete_request(dev, req, result, submitter);
+    }
+
+    /// Tells the stack that `req` of disk `dev` completed with `result`.
+    fn complete_request(&mut self, dev: DevId, req: &Request, result: Result<Sector, Status>, submitter: u32) {
         if self.events.is_some() {
             // After what the stack recorded so far, before what the completion makes.
             self.take_events();
@@ -704,7 +851,8 @@ impl Sim {
         // for the pump): the models' next events, asked once, hold for the step.
         self.next_ns.clear();
         self.next_ns.extend(self.disks.iter().map(|d| d.model.next_event_ns()));
-        let next_host = [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0)];
+        let next_host =
+            [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0), self.late.front().map(|l| l.0)];
         let Some(t) = self.next_ns.iter().chain(&next_host).flatten().copied().min() else {
             return false;
         };
@@ -721,6 +869,18 @@ impl Sim {
             self.done = done;
         }
         self.deliver_due();
+        while self.late.front().is_some_and(|l| l.0 <= self.now_ns) {
+            let (_, dev, req, result) = self.late.pop_front().expect("a late completion");
+            if self.debug {
+                eprintln!("{:>12} timeout {req:?} -> {result:?}", self.now_ns);
+            }
+            let i = self.disk_index(dev);
+            if let Some(c) = &mut self.disks[i].checker {
+                c.completion_timed_out(&req);
+            }
+            let submitter = self.bios.get(req.user_data as usize).map_or(0, |r| r.submitter);
+            self.complete_request(dev, &req, result, submitter);
+        }
         while let Some(&(at, dev, token)) = self.timers.front() {
             if at > self.now_ns {
                 break;

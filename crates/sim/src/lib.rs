@@ -11,6 +11,7 @@ pub mod experiments;
 pub mod faults;
 pub mod hdd;
 pub mod model;
+pub mod oracle;
 
 pub mod presets;
 pub mod random;
@@ -18,6 +19,7 @@ pub mod seqjobs;
 pub mod ssd;
 
 pub mod sweeps;
+pub mod vopr;
 pub mod workload;
 pub mod zeroing;
 

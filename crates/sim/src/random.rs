@@ -25,7 +25,8 @@ use zblk_core::stack::{BuiltStack, DevId, LinearTarget, SplitOrder, StackBuilder
 use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
 
 /// The fault rates of the runs with faults.
-const FAULTS: FaultConfig = FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000 };
+const FAULTS: FaultConfig =
+    FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000, timeout_ppm: 0 };
 
 /// A random small device and engine configuration drawn from `seed`.
 pub fn random_config(seed: u64) -> SimConfig {
@@ -72,7 +73,7 @@ fn random_device(rng: &mut impl Rng, shape: Shape, capacity_bytes: u64, nr_conv:
     DeviceParams {
         geometry,
         memory_backed: true,
-        rotational: false,
+        rotational: rng.random_bool(0.3),
         hw_queue_depth: rng.random_range(1..=32),
         completion_nsec: rng.random_range(1_000..=20_000),
         completion_dist: [LatencyDist::Uniform, LatencyDist::Exp, LatencyDist::Fixed][rng.random_range(0..3)],
@@ -94,6 +95,10 @@ pub struct RandomReport {
     pub faults: u64,
     /// Plugged writes that had to wait.
     pub plugged: u64,
+    /// Run-time writes of `zoned_qd1_writes`.
+    pub qd1_switches: u64,
+    /// Operations submitted, by name (WRITE_ZEROES with NOUNMAP apart).
+    pub op_kinds: BTreeMap<String, u64>,
 }
 
 /// The random-operations workload.
@@ -117,6 +122,22 @@ pub struct RandomOps {
     /// range then holds is not defined.
     writing: Vec<(u64, u64, u64)>,
     report: RandomReport,
+    /// Write `zoned_qd1_writes` at run time now and then (see
+    /// [`RandomOps::with_qd1_switch`]).
+    switch_qd1: bool,
+    /// Every BIO submitted and its result, when logging (for a failure's trace).
+    log: Option<Vec<LoggedOp>>,
+}
+
+/// One operation of a logged run: what was submitted, and how it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoggedOp {
+    /// Its token.
+    pub token: u64,
+    /// The BIO (its `user_data` is meaningless).
+    pub bio: Bio,
+    /// Its result, once completed.
+    pub result: Option<Result<Sector, Status>>,
 }
 
 const INVALID_FLAG: u64 = 1 << 62;
@@ -138,7 +159,26 @@ impl RandomOps {
             invalid: Vec::new(),
             writing: Vec::new(),
             report: RandomReport { seed, ..RandomReport::default() },
+            switch_qd1: false,
+            log: None,
         }
+    }
+
+    /// Writes `zoned_qd1_writes` at run time now and then.
+    pub fn with_qd1_switch(mut self) -> RandomOps {
+        self.switch_qd1 = true;
+        self
+    }
+
+    /// Keeps a log of every operation (see [`RandomOps::log`]).
+    pub fn with_log(mut self) -> RandomOps {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    /// The operations submitted so far and their results, if logging.
+    pub fn log(&self) -> &[LoggedOp] {
+        self.log.as_deref().unwrap_or(&[])
     }
 
     /// The report so far.
@@ -163,6 +203,14 @@ impl RandomOps {
         self.ops_left -= 1;
         self.report.ops += 1;
         self.stamp += 1;
+        let name = match bio.op {
+            Op::WriteZeroes if bio.flags.contains(BioFlags::NOUNMAP) => "WRITE_ZEROES NOUNMAP",
+            op => op.name(),
+        };
+        *self.report.op_kinds.entry(name.to_string()).or_insert(0) += 1;
+        if let Some(log) = &mut self.log {
+            log.push(LoggedOp { token, bio, result: None });
+        }
         sim.submit(bio, token, self.stamp);
     }
 
@@ -223,7 +271,25 @@ impl RandomOps {
             _ => self.write_at_guess(Op::Write),
         };
         let bio = if bio.op == Op::Write && self.rng.random_bool(0.1) { bio.with_flags(BioFlags::FUA) } else { bio };
+        let bio = self.maybe_nounmap(bio);
+        self.maybe_switch_qd1(sim);
         self.submit(sim, bio, token);
+    }
+
+    /// WRITE_ZEROES asks for written zeroes (NOUNMAP) one time in two.
+    fn maybe_nounmap(&mut self, bio: Bio) -> Bio {
+        if bio.op == Op::WriteZeroes && self.rng.random_bool(0.5) { bio.with_flags(BioFlags::NOUNMAP) } else { bio }
+    }
+
+    /// With `switch_qd1`, one operation in 500 first writes `zoned_qd1_writes` (0
+    /// or 1) of every disk that plugs: the engine freezes, drains and switches
+    /// between per-zone plugging and the single issuer while BIOs keep coming.
+    fn maybe_switch_qd1(&mut self, sim: &mut Sim) {
+        if self.switch_qd1 && self.rng.random_range(0..500) == 0 {
+            let value = self.rng.random_range(0..=1);
+            sim.set_zoned_qd1_writes(value);
+            self.report.qd1_switches += 1;
+        }
     }
 
     /// A write at the guessed write pointer, sometimes long enough to cross into the
@@ -310,6 +376,7 @@ impl RandomOps {
             }
         };
         let bio = if bio.op == Op::Write && self.rng.random_bool(0.1) { bio.with_flags(BioFlags::FUA) } else { bio };
+        let bio = self.maybe_nounmap(bio);
         self.submit(sim, bio, token);
     }
 
@@ -334,6 +401,11 @@ impl Workload for RandomOps {
     fn on_complete(&mut self, sim: &mut Sim, c: SimCompletion) {
         self.inflight -= 1;
         self.writing.retain(|&(t, ..)| t != c.token);
+        if let Some(log) = &mut self.log {
+            if let Some(op) = log.iter_mut().rev().find(|o| o.token == c.token && o.result.is_none()) {
+                op.result = Some(c.result);
+            }
+        }
         let outcome = match c.result {
             Ok(_) => "ok".to_string(),
             Err(s) => format!("{s:?}"),

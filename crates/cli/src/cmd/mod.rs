@@ -13,4 +13,5 @@ pub mod sweep;
 pub mod sweep_split;
 pub mod sweep_zeroes;
 pub mod trace;
+pub mod vopr;
 pub mod zones;

@@ -138,6 +138,15 @@ impl Engine {
     }
 
     /// Completes a policy switch once the queue has drained.
+    /// Completes a policy switch if the queue is frozen and drained: after any input
+    /// that can end BIOs without a device completion (a zone report that refuses
+    /// held writes, an expired anticipation).
+    pub(crate) fn unfreeze_if_drained(&mut self) {
+        if self.q.freeze.is_some() {
+            self.maybe_unfreeze();
+        }
+    }
+
     pub(crate) fn maybe_unfreeze(&mut self) {
         if self.q.freeze.is_none() || !self.q.bios.is_empty() {
             return;

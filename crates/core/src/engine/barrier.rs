@@ -20,6 +20,10 @@ pub(crate) struct Barrier {
     pub waiting: VecDeque<FragId>,
     /// A RESET_ALL is on the device.
     pub out: bool,
+    /// RESET_ALLs submitted so far.
+    pub submitted: u64,
+    /// RESET_ALLs completed so far.
+    pub done: u64,
 }
 
 impl Barrier {
@@ -30,10 +34,20 @@ impl Barrier {
 }
 
 impl Queue {
-    /// Sends the oldest waiting RESET_ALL once nothing of any zone is out.
+    /// Sends the oldest waiting RESET_ALL once nothing of any zone is out and the
+    /// resets, finishes and appends submitted before it, which keep their place in
+    /// their plugs, have gone ahead of it: the device sees them in submission order.
     #[inline]
     pub(crate) fn try_barrier(&mut self) {
-        if self.barrier.waiting.is_empty() || self.barrier.out || self.plugs.ops_out > 0 || self.plugs.appends_out > 0 {
+        let out = self.plugs.ops_out > 0 || self.plugs.appends_out > 0;
+        let out = out && !crate::mutation::on(crate::mutation::Mutation::ResetAllNoWait);
+        let Some(&head) = self.barrier.waiting.front() else { return };
+        if self.barrier.out || out {
+            return;
+        }
+        let epoch = self.frags[head].ra_epoch;
+        let before = self.plugs.iter().any(|(_, plug)| plug.queue.iter().any(|&f| self.frags[f].ra_epoch <= epoch));
+        if before {
             return;
         }
         if let Some(f) = self.barrier.waiting.pop_front() {
@@ -61,6 +75,7 @@ impl Engine {
             self.q.maybe_release(p);
         }
         self.q.frags[f].state = FragState::Held;
+        self.q.barrier.submitted += 1;
         self.q.barrier.waiting.push_back(f);
         self.q.try_barrier();
     }
@@ -71,6 +86,7 @@ impl Engine {
         let q = &mut self.q;
         assert!(q.barrier.out, "RESET_ALL completion without a barrier out");
         q.barrier.out = false;
+        q.barrier.done += 1;
         for z in q.geo.nr_conv()..q.geo.nr_zones() {
             let z = ZoneNo(z);
             if failed {
@@ -85,11 +101,12 @@ impl Engine {
         }
         q.try_barrier();
         let plugs = q.plugs.ids();
-        if !q.barrier.active() {
-            for &p in &plugs {
+        // What was submitted between this RESET_ALL and the next may go now.
+        for &p in &plugs {
+            if !self.q.barrier.out {
                 self.q.maybe_request_report(p);
-                self.policy.plug_changed(&mut self.q, p);
             }
+            self.policy.plug_changed(&mut self.q, p);
         }
         for p in plugs {
             self.q.maybe_release(p);

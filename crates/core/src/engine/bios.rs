@@ -83,6 +83,9 @@ pub(crate) struct Frag {
     pub plug: Option<PlugId>,
     /// The BIO is a zone append: its completion reports the sector written.
     pub append: bool,
+    /// RESET_ALLs submitted before this fragment's BIO: it goes to the device after
+    /// every one of them, and before every later one.
+    pub ra_epoch: u64,
     /// Generation of the slot, checked when the request completes.
     generation: u32,
 }
@@ -162,6 +165,7 @@ impl FragTable {
             state: FragState::WaitTag,
             plug: None,
             append: op == Op::ZoneAppend,
+            ra_epoch: 0,
             generation: self.next_gen,
         });
         FragId(u32::try_from(idx).expect("more than 2^32 fragments in the engine"))

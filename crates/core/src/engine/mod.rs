@@ -354,6 +354,7 @@ impl Engine {
             self.policy.kick(&mut self.q);
             self.q.try_barrier();
         }
+        self.unfreeze_if_drained();
     }
 
     /// Something of plug `p` changed (an operation joined it or completed, its write

@@ -244,7 +244,11 @@ impl Queue {
     /// What to do with fragment `f` at the front of plug `p`.
     pub(crate) fn front(&self, p: PlugId, f: FragId) -> Front {
         let plug = &self.plugs[p];
-        if self.barrier.active() || plug.busy {
+        let busy = plug.busy
+            && !(self.frags[f].kind == Kind::ZoneWrite
+                && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased));
+        // Behind a RESET_ALL not done yet (one submitted before this operation).
+        if self.frags[f].ra_epoch > self.barrier.done || busy {
             return Front::Wait;
         }
         match self.frags[f].kind {
@@ -269,7 +273,7 @@ impl Queue {
             let plug = &self.plugs[p];
             // A busy plug waits whatever its front is: the common case, decided
             // before looking at the front.
-            if plug.busy {
+            if plug.busy && !crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased) {
                 return;
             }
             let Some(&f) = plug.queue.front() else { return };
@@ -333,8 +337,14 @@ impl Queue {
         if let Err(status) = check {
             return self.refuse(f, status);
         }
-        let at = self.geo.zone_start(z) + plug.wp_offset;
+        let mut at = self.geo.zone_start(z) + plug.wp_offset;
         let frag = &mut self.frags[f];
+        if frag.append
+            && crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly)
+            && frag.sector != self.geo.zone_start(z)
+        {
+            at = frag.sector;
+        }
         if frag.append {
             // Zone append emulation: a write at the write pointer; the completion
             // reports this sector.

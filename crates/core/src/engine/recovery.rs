@@ -97,12 +97,17 @@ impl Engine {
                     self.q.cond[z.idx()] = c;
                     if !self.q.plugs[p].in_use() {
                         self.q.plugs.remove(p);
+                        self.unfreeze_if_drained();
                         return;
                     }
                 }
             }
         }
         self.after_plug_change(p);
+        // The answer may have ended the last BIOs a frozen queue waited for (writes
+        // held for it, refused now): the freeze must not wait for a completion that
+        // will never come.
+        self.unfreeze_if_drained();
     }
 
     /// The driver could not report zone `z`: writes held for its write pointer fail
@@ -115,5 +120,6 @@ impl Engine {
             }
             self.after_plug_change(p);
         }
+        self.unfreeze_if_drained();
     }
 }

@@ -54,6 +54,10 @@ impl Engine {
             }
             Op::ZoneAppend => self.submit_append(b, &bio),
             op if op.has_range() => self.submit_ranged(b, &bio),
+            Op::Flush if crate::mutation::on(crate::mutation::Mutation::FlushAckEarly) => {
+                let f = self.q.new_frag(b, &bio, 0, 0, Kind::Free);
+                self.q.end_frag(f, Ok(bio.sector));
+            }
             _ => {
                 let f = self.q.new_frag(b, &bio, 0, 0, Kind::Free);
                 self.q.dispatch(f);
@@ -108,6 +112,12 @@ impl Engine {
                 return;
             }
             self.q.stats.emulated_appends += 1;
+            if crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly) {
+                let z = self.q.geo.zone_no(bio.sector);
+                if let Some(p) = self.q.plugs.get(z) {
+                    self.q.frags[f].sector = self.q.geo.zone_start(z) + self.q.plugs[p].wp_offset;
+                }
+            }
             self.plug_write(f);
             return;
         }
@@ -142,7 +152,9 @@ impl Engine {
                 return self.q.dispatch(f);
             }
         };
-        self.abort_queued_writes(p, Status::Aborted);
+        if !crate::mutation::on(crate::mutation::Mutation::ResetKeepsPlugged) {
+            self.abort_queued_writes(p, Status::Aborted);
+        }
         self.enqueue(p, f);
     }
 
@@ -192,7 +204,9 @@ impl Queue {
             flags = flags | BioFlags::NOUNMAP;
         }
         let sector = bio.sector + u64::from(bio_offset);
-        self.frags.insert(b, bio.op, kind, sector, nr_sectors, bio_offset, flags)
+        let f = self.frags.insert(b, bio.op, kind, sector, nr_sectors, bio_offset, flags);
+        self.frags[f].ra_epoch = self.barrier.submitted;
+        f
     }
 }
 

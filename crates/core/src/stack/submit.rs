@@ -403,6 +403,9 @@ impl Stack {
             Entry { sector: e.sector + u64::from(n), nr_sectors: e.nr_sectors - n, top_offset: e.top_offset + n, ..e };
         self.tops[e.top].acct.add_piece();
         match self.cfg.split_order {
+            SplitOrder::Head if crate::mutation::on(crate::mutation::Mutation::SplitRemainderTail) => {
+                self.list.push_back(rest)
+            }
             SplitOrder::Head => self.list.push_front(rest),
             SplitOrder::Tail => self.list.push_back(rest),
         }

@@ -105,7 +105,10 @@ impl<C: Choice> Policy for SingleIssuer<C> {
     /// of the list; a plug leaves the list once drained (or blocked, until what
     /// blocks it lists it again).
     fn kick(&mut self, q: &mut Queue) {
-        while q.plugs.ops_out == 0 && !q.barrier.active() && !self.list.is_empty() {
+        // A plug whose front waits behind a RESET_ALL leaves the list (it is listed
+        // again when the RESET_ALL completes); what was submitted before a waiting
+        // RESET_ALL goes ahead of it.
+        while q.plugs.ops_out == 0 && !q.barrier.out && !self.list.is_empty() {
             match self.choice.gate(q, &mut self.list) {
                 Gate::Stop => break,
                 Gate::Continue => self.in_service = true,

@@ -1,0 +1,213 @@
+//! `zblk vopr`: seeded, fault-injected simulation runs checked by the reference
+//! model (docs/vopr.md). One line per failing seed, a summary line at the end; a
+//! failing `--seed` replay prints the shrunk trace of the operations that matter.
+
+use crate::{CliError, parse};
+use clap::Args;
+use std::io::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use zblk_core::mutation::Mutation;
+use zblk_sim::vopr::{self, SeedRun};
+
+/// Runs random simulated devices and stacks (every issue policy, rotational and
+/// not, zoned_qd1_writes switched at run time, native and emulated zone append,
+/// WRITE_ZEROES with and without unmap, zone management with RESET_ALL,
+/// conventional zones, striped and linear stacks) with faults drawn from each seed
+/// (failed and partial writes, read errors, zones turning READONLY or OFFLINE,
+/// lost and timed-out completions, random completion order), every completion
+/// checked against a reference model of the kernel's zoned block layer and
+/// null_blk. Simulated devices only: nothing here measures real hardware.
+#[derive(Args, Debug)]
+#[command(after_long_help = "Examples:\n  zblk vopr --seeds 200\n  zblk vopr --time 10m --json\n  \
+zblk vopr --seed 1234            # replay one seed; on failure, its shrunk trace")]
+pub struct VoprArgs {
+    /// Seeds to run, from --first-seed on (default 100 unless --time or --seed).
+    #[arg(long, conflicts_with = "seed")]
+    pub seeds: Option<u64>,
+    /// Run seeds until this much wall time has passed (e.g. 90s, 10m, 1h).
+    #[arg(long, value_parser = parse::duration_ns, conflicts_with = "seed")]
+    pub time: Option<u64>,
+    /// Replay this one seed exactly; on failure print its shrunk trace.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// First seed of a run of seeds.
+    #[arg(long, default_value_t = 1)]
+    pub first_seed: u64,
+    /// Operations per seed (a stack runs half as many).
+    #[arg(long, default_value_t = vopr::DEFAULT_OPS, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub ops: u64,
+    /// Worker threads (default: the available parallelism).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub jobs: Option<u64>,
+    /// Plant a deliberate bug (builds with the `mutations` feature only): see
+    /// docs/vopr.md for the list.
+    #[arg(long)]
+    pub mutation: Option<String>,
+    /// Print the summary (and failures) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The summary of a run.
+#[derive(Debug, Default, serde::Serialize)]
+struct Summary {
+    seeds: u64,
+    operations: u64,
+    faults_injected: u64,
+    checks: u64,
+    violations: u64,
+    failures: Vec<SeedRun>,
+    /// Seeds that covered each feature.
+    coverage: std::collections::BTreeMap<String, u64>,
+    wall_seconds: f64,
+    simulated: bool,
+}
+
+fn replay_command(r: &SeedRun, ops: u64, mutation: Option<&str>) -> String {
+    let m = mutation.map(|m| format!(" --mutation {m}")).unwrap_or_default();
+    format!("zblk vopr --seed {} --ops {ops}{m}", r.seed)
+}
+
+/// Runs `zblk vopr`.
+pub fn run(a: &VoprArgs) -> Result<(), CliError> {
+    let mutation = match &a.mutation {
+        None => None,
+        Some(name) => {
+            let m = Mutation::parse(name).ok_or_else(|| {
+                let all: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
+                CliError(format!("unknown mutation '{name}' (one of: {})", all.join(", ")))
+            })?;
+            if !zblk_core::mutation::AVAILABLE {
+                return Err(CliError(
+                    "this zblk was built without the `mutations` feature: cargo build --release --features zblk-cli/mutations"
+                        .into(),
+                ));
+            }
+            Some(m)
+        }
+    };
+    if let Some(seed) = a.seed {
+        return replay(seed, a.ops, mutation, a.mutation.as_deref(), a.json);
+    }
+    let limit = match (a.seeds, a.time) {
+        (Some(0), _) => return Err(CliError("--seeds must be at least 1".into())),
+        (Some(n), _) => Some(n),
+        (None, Some(_)) => None,
+        (None, None) => Some(100),
+    };
+    let deadline = a.time.map(|ns| Instant::now() + Duration::from_nanos(ns));
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let next = AtomicU64::new(0);
+    let summary = Mutex::new(Summary { simulated: true, ..Summary::default() });
+    let started = Instant::now();
+    let out = Mutex::new(std::io::stdout());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if limit.is_some_and(|n| i >= n) {
+                        break;
+                    }
+                    let Some(seed) = a.first_seed.checked_add(i) else { break };
+                    let r = vopr::run_seed(seed, a.ops, mutation);
+                    if let Some(v) = &r.violation {
+                        if !a.json {
+                            let line = format!(
+                                "FAIL seed {} ({}, {} ops): {}\n  replay: {}",
+                                r.seed,
+                                r.kind,
+                                r.ops,
+                                v.lines().next().unwrap_or(""),
+                                replay_command(&r, a.ops, a.mutation.as_deref())
+                            );
+                            let mut o = out.lock().expect("stdout lock");
+                            let _ = writeln!(o, "{line}");
+                        }
+                    }
+                    let mut sum = summary.lock().expect("summary lock");
+                    sum.seeds += 1;
+                    sum.operations += r.ops;
+                    sum.faults_injected += r.faults;
+                    sum.checks += r.checks;
+                    for c in &r.coverage {
+                        *sum.coverage.entry(c.clone()).or_insert(0) += 1;
+                    }
+                    if r.violation.is_some() {
+                        sum.violations += 1;
+                        sum.failures.push(r);
+                    }
+                }
+            });
+        }
+    });
+    let mut sum = summary.into_inner().expect("summary lock");
+    sum.wall_seconds = started.elapsed().as_secs_f64();
+    sum.failures.sort_by_key(|r| r.seed);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&sum).map_err(CliError::msg)?);
+    } else {
+        let m = a.mutation.as_deref().map(|m| format!(", mutation {m}")).unwrap_or_default();
+        println!(
+            "vopr (simulated devices{m}): {} seeds, {} operations, {} faults injected, {} checks, {} violations, {:.1} s",
+            sum.seeds, sum.operations, sum.faults_injected, sum.checks, sum.violations, sum.wall_seconds
+        );
+    }
+    if sum.violations > 0 {
+        return Err(CliError(format!("{} of {} seeds found violations", sum.violations, sum.seeds)));
+    }
+    Ok(())
+}
+
+/// `--seed S`: one seed; on failure, its shrunk trace.
+fn replay(seed: u64, ops: u64, mutation: Option<Mutation>, name: Option<&str>, json: bool) -> Result<(), CliError> {
+    let r = vopr::run_seed(seed, ops, mutation);
+    let Some(v) = r.violation.clone() else {
+        if json {
+            println!("{}", serde_json::to_string_pretty(&r).map_err(CliError::msg)?);
+        } else {
+            println!(
+                "vopr (simulated devices): seed {seed} ({}): {} operations, {} faults injected, {} checks, 0 violations",
+                r.kind, r.ops, r.faults, r.checks
+            );
+        }
+        return Ok(());
+    };
+    let shrunk = vopr::shrink(seed, ops, mutation);
+    let (sr, log, geo) = vopr::run_seed_logged(seed, shrunk, mutation, true);
+    let shown = sr.violation.clone().unwrap_or(v);
+    let trace = vopr::trace(&log, &geo, &shown, 40);
+    if json {
+        #[derive(serde::Serialize)]
+        struct Failure<'a> {
+            run: &'a SeedRun,
+            shrunk_ops: u64,
+            shrunk_violation: &'a str,
+            trace: &'a [String],
+            replay: String,
+        }
+        let f = Failure {
+            run: &r,
+            shrunk_ops: shrunk,
+            shrunk_violation: &shown,
+            trace: &trace,
+            replay: replay_command(&r, shrunk, name),
+        };
+        println!("{}", serde_json::to_string_pretty(&f).map_err(CliError::msg)?);
+    } else {
+        println!("FAIL seed {seed} ({}, {} ops): {}", r.kind, r.ops, r.violation.as_deref().unwrap_or(""));
+        println!("shrunk: the first {shrunk} operations of the seed fail too: {shown}");
+        println!("replay: {}", replay_command(&r, shrunk, name));
+        println!("operations on the zones it names, and RESET_ALLs and flushes (the last {}):", trace.len());
+        for line in &trace {
+            println!("  {line}");
+        }
+        println!("(ZBLK_SIM_TRACE=1 prints every action of the replay to stderr)");
+    }
+    Err(CliError(format!("seed {seed}: violation")))
+}

@@ -1,0 +1,76 @@
+//! `zblk vopr` as a user runs it: a run of seeds and its summary, JSON, replay of a
+//! seed, the mutation check from the command line, and bad arguments.
+
+mod common;
+
+use common::{stderr, stdout, zblk};
+
+#[test]
+fn two_hundred_seeds_pass_and_print_the_summary() {
+    let o = zblk(&["vopr", "--seeds", "200"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    let last = out.lines().last().unwrap_or("");
+    assert!(last.starts_with("vopr (simulated devices): 200 seeds, "), "{out}");
+    assert!(last.contains(" faults injected, ") && last.contains(" 0 violations"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn json_summary_and_replay() {
+    let o = zblk(&["vopr", "--seeds", "8", "--first-seed", "40", "--json", "--jobs", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v["seeds"], 8);
+    assert_eq!(v["violations"], 0);
+    assert_eq!(v["simulated"], true);
+    assert!(v["operations"].as_u64().is_some_and(|n| n > 1000), "{v}");
+    assert!(v["coverage"]["op: WRITE"].as_u64().is_some_and(|n| n > 0), "{v}");
+    // One seed replays exactly: the same counts twice.
+    let a = zblk(&["vopr", "--seed", "43"]);
+    let b = zblk(&["vopr", "--seed", "43"]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert_eq!(stdout(&a), stdout(&b));
+    assert!(stdout(&a).contains("seed 43 (stack)"), "{}", stdout(&a));
+}
+
+#[test]
+fn a_planted_bug_fails_with_the_seed_replay_and_shrunk_trace() {
+    if !zblk_core::mutation::AVAILABLE {
+        println!(
+            "SKIPPED a_planted_bug_fails_with_the_seed_replay_and_shrunk_trace: needs --features zblk-cli/mutations (scripts/test builds with it)"
+        );
+        return;
+    }
+    let o = zblk(&["vopr", "--seeds", "3", "--mutation", "flush-ack-early"]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("FAIL seed 1 ("), "{out}");
+    assert!(out.contains("replay: zblk vopr --seed 1 --ops 1000 --mutation flush-ack-early"), "{out}");
+    assert!(out.contains("3 violations"), "{out}");
+    assert!(stderr(&o).contains("3 of 3 seeds found violations"), "{}", stderr(&o));
+    let o = zblk(&["vopr", "--seed", "1", "--mutation", "flush-ack-early"]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("acknowledged without a flush reaching the device"), "{out}");
+    assert!(out.contains("shrunk: the first "), "{out}");
+    assert!(out.lines().any(|l| l.contains("FLUSH")), "{out}");
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    for (args, want) in [
+        (&["vopr", "--seeds", "0"][..], "--seeds must be at least 1"),
+        (&["vopr", "--mutation", "nope"][..], "unknown mutation 'nope'"),
+        (&["vopr", "--time", "soon"][..], "invalid duration"),
+        (&["vopr", "--ops", "0"][..], "0 is not in 1..=10000000"),
+        (&["vopr", "--seeds", "-3"][..], "unexpected argument"),
+        (&["vopr", "--seed", "1", "--seeds", "2"][..], "cannot be used with"),
+        (&["vopr", "--jobs", "0"][..], "0 is not in 1..=1024"),
+    ] {
+        let o = zblk(args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -1,0 +1,91 @@
+//! Deliberate bugs for the mutation check of `zblk vopr` (docs/vopr.md): each is a
+//! known way to get zone write plugging wrong, planted behind a switch so that the
+//! simulator's checks can be shown to catch it.
+//!
+//! Without the `mutations` feature, [`on`] is a constant `false` and every planted
+//! bug compiles away. With it, the active mutation is a per-thread setting (tests
+//! and `zblk vopr` run seeds on several threads at once), off unless [`set`] says.
+
+/// A planted bug. See docs/vopr.md for what each breaks and how it is caught.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Mutation {
+    /// A plug releases its next write while the previous one is still on the device.
+    TwoWritesReleased,
+    /// An emulated zone append takes its sector when it enters the plug, before the
+    /// writes ahead of it have moved the plug's `wp_offset`.
+    AppendSectorEarly,
+    /// The device's active-zone limit lets one zone too many become active.
+    ActiveLimitOffByOne,
+    /// RESET and FINISH leave the writes waiting in the plug queued ahead of them.
+    ResetKeepsPlugged,
+    /// The device's implicit close takes the last implicitly open zone in zone
+    /// order instead of null_blk's round-robin choice.
+    ImplicitCloseWrongZone,
+    /// A stacked device puts split remainders at the tail of the submission list.
+    SplitRemainderTail,
+    /// FLUSH is acknowledged at once, without reaching the device.
+    FlushAckEarly,
+    /// RESET_ALL goes to the device without waiting for the zone writes out.
+    ResetAllNoWait,
+}
+
+impl Mutation {
+    /// Every mutation.
+    pub const ALL: [Mutation; 8] = [
+        Mutation::TwoWritesReleased,
+        Mutation::AppendSectorEarly,
+        Mutation::ActiveLimitOffByOne,
+        Mutation::ResetKeepsPlugged,
+        Mutation::ImplicitCloseWrongZone,
+        Mutation::SplitRemainderTail,
+        Mutation::FlushAckEarly,
+        Mutation::ResetAllNoWait,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::TwoWritesReleased => "two-writes-released",
+            Mutation::AppendSectorEarly => "append-sector-early",
+            Mutation::ActiveLimitOffByOne => "active-limit-off-by-one",
+            Mutation::ResetKeepsPlugged => "reset-keeps-plugged",
+            Mutation::ImplicitCloseWrongZone => "implicit-close-wrong-zone",
+            Mutation::SplitRemainderTail => "split-remainder-tail",
+            Mutation::FlushAckEarly => "flush-ack-early",
+            Mutation::ResetAllNoWait => "reset-all-no-wait",
+        }
+    }
+
+    /// The mutation named `name`.
+    pub fn parse(name: &str) -> Option<Mutation> {
+        Mutation::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+#[cfg(feature = "mutations")]
+thread_local! {
+    static ACTIVE: std::cell::Cell<Option<Mutation>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the planted bug `m` is active on this thread.
+#[cfg(feature = "mutations")]
+#[inline]
+pub fn on(m: Mutation) -> bool {
+    ACTIVE.with(|a| a.get() == Some(m))
+}
+
+/// Whether the planted bug `m` is active: never, without the `mutations` feature.
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub const fn on(_m: Mutation) -> bool {
+    false
+}
+
+/// Activates `m` (or none) on this thread.
+#[cfg(feature = "mutations")]
+pub fn set(m: Option<Mutation>) {
+    ACTIVE.with(|a| a.set(m));
+}
+
+/// Whether this build can plant bugs (the `mutations` feature).
+pub const AVAILABLE: bool = cfg!(feature = "mutations");

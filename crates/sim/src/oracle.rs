@@ -1,0 +1,806 @@
+//! The reference model (the oracle) of `zblk vopr`: what the kernel's zoned block
+//! layer and a null_blk-like device answer to each operation, written apart from
+//! `ZoneSet` and the engine, as plainly as possible (zone conditions as an enum,
+//! counts recounted by scanning, no caches). docs/vopr.md lists its rules beside
+//! the kernel's.
+//!
+//! Two halves:
+//!
+//! - [`DeviceOracle`]: one disk, fed every request in the order the disk executes
+//!   it. It answers with the outcome null_blk gives (`drivers/block/null_blk/zoned.c`:
+//!   implicit open, implicit close of an implicitly open zone round-robin from
+//!   `imp_close_zone_no`, EOVERFLOW for the active limit, ETOOMANYREFS for the open
+//!   limit, EIO for a write off the write pointer, past the capacity, to a FULL,
+//!   READONLY or OFFLINE zone). The simulator compares every completion's errno and
+//!   every zone's condition and write pointer with it: a wrong refusal is caught
+//!   as surely as a wrong acceptance.
+//! - [`HostOracle`]: the top device as its user sees it, fed every BIO in
+//!   submission order. It predicts each zone's write pointer as the writes, resets
+//!   and finishes submitted so far leave it (the order zone write plugging keeps),
+//!   and says at each completion whether the host's answer is right: a valid BIO
+//!   refused by the host (never sent to the device) is a violation unless something
+//!   excuses it (a device error, a fault, a reset or finish racing with it, a write
+//!   pointer the host cannot know); an invalid one accepted is a violation; a write
+//!   off the predicted write pointer that succeeds is a violation; an emulated
+//!   append must land at the predicted sector; a write waiting in its plug when a
+//!   reset or finish of its zone arrives must fail; a FLUSH must reach the device.
+
+use zblk_core::bio::{Bio, Op, Request, Status};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::{Sector, ZoneNo};
+use zblk_core::zone::{ZoneCond, ZoneInfo};
+
+/// Linux errno values the model speaks in.
+pub mod errno {
+    /// I/O error (BLK_STS_IOERR and every zone write error).
+    pub const EIO: i32 = 5;
+    /// Invalid request.
+    pub const EINVAL: i32 = 22;
+    /// Active-zone limit (BLK_STS_ZONE_ACTIVE_RESOURCE).
+    pub const EOVERFLOW: i32 = 75;
+    /// Operation not supported.
+    pub const EOPNOTSUPP: i32 = 95;
+    /// Open-zone limit (BLK_STS_ZONE_OPEN_RESOURCE).
+    pub const ETOOMANYREFS: i32 = 109;
+}
+use errno::*;
+
+/// A zone's condition in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cond {
+    /// Conventional zone.
+    NotWp,
+    /// Nothing written.
+    Empty,
+    /// Opened by a write.
+    ImpOpen,
+    /// Opened by ZONE_OPEN.
+    ExpOpen,
+    /// Written, not open.
+    Closed,
+    /// Write pointer at the capacity (or finished).
+    Full,
+    /// Failed: readable, not writable.
+    ReadOnly,
+    /// Failed: no I/O.
+    Offline,
+}
+
+impl Cond {
+    fn of(c: ZoneCond) -> Cond {
+        match c {
+            ZoneCond::NotWp => Cond::NotWp,
+            ZoneCond::Empty => Cond::Empty,
+            ZoneCond::ImpOpen => Cond::ImpOpen,
+            ZoneCond::ExpOpen => Cond::ExpOpen,
+            ZoneCond::Closed => Cond::Closed,
+            ZoneCond::Full => Cond::Full,
+            ZoneCond::ReadOnly => Cond::ReadOnly,
+            ZoneCond::Offline => Cond::Offline,
+        }
+    }
+}
+
+/// One zone of the model.
+#[derive(Clone, Copy, Debug)]
+struct Zone {
+    start: u64,
+    len: u64,
+    cap: u64,
+    cond: Cond,
+    /// Absolute write pointer.
+    wp: u64,
+}
+
+/// The device-side reference model of one disk. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct DeviceOracle {
+    zoned: bool,
+    nr_sectors: u64,
+    lbs: u64,
+    zone_sectors: u64,
+    nr_conv: usize,
+    max_open: usize,
+    max_active: usize,
+    max_append: u64,
+    max_write_zeroes: u64,
+    zones: Vec<Zone>,
+    /// null_blk's `imp_close_zone_no`: where the search for an implicitly open
+    /// zone to close starts.
+    imp_close_next: usize,
+}
+
+impl DeviceOracle {
+    /// The model of a fresh device of geometry `geo`.
+    pub fn new(geo: &Geometry) -> DeviceOracle {
+        let zones = if geo.is_zoned() {
+            (0..geo.nr_zones())
+                .map(|z| {
+                    let z = ZoneNo(z);
+                    let start = geo.zone_start(z).0;
+                    let cond = if geo.zone_is_conv(z) { Cond::NotWp } else { Cond::Empty };
+                    Zone { start, len: geo.zone_len(z), cap: geo.zone_capacity(z), cond, wp: start }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        DeviceOracle {
+            zoned: geo.is_zoned(),
+            nr_sectors: geo.nr_sectors(),
+            lbs: u64::from(geo.lbs_sectors()),
+            zone_sectors: if geo.is_zoned() { geo.zone_sectors() } else { 0 },
+            nr_conv: geo.nr_conv() as usize,
+            max_open: geo.max_open() as usize,
+            max_active: geo.max_active() as usize,
+            max_append: u64::from(geo.max_append_sectors()),
+            max_write_zeroes: u64::from(geo.max_write_zeroes_sectors()),
+            zones,
+            imp_close_next: geo.nr_conv() as usize,
+        }
+    }
+
+    fn zone_of(&self, sector: u64) -> usize {
+        (sector / self.zone_sectors) as usize
+    }
+
+    fn count(&self, conds: &[Cond]) -> usize {
+        self.zones.iter().filter(|z| conds.contains(&z.cond)).count()
+    }
+
+    fn nr_open(&self) -> usize {
+        self.count(&[Cond::ImpOpen, Cond::ExpOpen])
+    }
+
+    fn nr_active(&self) -> usize {
+        self.count(&[Cond::ImpOpen, Cond::ExpOpen, Cond::Closed])
+    }
+
+    /// null_blk's `null_check_active()`.
+    fn check_active(&self) -> Result<(), i32> {
+        if self.max_active == 0 || self.nr_active() < self.max_active { Ok(()) } else { Err(EOVERFLOW) }
+    }
+
+    /// null_blk's `null_check_open()`: when the open limit is reached, close an
+    /// implicitly open zone if there is one and the active limit allows it.
+    fn check_open(&mut self) -> Result<(), i32> {
+        if self.max_open == 0 || self.nr_open() < self.max_open {
+            return Ok(());
+        }
+        if self.count(&[Cond::ImpOpen]) > 0 && self.check_active().is_ok() {
+            self.close_imp_open_zone();
+            return Ok(());
+        }
+        Err(ETOOMANYREFS)
+    }
+
+    /// null_blk's `null_close_imp_open_zone()`: the first implicitly open zone
+    /// from `imp_close_zone_no` on, wrapping over the sequential zones.
+    fn close_imp_open_zone(&mut self) {
+        let n = self.zones.len();
+        let mut z = self.imp_close_next;
+        for _ in self.nr_conv..n {
+            if z >= n {
+                z = self.nr_conv;
+            }
+            let this = z;
+            z += 1;
+            if self.zones[this].cond == Cond::ImpOpen {
+                self.close(this);
+                self.imp_close_next = z;
+                return;
+            }
+        }
+        unreachable!("no implicitly open zone to close");
+    }
+
+    /// null_blk's `null_check_zone_resources()` for an EMPTY or CLOSED zone.
+    fn check_resources(&mut self, z: usize) -> Result<(), i32> {
+        if self.zones[z].cond == Cond::Empty {
+            self.check_active()?;
+        }
+        self.check_open()
+    }
+
+    /// An open zone closes: CLOSED, or EMPTY if nothing was written.
+    fn close(&mut self, z: usize) {
+        let zone = &mut self.zones[z];
+        zone.cond = if zone.wp == zone.start { Cond::Empty } else { Cond::Closed };
+    }
+
+    fn range_ok(&self, sector: u64, n: u64) -> bool {
+        sector.checked_add(n).is_some_and(|e| e <= self.nr_sectors) && sector % self.lbs == 0 && n % self.lbs == 0
+    }
+
+    /// A fault turns zone `z` READONLY or OFFLINE.
+    pub fn fail_zone(&mut self, z: ZoneNo, cond: ZoneCond) {
+        self.zones[z.idx()].cond = Cond::of(cond);
+    }
+
+    /// Zone `z`'s condition and write pointer offset.
+    pub fn zone(&self, z: ZoneNo) -> (Cond, u64) {
+        let zone = &self.zones[z.idx()];
+        (zone.cond, zone.wp - zone.start)
+    }
+
+    /// The outcome of `req`, executed now: the sector it executed at, or the errno;
+    /// the model's state moves as the device's must.
+    pub fn execute(&mut self, req: &Request) -> Result<u64, i32> {
+        let (s, n) = (req.sector.0, u64::from(req.nr_sectors));
+        match req.op {
+            Op::Flush => Ok(s),
+            Op::Read => {
+                if !self.range_ok(s, n) || n == 0 {
+                    return Err(EINVAL);
+                }
+                if self.zoned
+                    && (s..s + n).step_by(self.lbs as usize).any(|x| self.zones[self.zone_of(x)].cond == Cond::Offline)
+                {
+                    return Err(EIO);
+                }
+                Ok(s)
+            }
+            Op::Discard => {
+                if !self.range_ok(s, n) || n == 0 {
+                    return Err(EINVAL);
+                }
+                if self.zoned && self.zones[self.zone_of(s + n - 1)].cond != Cond::NotWp {
+                    return Err(EINVAL);
+                }
+                Ok(s)
+            }
+            Op::Write | Op::ZoneAppend | Op::WriteZeroes => self.write(req.op, s, n),
+            Op::ZoneResetAll => {
+                if !self.zoned {
+                    return Err(EOPNOTSUPP);
+                }
+                for zone in &mut self.zones {
+                    if matches!(zone.cond, Cond::ImpOpen | Cond::ExpOpen | Cond::Closed | Cond::Full) {
+                        zone.cond = Cond::Empty;
+                        zone.wp = zone.start;
+                    }
+                }
+                Ok(s)
+            }
+            op => self.zone_mgmt(op, s).map(|()| s),
+        }
+    }
+
+    fn write(&mut self, op: Op, s: u64, n: u64) -> Result<u64, i32> {
+        if op == Op::WriteZeroes {
+            if self.max_write_zeroes == 0 {
+                return Err(EOPNOTSUPP);
+            }
+            if n > self.max_write_zeroes {
+                return Err(EINVAL);
+            }
+        }
+        if !self.range_ok(s, n) {
+            return Err(EINVAL);
+        }
+        if op == Op::ZoneAppend {
+            if self.max_append == 0 {
+                return Err(EOPNOTSUPP);
+            }
+            if n > self.max_append {
+                return Err(EINVAL);
+            }
+        }
+        if n == 0 {
+            return Err(EINVAL);
+        }
+        if !self.zoned {
+            return Ok(s);
+        }
+        let z = self.zone_of(s);
+        let zone = self.zones[z];
+        if zone.cond == Cond::NotWp {
+            // Random writes within the zone; an append needs a write pointer.
+            return if op == Op::ZoneAppend || s + n > zone.start + zone.len { Err(EINVAL) } else { Ok(s) };
+        }
+        if matches!(zone.cond, Cond::Full | Cond::ReadOnly | Cond::Offline) {
+            return Err(EIO);
+        }
+        let at = if op == Op::ZoneAppend {
+            if s != zone.start {
+                return Err(EINVAL);
+            }
+            zone.wp
+        } else {
+            s
+        };
+        if at != zone.wp || at + n > zone.start + zone.cap {
+            return Err(EIO);
+        }
+        if matches!(zone.cond, Cond::Empty | Cond::Closed) {
+            self.check_resources(z)?;
+            self.zones[z].cond = Cond::ImpOpen;
+        }
+        let zone = &mut self.zones[z];
+        zone.wp = at + n;
+        if zone.wp == zone.start + zone.cap {
+            zone.cond = Cond::Full;
+        }
+        Ok(at)
+    }
+
+    fn zone_mgmt(&mut self, op: Op, s: u64) -> Result<(), i32> {
+        if !self.zoned {
+            return Err(EOPNOTSUPP);
+        }
+        if s >= self.nr_sectors || s % self.zone_sectors != 0 {
+            return Err(EINVAL);
+        }
+        let z = self.zone_of(s);
+        match self.zones[z].cond {
+            Cond::NotWp => return Err(EINVAL),
+            Cond::ReadOnly | Cond::Offline => return Err(EIO),
+            _ => {}
+        }
+        let cond = self.zones[z].cond;
+        match op {
+            Op::ZoneReset => {
+                let zone = &mut self.zones[z];
+                zone.cond = Cond::Empty;
+                zone.wp = zone.start;
+            }
+            Op::ZoneOpen => match cond {
+                Cond::ExpOpen => {}
+                Cond::ImpOpen => self.zones[z].cond = Cond::ExpOpen,
+                Cond::Empty | Cond::Closed => {
+                    self.check_resources(z)?;
+                    self.zones[z].cond = Cond::ExpOpen;
+                }
+                _ => return Err(EIO),
+            },
+            Op::ZoneClose => match cond {
+                Cond::Closed => {}
+                Cond::ImpOpen | Cond::ExpOpen => self.close(z),
+                _ => return Err(EIO),
+            },
+            Op::ZoneFinish => {
+                match cond {
+                    Cond::Full => return Ok(()),
+                    Cond::Empty | Cond::Closed => self.check_resources(z)?,
+                    _ => {}
+                }
+                let zone = &mut self.zones[z];
+                zone.cond = Cond::Full;
+                zone.wp = zone.start + zone.len;
+            }
+            _ => unreachable!("{op:?} is not a zone management operation"),
+        }
+        Ok(())
+    }
+
+    /// Compares the device's zones with the model; returns the first difference.
+    pub fn compare(&self, zones: &[ZoneInfo]) -> Result<(), String> {
+        for (z, (m, d)) in self.zones.iter().zip(zones).enumerate() {
+            let dc = Cond::of(d.cond);
+            // A failed zone's write pointer means nothing.
+            let wp_matters = !matches!(m.cond, Cond::ReadOnly | Cond::Offline | Cond::NotWp);
+            if dc != m.cond || (wp_matters && d.wp.0 != m.wp) {
+                return Err(format!(
+                    "zone {z}: the device has it {dc:?} with write pointer {}, the model {:?} at {}",
+                    d.wp.0, m.cond, m.wp
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The errno a user sees for a status (a success is 0).
+pub fn errno_of(r: Result<Sector, Status>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(s) => s.errno(),
+    }
+}
+
+/// What the host-side model knows of one zone of the top device.
+#[derive(Clone, Copy, Debug, Default)]
+struct HostZone {
+    /// The write pointer the BIOs submitted so far leave, offset in the zone.
+    sub_wp: u64,
+    /// `sub_wp` is exact: nothing since the last quiet moment could have moved the
+    /// write pointer where the model cannot follow.
+    certain: bool,
+    /// A fault made (part of) the zone READONLY or OFFLINE.
+    failed: bool,
+    /// BIOs touching the zone in flight.
+    inflight: u32,
+    /// Bumped at everything that can change the outcome of a BIO in flight (a
+    /// device error, a fault, a reset, a finish, a native append).
+    epoch: u64,
+    /// The kernel's recovery: after a write error the host refuses writes until
+    /// the user reports the zone.
+    need_report: bool,
+    /// A RESET, FINISH or RESET_ALL of the zone, submitted after the last
+    /// disturbance, succeeded: its write pointer is known again once nothing is in
+    /// flight.
+    wp_set: bool,
+    /// Disturbances so far.
+    disturbs: u64,
+}
+
+/// What the host-side model recorded of one BIO at its submission.
+#[derive(Clone, Debug, Default)]
+pub struct HostBio {
+    /// The BIO as submitted.
+    pub bio: Option<Bio>,
+    valid: bool,
+    /// Zones it touches (a RESET_ALL: every one).
+    zones: Vec<u32>,
+    gen_sum: u64,
+    /// For a zone write: whether it should succeed (`None`: the model cannot say).
+    pred_ok: Option<bool>,
+    /// For an emulated append: the sector it should land at.
+    pred_at: Option<u64>,
+    /// The predicted write pointers (offsets) of its zones at its submission.
+    pred_wps: Vec<u64>,
+    /// The disturbances of its zones at its submission.
+    disturbs: Vec<u64>,
+    /// A request of it failed on a device (or timed out).
+    pub dev_err: bool,
+    /// A request of it was issued to a device.
+    pub issued: bool,
+    /// A FLUSH request of it executed on a device.
+    pub flush_executed: bool,
+    /// A RESET, FINISH or RESET_ALL arrived while it waited in its plug: it must fail.
+    must_fail: Option<&'static str>,
+}
+
+impl HostBio {
+    /// What the model predicted at submission, for traces: (valid, zones, their
+    /// write pointers, success).
+    pub fn prediction(&self) -> (bool, &[u32], &[u64], Option<bool>) {
+        (self.valid, &self.zones, &self.pred_wps, self.pred_ok)
+    }
+}
+
+/// How the host-side model must judge a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostRules {
+    /// Every disk's engine plugs zone writes and split remainders go at the head:
+    /// each zone's writes reach the device in submission order.
+    pub ordered: bool,
+    /// Some disk's engine leaves write pointer recovery to the user.
+    pub kernel_recovery: bool,
+    /// Some disk's engine cannot emulate zone append (no plugging): an append may
+    /// be refused with EOPNOTSUPP.
+    pub append_may_be_unsupported: bool,
+    /// A write BIO of at most this many sectors within one zone reaches the device
+    /// in one piece (never split); with `piece_aligned`, only if it does not cross
+    /// a multiple of it either (a stack splits at chunk boundaries).
+    pub piece_sectors: u64,
+    /// See `piece_sectors`.
+    pub piece_aligned: bool,
+    /// As `piece_sectors`, for WRITE_ZEROES (split at its own limit).
+    pub wz_piece_sectors: u64,
+    /// A zone report of the top device tells where the next write goes: each of its
+    /// zones is one zone of one disk. Not so on a striped device, whose zone is made
+    /// of a zone of each member: after a piece failed on one member, the members'
+    /// write pointers no longer make one write pointer, and only a reset or finish
+    /// of the zone makes it writable as a whole again.
+    pub report_is_wp: bool,
+}
+
+/// The host-side model of the top device. See the module documentation.
+#[derive(Debug)]
+pub struct HostOracle {
+    geo: Geometry,
+    rules: HostRules,
+    zones: Vec<HostZone>,
+    /// Checks made.
+    pub checks: u64,
+}
+
+impl HostOracle {
+    /// The model of a fresh top device.
+    pub fn new(geo: &Geometry, rules: HostRules) -> HostOracle {
+        let n = if geo.is_zoned() { geo.nr_zones() as usize } else { 0 };
+        let zones = vec![HostZone { certain: true, ..HostZone::default() }; n];
+        HostOracle { geo: geo.clone(), rules, zones, checks: 0 }
+    }
+
+    /// Whether `bio` is valid, by the block layer's rules (`submit_bio_noacct()`,
+    /// `blk_check_zone_append()`), from the geometry alone.
+    pub fn valid(&self, bio: &Bio) -> bool {
+        let g = &self.geo;
+        let (s, n) = (bio.sector.0, u64::from(bio.nr_sectors));
+        let lbs = u64::from(g.lbs_sectors());
+        let in_range = s.checked_add(n).is_some_and(|e| e <= g.nr_sectors()) && s % lbs == 0 && n % lbs == 0;
+        let seq_zone_start = |s: u64| {
+            g.is_zoned() && s < g.nr_sectors() && s % g.zone_sectors() == 0 && !g.zone_is_conv(g.zone_no(Sector(s)))
+        };
+        match bio.op {
+            Op::Flush => n == 0,
+            Op::ZoneResetAll => g.is_zoned() && n == 0,
+            Op::ZoneReset | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish => n == 0 && seq_zone_start(s),
+            Op::Read | Op::Write => n > 0 && in_range,
+            Op::WriteZeroes => n > 0 && in_range && g.max_write_zeroes_sectors() > 0,
+            Op::Discard => n > 0 && in_range && (!g.is_zoned() || g.zone_is_conv(g.zone_no(Sector(s + n - 1)))),
+            Op::ZoneAppend => {
+                n > 0
+                    && in_range
+                    && seq_zone_start(s)
+                    && n <= u64::from(g.append_limit_sectors())
+                    && n <= g.zone_capacity(g.zone_no(Sector(s)))
+            }
+        }
+    }
+
+    /// Whether `bio` reaches the device in one piece.
+    fn one_piece(&self, bio: &Bio) -> bool {
+        let p = if bio.op == Op::WriteZeroes { self.rules.wz_piece_sectors } else { self.rules.piece_sectors };
+        let (s, n) = (bio.sector.0, u64::from(bio.nr_sectors));
+        let zs = self.geo.zone_sectors();
+        n <= p && s / zs == (s + n - 1) / zs && (!self.rules.piece_aligned || s / p == (s + n - 1) / p)
+    }
+
+    fn seq(&self, z: u32) -> bool {
+        !self.geo.zone_is_conv(ZoneNo(z))
+    }
+
+    /// The sequential zones `bio` touches.
+    fn zones_of(&self, bio: &Bio) -> Vec<u32> {
+        let g = &self.geo;
+        if !g.is_zoned() {
+            return Vec::new();
+        }
+        match bio.op {
+            Op::ZoneResetAll => (g.nr_conv()..g.nr_zones()).collect(),
+            op if op.has_range() => {
+                let first = g.zone_no(bio.sector).0;
+                let last = g.zone_no(Sector(bio.sector.0 + u64::from(bio.nr_sectors).max(1) - 1)).0;
+                (first..=last).filter(|&z| self.seq(z)).collect()
+            }
+            Op::Flush => Vec::new(),
+            _ => vec![g.zone_no(bio.sector).0].into_iter().filter(|&z| self.seq(z)).collect(),
+        }
+    }
+
+    fn disturb(&mut self, z: u32) {
+        let hz = &mut self.zones[z as usize];
+        hz.epoch += 1;
+        hz.certain = false;
+        hz.wp_set = false;
+        hz.disturbs += 1;
+        if self.rules.kernel_recovery {
+            hz.need_report = true;
+        }
+    }
+
+    fn gen_sum(&self, zones: &[u32]) -> u64 {
+        zones.iter().map(|&z| self.zones[z as usize].epoch).sum()
+    }
+
+    /// `bio` is submitted. `inflight` are the BIOs in flight before it (to mark
+    /// the writes a reset must abort); `plugs_exact` says that every zone write
+    /// in flight and not issued waits in its plug (a single disk whose engine has a
+    /// free tag), so that a reset or finish must abort it.
+    pub fn on_submit<'a>(
+        &mut self,
+        bio: &Bio,
+        inflight: impl Iterator<Item = &'a mut HostBio>,
+        plugs_exact: bool,
+    ) -> HostBio {
+        self.checks += 1;
+        let valid = self.valid(bio);
+        let mut rec = HostBio { bio: Some(*bio), valid, ..HostBio::default() };
+        if !valid || !self.geo.is_zoned() {
+            return rec;
+        }
+        rec.zones = self.zones_of(bio);
+        rec.pred_wps = rec.zones.iter().map(|&z| self.zones[z as usize].sub_wp).collect();
+        rec.disturbs = rec.zones.iter().map(|&z| self.zones[z as usize].disturbs).collect();
+        let g = self.geo.clone();
+        match bio.op {
+            Op::Write | Op::WriteZeroes if !rec.zones.is_empty() => {
+                // Each piece must start at its zone's write pointer and fit.
+                let all_certain = rec.zones.iter().all(|&z| {
+                    let hz = &self.zones[z as usize];
+                    hz.certain && !hz.failed && !hz.need_report
+                });
+                if all_certain && self.rules.ordered {
+                    let end = bio.sector.0 + u64::from(bio.nr_sectors);
+                    let ok = rec.zones.iter().all(|&z| {
+                        let start = g.zone_start(ZoneNo(z)).0;
+                        let from = bio.sector.0.max(start);
+                        let to = end.min(start + g.zone_len(ZoneNo(z)));
+                        let hz = &self.zones[z as usize];
+                        from - start == hz.sub_wp && to - start <= g.zone_capacity(ZoneNo(z))
+                    });
+                    if ok {
+                        rec.pred_ok = Some(true);
+                        for &z in &rec.zones {
+                            let start = g.zone_start(ZoneNo(z)).0;
+                            let to = end.min(start + g.zone_len(ZoneNo(z)));
+                            self.zones[z as usize].sub_wp = to - start;
+                        }
+                    } else if self.one_piece(bio) {
+                        rec.pred_ok = Some(false);
+                    } else {
+                        // Split in pieces, each checked against the write pointer on
+                        // its own (as the kernel's plug does with a split remainder):
+                        // a later piece may land at the write pointer and succeed.
+                        for &z in &rec.zones.clone() {
+                            self.disturb(z);
+                        }
+                    }
+                } else {
+                    for &z in &rec.zones.clone() {
+                        self.disturb(z);
+                    }
+                }
+            }
+            Op::ZoneAppend => {
+                let z = rec.zones[0];
+                if g.emulates_zone_append() && self.rules.ordered && !self.rules.append_may_be_unsupported {
+                    let hz = self.zones[z as usize];
+                    if hz.certain && !hz.failed && !hz.need_report {
+                        let n = u64::from(bio.nr_sectors);
+                        let ok = hz.sub_wp + n <= g.zone_capacity(ZoneNo(z));
+                        rec.pred_ok = Some(ok);
+                        if ok {
+                            rec.pred_at = Some(g.zone_start(ZoneNo(z)).0 + hz.sub_wp);
+                            self.zones[z as usize].sub_wp += n;
+                        }
+                    } else {
+                        self.disturb(z);
+                    }
+                } else {
+                    // A native append lands where the device says: the host loses
+                    // the write pointer until it is reported (need_wp_update).
+                    self.disturb(z);
+                }
+            }
+            Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll => {
+                for &z in &rec.zones {
+                    let hz = &mut self.zones[z as usize];
+                    hz.epoch += 1;
+                    if !hz.failed {
+                        hz.sub_wp = if bio.op == Op::ZoneFinish { g.zone_capacity(ZoneNo(z)) } else { 0 };
+                    }
+                }
+                if plugs_exact {
+                    let what = bio.op.name();
+                    for other in inflight {
+                        let Some(ob) = other.bio else { continue };
+                        let write = matches!(ob.op, Op::Write | Op::WriteZeroes)
+                            || (ob.op == Op::ZoneAppend && g.emulates_zone_append());
+                        if other.valid
+                            && write
+                            && !other.issued
+                            && other.zones.len() == 1
+                            && rec.zones.contains(&other.zones[0])
+                        {
+                            other.must_fail = Some(what);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        for &z in &rec.zones {
+            self.zones[z as usize].inflight += 1;
+        }
+        rec.gen_sum = self.gen_sum(&rec.zones);
+        rec
+    }
+
+    /// A request of BIO `rec` failed on a device, timed out, or met a fault; `failed`
+    /// says that a zone turned READONLY or OFFLINE.
+    pub fn on_device_error(&mut self, rec: &mut HostBio, failed: bool) {
+        rec.dev_err = true;
+        for &z in &rec.zones.clone() {
+            self.disturb(z);
+            if failed {
+                self.zones[z as usize].failed = true;
+            }
+        }
+    }
+
+    /// The user reported zone `z` to the engines (what the kernel's recovery waits
+    /// for): heard only when nothing of the zone is in flight.
+    pub fn on_user_report(&mut self, z: ZoneNo) {
+        if let Some(hz) = self.zones.get_mut(z.idx()) {
+            if hz.inflight == 0 {
+                hz.need_report = false;
+            }
+        }
+    }
+
+    /// BIO `rec` completed with `result`. Returns the violation, if the host's answer
+    /// is wrong. `device_wp(z)` reports zone `z` of the top device (its write
+    /// pointer offset, or `None` for a failed zone), to re-synchronise a zone once
+    /// nothing of it is in flight.
+    pub fn on_complete(
+        &mut self,
+        rec: &HostBio,
+        result: Result<Sector, Status>,
+        device_wp: &mut dyn FnMut(ZoneNo) -> Option<u64>,
+    ) -> Result<(), String> {
+        self.checks += 1;
+        let verdict = self.judge(rec, result);
+        if rec.pred_ok == Some(false) && result.is_ok() && !self.rules.report_is_wp {
+            // Off the striped zone's write pointer, yet landed on the members' write
+            // pointers: they no longer make one write pointer.
+            for &z in &rec.zones {
+                self.disturb(z);
+            }
+        }
+        let sets_wp = matches!(rec.bio.map(|b| b.op), Some(Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll));
+        for (i, &z) in rec.zones.iter().enumerate() {
+            let hz = &mut self.zones[z as usize];
+            hz.inflight -= 1;
+            if sets_wp && result.is_ok() && !rec.dev_err && rec.disturbs[i] == hz.disturbs {
+                hz.wp_set = true;
+            }
+            let known = self.rules.report_is_wp || hz.wp_set;
+            if hz.inflight == 0 && !hz.certain && !hz.need_report && !hz.failed && known {
+                match device_wp(ZoneNo(z)) {
+                    Some(wp) => {
+                        if std::env::var_os("ZBLK_ORACLE_DEBUG").is_some() {
+                            eprintln!("resync zone {z} at {wp} after {:?} wp_set {}", rec.bio, hz.wp_set);
+                        }
+                        hz.sub_wp = wp;
+                        hz.certain = true;
+                    }
+                    None => hz.failed = true,
+                }
+            }
+        }
+        verdict
+    }
+
+    fn judge(&self, rec: &HostBio, result: Result<Sector, Status>) -> Result<(), String> {
+        let bio = rec.bio.expect("a recorded BIO");
+        let refused_as_invalid = matches!(result, Err(Status::Invalid | Status::NotSupported));
+        if !rec.valid {
+            return if refused_as_invalid {
+                Ok(())
+            } else {
+                Err(format!("invalid {bio:?} completed with {result:?}, not EINVAL/EOPNOTSUPP"))
+            };
+        }
+        if result == Err(Status::Again) || rec.dev_err {
+            return Ok(()); // the device's answer, checked by the device oracle
+        }
+        if result == Err(Status::NotSupported) && bio.op == Op::ZoneAppend && self.rules.append_may_be_unsupported {
+            return Ok(());
+        }
+        if refused_as_invalid {
+            return Err(format!("valid {bio:?} refused by the host with {result:?}"));
+        }
+        if let (Some(what), Ok(_)) = (rec.must_fail, result) {
+            return Err(format!("{bio:?} waited in its plug when a {what} of its zone came, but was not aborted"));
+        }
+        if bio.op == Op::Flush && result.is_ok() && !rec.flush_executed {
+            return Err(format!("{bio:?} acknowledged without a flush reaching the device"));
+        }
+        let quiet =
+            rec.gen_sum == self.gen_sum(&rec.zones) && rec.zones.iter().all(|&z| !self.zones[z as usize].failed);
+        let zone_write = !rec.zones.is_empty() && bio.op.is_zone_write();
+        match (zone_write, result) {
+            (false, Err(s)) if quiet => Err(format!("valid {bio:?} refused by the host with {s:?}")),
+            (true, Err(s)) if quiet && rec.pred_ok == Some(true) => Err(format!(
+                "{bio:?} at its zone's write pointer (as the BIOs before it leave it: {:?}) refused by the host with {s:?}",
+                rec.pred_wps
+            )),
+            // A striped device checks no write pointer of its own: a write off its
+            // zone's write pointer whose pieces land at the members' write
+            // pointers succeeds (docs/vopr.md, known deviations).
+            (true, Ok(_)) if quiet && rec.pred_ok == Some(false) && self.rules.report_is_wp => Err(format!(
+                "{bio:?} is not at its zone's write pointer ({:?}, as the BIOs before it leave it) or does not fit, yet it succeeded",
+                rec.pred_wps
+            )),
+            (true, Ok(at)) if quiet && rec.pred_at.is_some_and(|p| p != at.0) => Err(format!(
+                "emulated {bio:?} landed at {at}, the BIOs before it leave the write pointer at {}",
+                rec.pred_at.unwrap_or(0)
+            )),
+            _ => Ok(()),
+        }
+    }
+}

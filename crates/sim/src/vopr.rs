@@ -1,0 +1,305 @@
+//! `zblk vopr`: seeded, fault-injected simulation runs checked by the reference
+//! model (after TigerBeetle's VOPR). Each seed draws a device or a stack, its
+//! engines' settings, fault probabilities and a workload; the run is checked after
+//! every step by the checker, the device oracle (every completion and every zone
+//! against null_blk's rules) and the host oracle (every BIO's outcome against the
+//! order it was submitted in). A violation is caught, not printed, and comes back
+//! as the seed's result, with what replays it.
+//!
+//! docs/vopr.md describes the model's rules, the faults, the coverage and the
+//! mutation check.
+
+use super::driver::{Sim, null_model};
+use super::faults::FaultConfig;
+use super::random::{LoggedOp, RandomOps, random_config, random_stack};
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use zblk_core::engine::WpRecovery;
+use zblk_core::geometry::Geometry;
+use zblk_core::mutation::Mutation;
+use zblk_core::stack::DevKind;
+use zblk_core::units::{Sector, ZoneNo};
+
+/// Operations per seed by default: a single device gets them all, a stack half
+/// (each of its operations reaches several disks).
+pub const DEFAULT_OPS: u64 = 1_000;
+
+/// What one seed did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SeedRun {
+    /// The seed.
+    pub seed: u64,
+    /// `device` or `stack`.
+    pub kind: &'static str,
+    /// Operations submitted.
+    pub ops: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Checks made (checker, oracles).
+    pub checks: u64,
+    /// The violation, if one was found.
+    pub violation: Option<String>,
+    /// What the seed covered: device kinds, policies, zone append, operations,
+    /// faults (see [`coverage`]).
+    pub coverage: BTreeSet<String>,
+}
+
+/// What a simulation about to run covers, from its devices and engines.
+fn coverage(sim: &Sim, rotational: &[bool]) -> BTreeSet<String> {
+    let mut c = BTreeSet::new();
+    let stack = sim.stack();
+    for (dev, info) in stack.devices() {
+        match info.kind {
+            DevKind::Striped => c.insert("stack: striped".to_string()),
+            DevKind::Linear => c.insert("stack: linear".to_string()),
+            DevKind::Disk => {
+                let e = sim.disk_engine(dev);
+                let g = e.geometry();
+                c.insert(format!("policy: {}", e.config().policy.name()));
+                c.insert(format!("recovery: {:?}", e.config().wp_recovery).to_lowercase());
+                if g.is_zoned() {
+                    c.insert(if g.emulates_zone_append() { "append: emulated" } else { "append: native" }.into());
+                    if g.nr_conv() > 0 {
+                        c.insert("conventional zones".into());
+                    }
+                    if g.max_open() > 0 || g.max_active() > 0 {
+                        c.insert("open/active limits".into());
+                    }
+                } else {
+                    c.insert("regular disk".into());
+                }
+                if g.max_hw_wzeroes_unmap_sectors() > 0 {
+                    c.insert("write zeroes: device unmaps".into());
+                }
+                true
+            }
+        };
+    }
+    for &r in rotational {
+        c.insert(if r { "rotational" } else { "non-rotational" }.into());
+    }
+    c
+}
+
+/// The fault probabilities of a seed, each drawn from it (parts per million of the
+/// requests they apply to); one seed in eight runs without faults.
+pub fn fault_config(seed: u64) -> FaultConfig {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0fa1_75ee);
+    if rng.random_range(0..8) == 0 {
+        return FaultConfig::default();
+    }
+    FaultConfig {
+        write_error_ppm: rng.random_range(0..=10_000),
+        zone_fail_ppm: rng.random_range(0..=500),
+        read_error_ppm: rng.random_range(0..=5_000),
+        timeout_ppm: rng.random_range(0..=3_000),
+    }
+}
+
+/// Whether `seed` draws a stack (one in four) rather than a single device.
+pub fn is_stack(seed: u64) -> bool {
+    seed % 4 == 3
+}
+
+thread_local! {
+    /// A vopr run is in progress on this thread: its panics are violations to
+    /// report, not to print.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs (once) a panic hook that keeps quiet about the panics of vopr runs and
+/// hands every other panic to the hook that was there.
+fn quiet_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Activates mutation `m` on this thread for the life of the guard.
+struct MutationGuard;
+
+impl MutationGuard {
+    fn new(m: Option<Mutation>) -> MutationGuard {
+        #[cfg(feature = "mutations")]
+        zblk_core::mutation::set(m);
+        #[cfg(not(feature = "mutations"))]
+        assert!(m.is_none(), "mutations need the `mutations` feature");
+        MutationGuard
+    }
+}
+
+impl Drop for MutationGuard {
+    fn drop(&mut self) {
+        #[cfg(feature = "mutations")]
+        zblk_core::mutation::set(None);
+    }
+}
+
+/// Runs seed `seed` with `ops` operations (halved on a stack) and planted bug
+/// `mutation`; with `log`, also returns every operation and the top device's
+/// geometry.
+pub fn run_seed_logged(
+    seed: u64,
+    ops: u64,
+    mutation: Option<Mutation>,
+    log: bool,
+) -> (SeedRun, Vec<LoggedOp>, Geometry) {
+    quiet_hook();
+    let _m = MutationGuard::new(mutation);
+    let faults = fault_config(seed);
+    let stack = is_stack(seed);
+    let debug = std::env::var_os("ZBLK_SIM_TRACE").is_some();
+    let mut rotational = Vec::new();
+    let (mut sim, kernel_recovery, ops) = if stack {
+        let mut rs = random_stack(seed);
+        rs.cfg.faults = faults;
+        if debug {
+            eprintln!("seed {seed}: {:#?}", rs);
+        }
+        rotational.extend(rs.built.disks.iter().map(|(_, p)| p.rotational));
+        (Sim::with_stack(rs.built, rs.cfg, &mut null_model), rs.kernel_recovery, (ops / 2).max(1))
+    } else {
+        let mut cfg = random_config(seed);
+        cfg.faults = faults;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x01a7_e4c7);
+        cfg.host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
+        let recovery = cfg.engine.wp_recovery == WpRecovery::Kernel;
+        if debug {
+            eprintln!("seed {seed}: {cfg:#?}");
+        }
+        rotational.push(cfg.device.rotational);
+        let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
+        (sim, recovery, ops)
+    };
+    let geo = sim.device_geometry();
+    let mut covered = coverage(&sim, &rotational);
+    let mut w = RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch();
+    if log {
+        w = w.with_log();
+    }
+    QUIET.with(|q| q.set(true));
+    let outcome = catch_unwind(AssertUnwindSafe(|| sim.run(&mut w)));
+    QUIET.with(|q| q.set(false));
+    let violation = outcome.err().map(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic with a non-text payload".to_string())
+    });
+    let stats = sim.stats();
+    covered.extend(w.report().op_kinds.keys().map(|k| format!("op: {k}")));
+    covered.extend(sim.faults_by_kind().keys().map(|k| format!("fault: {k}")));
+    if w.report().qd1_switches > 0 {
+        covered.insert("zoned_qd1_writes written at run time".into());
+    }
+    if faults != FaultConfig::default() {
+        covered.insert("faults on".into());
+    }
+    let run = SeedRun {
+        seed,
+        kind: if stack { "stack" } else { "device" },
+        ops: w.report().ops,
+        faults: stats.faults,
+        checks: stats.checks,
+        violation,
+        coverage: covered,
+    };
+    (run, w.log().to_vec(), geo)
+}
+
+/// Runs seed `seed` (see [`run_seed_logged`]).
+pub fn run_seed(seed: u64, ops: u64, mutation: Option<Mutation>) -> SeedRun {
+    run_seed_logged(seed, ops, mutation, false).0
+}
+
+/// The fewest operations of seed `seed` that still fail (the workload of a seed
+/// with fewer operations is a prefix of the one with more), found by bisection
+/// between 1 and `ops`, which fails.
+pub fn shrink(seed: u64, ops: u64, mutation: Option<Mutation>) -> u64 {
+    let (mut lo, mut hi) = (1, ops);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if run_seed(seed, mid, mutation).violation.is_some() {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    hi
+}
+
+/// The operations that matter to a violation: those touching the zones its message
+/// names (by sector), and those of no zone (flushes, RESET_ALL), the last `max` of
+/// them, one line each.
+pub fn trace(log: &[LoggedOp], geo: &Geometry, violation: &str, max: usize) -> Vec<String> {
+    let sectors = named_sectors(violation);
+    let zone = |s: u64| (geo.is_zoned() && s < geo.nr_sectors()).then(|| geo.zone_no(Sector(s)));
+    let zones: Vec<ZoneNo> = sectors.iter().filter_map(|&s| zone(s)).collect();
+    let matters = |op: &LoggedOp| {
+        let b = op.bio;
+        if zones.is_empty() || !b.op.has_range() && !b.op.is_zone_mgmt() {
+            return true;
+        }
+        if b.op == zblk_core::bio::Op::ZoneResetAll {
+            return true;
+        }
+        let last = b.sector.0 + u64::from(b.nr_sectors).max(1) - 1;
+        match (zone(b.sector.0), zone(last)) {
+            (Some(a), Some(z)) => zones.iter().any(|x| (a.0..=z.0).contains(&x.0)),
+            _ => true,
+        }
+    };
+    let lines: Vec<String> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matters(op))
+        .map(|(i, op)| {
+            let result = match op.result {
+                None => "(in flight)".to_string(),
+                Some(Ok(s)) => format!("ok at {}", s.0),
+                Some(Err(e)) => format!("{e:?} (errno {})", e.errno()),
+            };
+            let flags = if op.bio.flags == zblk_core::bio::BioFlags::NONE {
+                String::new()
+            } else {
+                format!(" {:?}", op.bio.flags)
+            };
+            format!(
+                "#{:<6} {:<14} sector {:<8} +{:<5}{flags} -> {result}",
+                i + 1,
+                op.bio.op.name(),
+                op.bio.sector.0,
+                op.bio.nr_sectors
+            )
+        })
+        .collect();
+    let skip = lines.len().saturating_sub(max);
+    lines[skip..].to_vec()
+}
+
+/// The sectors a violation message names (`s1234`, or `sector 1234`).
+fn named_sectors(text: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    for (i, w) in bytes.windows(2).enumerate() {
+        let boundary = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        if boundary && w[0] == b's' && w[1].is_ascii_digit() {
+            let digits: String = text[i + 1..].chars().take_while(char::is_ascii_digit).collect();
+            if let Ok(v) = digits.parse() {
+                out.push(v);
+            }
+        }
+    }
+    out.truncate(2);
+    out
+}
