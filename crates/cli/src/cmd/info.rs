@@ -108,18 +108,7 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
     println!("{}: zblk image, format version {}", a.image.display(), zblk_dev::file::format::FORMAT_VERSION);
     println!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
     if geo.is_zoned() {
-        println!(
-            "  zones:             {} of {} ({} conventional, {} sequential write required), capacity {}",
-            geo.nr_zones(),
-            format_bytes_exact(geo.zone_sectors() << 9),
-            geo.nr_conv(),
-            geo.nr_seq_zones(),
-            format_bytes_exact(geo.zone_cap_sectors() << 9)
-        );
-        println!(
-            "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
-            z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
-        );
+        print_zones(&geo, z);
         println!(
             "  open / active:     {} / {} (limits {} / {}; 0 = none)",
             nr_open,
@@ -233,18 +222,7 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
     let z = &doc["zones"];
     println!("{}: Linux zoned block device (host-managed)", a.image.display());
     println!("  capacity:          {} ({} sectors)", format_bytes_exact(l.nr_sectors << 9), l.nr_sectors);
-    println!(
-        "  zones:             {} of {} ({} conventional, {} sequential write required), capacity {}",
-        geo.nr_zones(),
-        format_bytes_exact(geo.zone_sectors() << 9),
-        geo.nr_conv(),
-        geo.nr_seq_zones(),
-        format_bytes_exact(geo.zone_cap_sectors() << 9)
-    );
-    println!(
-        "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
-        z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
-    );
+    print_zones(&geo, z);
     println!(
         "  open / active:     {nr_open} / {nr_active} (limits {} / {}; 0 = none)",
         l.max_open_zones, l.max_active_zones
@@ -265,4 +243,21 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
     );
     println!("  io_uring:          {}", doc["zblk"]["io_uring"].as_str().unwrap_or(""));
     Ok(())
+}
+
+/// The zone lines of `zblk info`, for an image or a device: the zone layout, and the
+/// zones by condition (`z`, the JSON document's `zones` object).
+fn print_zones(geo: &zblk_core::geometry::Geometry, z: &serde_json::Value) {
+    println!(
+        "  zones:             {} of {} ({} conventional, {} sequential write required), capacity {}",
+        geo.nr_zones(),
+        format_bytes_exact(geo.zone_sectors() << 9),
+        geo.nr_conv(),
+        geo.nr_seq_zones(),
+        format_bytes_exact(geo.zone_cap_sectors() << 9)
+    );
+    println!(
+        "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
+        z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
+    );
 }
