@@ -46,6 +46,9 @@ stop() { kill -$1 $P; wait $P; echo $? > $S/$2.rc; }
 
 #[test]
 fn serve_image_to_the_kernel() {
+    if !cfg!(feature = "ublk") {
+        return vm::skipped("serve_image_to_the_kernel", "zblk was built without `--features zblk-cli/ublk`");
+    }
     let script = match vm::ready() {
         Ok(s) => s,
         Err(why) => return vm::skipped("serve_image_to_the_kernel", &why),
