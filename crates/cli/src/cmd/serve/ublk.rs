@@ -6,7 +6,6 @@ use crate::{CliError, devspec, image};
 use libublk::ctrl::UblkCtrl;
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkFlags, UblkIORes, sys};
-use std::path::Path;
 use std::sync::Arc;
 use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::engine::EngineConfig;
