@@ -23,8 +23,9 @@ fn report_matches_blkzone_on_null_blk() {
     let zblk = env!("CARGO_BIN_EXE_zblk");
     let dir = tempfile::Builder::new().prefix("zblk-vm").tempdir_in("/var/tmp").unwrap();
     let share = dir.path();
+    let zblk = vm::stage(share, zblk);
     let img = share.join("t.img");
-    let st = Command::new(zblk).args(["create", &img.display().to_string(), "-p", CREATE]).status().unwrap();
+    let st = Command::new(&zblk).args(["create", &img.display().to_string(), "-p", CREATE]).status().unwrap();
     assert!(st.success());
     // The same operations on the device and on the image, then both reports (zblk
     // from the guest's tmpfs: over 9p every exec would read the binary again).

@@ -71,6 +71,7 @@ fn cli_on_null_blk_and_zns() {
     let zblk = env!("CARGO_BIN_EXE_zblk");
     let dir = tempfile::Builder::new().prefix("zblk-vm").tempdir_in("/var/tmp").unwrap();
     let share = dir.path();
+    let zblk = vm::stage(share, zblk);
     // zblk runs from the guest's tmpfs: the host's file system reaches the guest over
     // 9p without a page cache, and every exec would read the 25 MB binary again.
     // A block device that is not zoned, made through null_blk's configfs, is refused;

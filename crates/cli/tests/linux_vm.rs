@@ -36,8 +36,8 @@ fn runtime_on_null_blk() {
         Ok(s) => s,
         Err(why) => return vm::skipped("runtime_on_null_blk", &why),
     };
-    let exe = std::env::current_exe().unwrap().display().to_string();
     let share = tempfile::Builder::new().prefix("zblk-vm").tempdir_in("/var/tmp").unwrap();
+    let exe = vm::stage(share.path(), &std::env::current_exe().unwrap().display().to_string());
     let env = format!("{DEVICE_ENV}=/dev/nullb0");
     let cmd = ["env", &env, &exe, "--exact", "linux_device_in_the_vm", "--ignored", "--nocapture"];
     let t = std::time::Instant::now();

@@ -65,8 +65,9 @@ fn serve_image_to_the_kernel() {
         dir.as_ref().map(|d| d.path().to_path_buf()).unwrap()
     };
     let share = share.as_path();
+    let zblk = vm::stage(share, zblk);
     let img = share.join("a.img");
-    let created = Command::new(zblk)
+    let created = Command::new(&zblk)
         .args(["create", &img.display().to_string(), "--size", "256", "--zone_size", "4", "--zone_nr_conv", "2"])
         .args(["-p", "zone_max_open=8"])
         .output()
@@ -155,7 +156,7 @@ $X serve --dev nullb:zone_size=3,size=96 > $S/bad.out 2> $S/bad.err; echo $? > $
     let written = blkzone.lines().take(24).filter(|l| !l.contains("wptr 0x000000 ")).count();
     assert!(written >= 6, "fio wrote into too few zones ({written}):\n{blkzone}");
     let read = share.join("read.bin");
-    zblk_read(zblk, &img, off, len, &read);
+    zblk_read(&zblk, &img, off, len, &read);
     assert_eq!(sha256(&read), file("device.sha").trim(), "the image's bytes against the device's before SIGTERM");
 
     // SIGKILL after fio's fsync: the image opens, reports what the device reported and
@@ -164,10 +165,10 @@ $X serve --dev nullb:zone_size=3,size=96 > $S/bad.out 2> $S/bad.err; echo $? > $
     assert_eq!(rc("report-kill"), 0, "the image after SIGKILL: {}", file("report-kill.err"));
     let blkzone_kill = file("blkzone-kill.txt");
     assert_eq!(file("report-kill.txt"), blkzone_kill, "zones after SIGKILL against the device's before it");
-    let report = Command::new(zblk).args(["report", &img.display().to_string()]).output().unwrap();
+    let report = Command::new(&zblk).args(["report", &img.display().to_string()]).output().unwrap();
     assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
     assert_eq!(String::from_utf8_lossy(&report.stdout), blkzone_kill, "the host's report of the image after SIGKILL");
-    zblk_read(zblk, &img, 200 * MIB, 8 * MIB, &read);
+    zblk_read(&zblk, &img, 200 * MIB, 8 * MIB, &read);
     let data = std::fs::read(&read).unwrap();
     assert!(data.iter().all(|&b| b == 0x5a), "the fsynced write is not all in the image after SIGKILL");
     assert_eq!(sha256(&read), file("sync.sha").trim());

@@ -90,3 +90,16 @@ pub fn run_with(script: &Path, share: &Path, nullb: &str, options: &[&str], comm
         eprintln!("the VM did not boot (attempt {attempts}); booting again");
     }
 }
+
+/// Copies the host program `exe` into the share and returns its path there (the share
+/// is mounted at the same path in the guest). The guest sees the host's root file
+/// system, but with a tmpfs over /tmp: a build under /tmp (a CI checkout, say) is not
+/// visible to the guest where it was built.
+pub fn stage(share: &Path, exe: &str) -> String {
+    let name = Path::new(exe).file_name().expect("a program's file name");
+    let dir = share.join("bin");
+    std::fs::create_dir_all(&dir).expect("create the share's bin directory");
+    let staged = dir.join(name);
+    std::fs::copy(exe, &staged).unwrap_or_else(|e| panic!("copy {exe} into the VM's share: {e}"));
+    staged.display().to_string()
+}
