@@ -8,7 +8,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use zblk_core::geometry::DEFAULT_MAX_SECTORS;
 use zblk_core::units::format_bytes_exact;
-use zblk_core::zone::ZoneCond;
+use zblk_core::zone::{ZoneCond, ZoneInfo};
 use zblk_dev::Device;
 use zblk_dev::linux::LinuxZoned;
 
@@ -31,7 +31,6 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
     let geo = img.geo().clone();
     let sb = img.superblock().clone();
     let zones = img.zones();
-    let count = |c: ZoneCond| zones.iter().filter(|z| z.cond == c).count();
     let (nr_open, nr_active) = img.open_active();
     let qd1 = u8::from(img.rotational() && geo.is_zoned());
     let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
@@ -78,17 +77,7 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         "queue": queue,
         "layout": sb.layout,
         "commits": img.durable_seq(),
-        "zones": {
-            "empty": count(ZoneCond::Empty),
-            "implicit_open": count(ZoneCond::ImpOpen),
-            "explicit_open": count(ZoneCond::ExpOpen),
-            "closed": count(ZoneCond::Closed),
-            "full": count(ZoneCond::Full),
-            "read_only": count(ZoneCond::ReadOnly),
-            "offline": count(ZoneCond::Offline),
-            "open": nr_open,
-            "active": nr_active,
-        },
+        "zones": zones_json(&zones, u64::from(nr_open), u64::from(nr_active)),
         "open_repairs": img.repairs(),
         "zeroing": {
             "unmap": unmap_method,
@@ -157,7 +146,6 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
     let l = dev.limits();
     let zones =
         dev.zones().map_err(|s| CliError(format!("{}: zone report: {}: {s}", a.image.display(), s.errno_name())))?;
-    let count = |c: ZoneCond| zones.iter().filter(|z| z.cond == c).count();
     let mut queue = serde_json::Map::new();
     let mut put = |k: &str, v: serde_json::Value| {
         queue.insert(k.to_string(), v);
@@ -203,17 +191,7 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
             "zoned_qd1_writes": u8::from(l.rotational),
             "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
         },
-        "zones": {
-            "empty": count(ZoneCond::Empty),
-            "implicit_open": count(ZoneCond::ImpOpen),
-            "explicit_open": count(ZoneCond::ExpOpen),
-            "closed": count(ZoneCond::Closed),
-            "full": count(ZoneCond::Full),
-            "read_only": count(ZoneCond::ReadOnly),
-            "offline": count(ZoneCond::Offline),
-            "open": nr_open,
-            "active": nr_active,
-        },
+        "zones": zones_json(&zones, nr_open as u64, nr_active as u64),
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
@@ -260,4 +238,21 @@ fn print_zones(geo: &zblk_core::geometry::Geometry, z: &serde_json::Value) {
         "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
         z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
     );
+}
+
+/// The `zones` object of `zblk info --json`, for an image or a device: the zones by
+/// condition, and the open and active counts.
+fn zones_json(zones: &[ZoneInfo], open: u64, active: u64) -> serde_json::Value {
+    let count = |c: ZoneCond| zones.iter().filter(|z| z.cond == c).count();
+    json!({
+        "empty": count(ZoneCond::Empty),
+        "implicit_open": count(ZoneCond::ImpOpen),
+        "explicit_open": count(ZoneCond::ExpOpen),
+        "closed": count(ZoneCond::Closed),
+        "full": count(ZoneCond::Full),
+        "read_only": count(ZoneCond::ReadOnly),
+        "offline": count(ZoneCond::Offline),
+        "open": open,
+        "active": active,
+    })
 }
