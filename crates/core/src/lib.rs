@@ -17,6 +17,7 @@
 pub mod bio;
 pub mod corebench;
 pub mod engine;
+pub mod fuzzing;
 pub mod geometry;
 pub mod mutation;
 pub mod params;

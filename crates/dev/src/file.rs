@@ -808,6 +808,13 @@ impl FileImage {
 
     fn write_table(&self, d: &mut Durable, entries: Vec<Entry>) -> io::Result<()> {
         let layout = &self.sb.layout;
+        if d.seq >= format::MAX_COMMIT {
+            return Err(io::Error::other(format!(
+                "commit numbers exhausted: the image holds commit {}, the format's limit is {}",
+                d.seq,
+                format::MAX_COMMIT
+            )));
+        }
         let t = Table { seq: d.seq + 1, entries };
         {
             // The live table announces the commit before its table is written: the

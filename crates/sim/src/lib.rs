@@ -9,6 +9,7 @@ mod disk;
 pub mod driver;
 pub mod experiments;
 pub mod faults;
+pub mod fuzzing;
 pub mod hdd;
 pub mod model;
 pub mod oracle;

@@ -446,6 +446,7 @@ impl Table {
         let need = TSECT as u64 * (1 + u64::from(nr_zones).div_ceil(ENTRIES_PER_TSECT));
         let sects = buf.len() / TSECT;
         let mut bad = Vec::new();
+        let mut beyond = None;
         let (mut lo, mut hi) = (u64::MAX, None::<u64>);
         for (j, sect) in buf.chunks_exact(TSECT).enumerate() {
             if le32(sect, TSECT_CRC_AT) != tsect_crc(sect, j as u64) {
@@ -453,11 +454,23 @@ impl Table {
                 continue;
             }
             let s = le64(sect, TSECT_SEQ_AT);
+            if s > MAX_COMMIT {
+                // No commit is ever numbered past what the live header records: a
+                // sector that says so is damage that kept its checksum.
+                beyond.get_or_insert((j, s));
+                continue;
+            }
             lo = lo.min(s);
             hi = Some(hi.map_or(s, |h| h.max(s)));
         }
         if (sects as u64) * (TSECT as u64) < need {
             return TableRead::Damaged { seq: hi, why: "cut short".to_string() };
+        }
+        if let Some((j, s)) = beyond {
+            return TableRead::Damaged {
+                seq: hi,
+                why: format!("sector {j} of the table holds commit number {s}, past the limit {MAX_COMMIT}"),
+            };
         }
         if !bad.is_empty() {
             let list: Vec<String> = bad.iter().take(4).map(|j| j.to_string()).collect();
@@ -537,6 +550,10 @@ const LIVE_WORD_AT: usize = 8;
 const LIVE_BOOT_AT: usize = 16;
 const LIVE_ID_CRC_AT: usize = 52;
 const LIVE_COMMIT_BITS: u32 = 46;
+/// The largest commit number: the live header holds it in 46 bits. A table that
+/// claims a larger one is damaged; a commit past it is refused (at one commit a
+/// microsecond, two years of commits).
+pub const MAX_COMMIT: u64 = (1 << LIVE_COMMIT_BITS) - 1;
 
 fn live_word_check(state: u64, commit: u64, boot: &[u8]) -> u64 {
     let mut h = crc32fast::Hasher::new();
@@ -593,7 +610,7 @@ impl LiveHeader {
             LiveState::Live => 1,
             LiveState::Clean => 2,
         };
-        let commit = commit & ((1 << LIVE_COMMIT_BITS) - 1);
+        assert!(commit <= MAX_COMMIT, "commit number {commit} past {MAX_COMMIT}");
         let word = (s << 62)
             | (live_word_check(s, commit, &buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]) << LIVE_COMMIT_BITS)
             | commit;
@@ -614,6 +631,57 @@ pub fn decode_live_entries(region: &[u8], nr_zones: u32) -> Result<Vec<Entry>, S
 /// Byte offset of zone `z`'s entry in the live table region.
 pub fn entry_offset(z: ZoneNo) -> usize {
     (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(z.0)) as usize
+}
+
+/// Recomputes every check value of an image's metadata held in `meta` (the file's
+/// bytes from its start to the end of the live table, laid out as `layout` with
+/// `nr_zones` zones): each zone entry's check bits in the three tables, each durable
+/// table sector's CRC32, the live header's checks and both superblock CRCs. Whatever
+/// the bytes say is kept, checked or not: this is for tools that damage metadata on
+/// purpose and want the damage read past the checksums (the fuzz targets, tests).
+pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
+    let end = (layout.live_offset + layout.table_bytes) as usize;
+    assert!(meta.len() >= end, "reseal: {} bytes of metadata, the layout needs {end}", meta.len());
+    let tb = layout.table_bytes as usize;
+    let fix = |word: u64, z: u32| -> u64 {
+        let code = (word >> 56) as u8;
+        let wp = word & WP_MASK;
+        (word & !(0xffff << WP_BITS)) | (entry_check(ZoneNo(z), code, wp) << WP_BITS)
+    };
+    for at in layout.table_offset {
+        let table = &mut meta[at as usize..at as usize + tb];
+        for z in 0..nr_zones {
+            let e = tentry_at(u64::from(z));
+            if e + 8 <= table.len() {
+                let w = fix(le64(table, e), z);
+                table[e..e + 8].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        for (j, sect) in table.chunks_exact_mut(TSECT).enumerate() {
+            let crc = tsect_crc(sect, j as u64);
+            sect[TSECT_CRC_AT..TSECT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+    let live = &mut meta[layout.live_offset as usize..end];
+    for z in 0..nr_zones {
+        let e = entry_offset(ZoneNo(z));
+        if e + 8 <= live.len() {
+            let w = fix(le64(live, e), z);
+            live[e..e + 8].copy_from_slice(&w.to_le_bytes());
+        }
+    }
+    let crc = live_id_crc(live);
+    live[LIVE_ID_CRC_AT..LIVE_ID_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    let word = le64(live, LIVE_WORD_AT);
+    let (state, commit) = (word >> 62, word & ((1 << LIVE_COMMIT_BITS) - 1));
+    let check = live_word_check(state, commit, &live[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
+    let word = (state << 62) | (check << LIVE_COMMIT_BITS) | commit;
+    live[LIVE_WORD_AT..LIVE_WORD_AT + 8].copy_from_slice(&word.to_le_bytes());
+    for at in SUPERBLOCK_OFFSETS {
+        let sb = &mut meta[at as usize..(at + SUPERBLOCK_BYTES) as usize];
+        let crc = crc32fast::hash(&sb[..SB_CRC_AT]);
+        sb[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -690,6 +758,22 @@ mod tests {
         torn[512..1024].copy_from_slice(&old[512..1024]);
         assert_eq!(Table::read(&torn, g.nr_zones()), TableRead::Torn { seqs: (5, 7) });
         assert!(Table::decode(&buf, 3).is_err());
+    }
+
+    #[test]
+    fn a_commit_number_past_the_live_header_is_damage() {
+        let (_, g) = geo();
+        let l = Layout::of(&g);
+        let entries = vec![Entry { cond: ZoneCond::Empty, wp_offset: 0 }; g.nr_zones() as usize];
+        let mut buf = Table { seq: 3, entries }.encode(l.table_bytes);
+        // Sector 0's commit number raised past 46 bits, its CRC made to match.
+        buf[TSECT_SEQ_AT + 6] = 0xef;
+        let crc = tsect_crc(&buf[..TSECT], 0);
+        buf[TSECT_CRC_AT..TSECT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        match Table::read(&buf, g.nr_zones()) {
+            TableRead::Damaged { seq: Some(3), why } => assert!(why.contains("past the limit"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
