@@ -74,6 +74,10 @@ impl From<GeometryError> for ParamError {
     }
 }
 
+/// The most zones a device described by parameters may have: the host keeps a plug
+/// and the device a zone state for each (an image holds the same number).
+pub const MAX_ZONES: u32 = 1 << 22;
+
 /// The parameter names [`DeviceParams::apply`] accepts, with what they mean.
 pub const PARAMS: &[(&str, &str)] = &[
     ("size", "device capacity, MB (or with a suffix: 30T)"),
@@ -215,9 +219,19 @@ impl DeviceParams {
         Ok(())
     }
 
-    /// The validated geometry.
+    /// The validated geometry, within [`MAX_ZONES`].
     pub fn validate(&self) -> Result<Geometry, ParamError> {
-        Ok(Geometry::new(&self.geometry)?)
+        let geo = Geometry::new(&self.geometry)?;
+        if geo.nr_zones() > MAX_ZONES {
+            return Err(ParamError {
+                param: "zone_size".to_string(),
+                message: format!(
+                    "{} zones: a device holds at most {MAX_ZONES} (every zone is kept in memory); use larger zones",
+                    geo.nr_zones()
+                ),
+            });
+        }
+        Ok(geo)
     }
 }
 
@@ -239,6 +253,20 @@ mod tests {
         assert_eq!(g.zone_sectors(), 128);
         assert!(g.emulates_zone_append());
         assert_eq!(g.lbs_bytes(), 4096);
+    }
+
+    #[test]
+    fn zone_count_is_bounded() {
+        // 2^30 zones: validating once meant allocating every zone's state (tens of
+        // GiB) in whatever built the device; found with the stack_spec fuzz target.
+        let mut p = DeviceParams::default();
+        p.apply("size=4T,zone_size=4k").unwrap();
+        let e = p.validate().unwrap_err();
+        assert_eq!(e.param, "zone_size");
+        assert!(e.message.contains("at most 4194304"), "{e}");
+        let mut p = DeviceParams::default();
+        p.apply("size=4T,zone_size=1M").unwrap();
+        assert_eq!(p.validate().unwrap().nr_zones(), MAX_ZONES);
     }
 
     #[test]
