@@ -13,6 +13,9 @@ use zblk_dev::file::{FileImage, ImageErrorKind, ImageOptions};
 pub struct CheckArgs {
     /// The image.
     pub image: PathBuf,
+    /// Waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// Check only, change nothing (the default).
     #[arg(short = 'n', conflicts_with_all = ["yes", "repair"])]
     pub no: bool,
@@ -34,7 +37,8 @@ const OPERATIONAL: u8 = 8;
 pub fn run(a: &CheckArgs) -> u8 {
     let name = a.image.display().to_string();
     let repair = a.yes || a.repair;
-    let opts = ImageOptions { read_only: !repair, accept_rollback: repair, ..ImageOptions::default() };
+    let opts =
+        ImageOptions { read_only: !repair, accept_rollback: repair, lock_wait: a.lock.wait, ..ImageOptions::default() };
     let img = match FileImage::open(&a.image, &opts) {
         Ok(img) => img,
         Err(e) => {
