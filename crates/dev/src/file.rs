@@ -637,6 +637,12 @@ impl FileImage {
         &self.repairs
     }
 
+    /// The length of the file the image's layout needs: its metadata, then every
+    /// zone's data. zblk never writes past it.
+    pub fn file_bytes(&self) -> u64 {
+        self.sb.layout.file_bytes
+    }
+
     /// How the image zeroes a range for a WRITE_ZEROES without NOUNMAP (its unmap
     /// path): as probed at open, or lower if the file system refused it since.
     pub fn zeroing(&self) -> FileZeroing {

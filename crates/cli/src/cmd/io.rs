@@ -335,12 +335,6 @@ impl Io<'_> {
             if left == 0 {
                 return Ok(done);
             }
-            let zone_end = if self.geo.is_zoned() {
-                let z = self.geo.zone_no(Sector(pos / SECTOR_SIZE));
-                (self.geo.zone_start(z).0 + self.geo.zone_len(z)) * SECTOR_SIZE
-            } else {
-                dev_bytes
-            };
             if pos == dev_bytes {
                 // Only an input of unknown length gets here: is there more of it?
                 let more = fill(input, &mut buf[..1]).map_err(|e| CliError(format!("{input_name}: {e}")))?;
@@ -350,6 +344,12 @@ impl Io<'_> {
                 let why = format!("EINVAL: {input_name} is longer than the {done} bytes up to the device end");
                 return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos - 1))));
             }
+            let zone_end = if self.geo.is_zoned() {
+                let z = self.geo.zone_no(Sector(pos / SECTOR_SIZE));
+                (self.geo.zone_start(z).0 + self.geo.zone_len(z)) * SECTOR_SIZE
+            } else {
+                dev_bytes
+            };
             let n = left.min(CHUNK).min(zone_end - pos) as usize;
             let got = fill(input, &mut buf[..n]).map_err(|e| {
                 CliError(format!("{input_name}: {e}; {} at byte offset {}: {}", self.what, self.offset, landed(done)))
