@@ -387,13 +387,13 @@ impl Io<'_> {
                     _ => 0,
                 };
                 let why = match before {
-                    // The command's earlier chunks filled the zone: the rule broken
-                    // is the whole write's, past the zone's capacity.
+                    // The write ran into the zone's capacity (this chunk, or the
+                    // command's earlier ones, filled it): the rule broken is the
+                    // whole write's.
                     Some(b)
                         if st == Status::ZoneFull
-                            && b.cond == ZoneCond::Full
-                            && self.offset < pos
-                            && b.start.0 * SECTOR_SIZE < pos =>
+                            && b.ztype != ZoneType::Conventional
+                            && (b.cond != ZoneCond::Full || (self.offset < pos && b.start.0 * SECTOR_SIZE < pos)) =>
                     {
                         format!(
                             "EIO: the write goes past zone {}'s capacity ({} bytes: its writable part ends at byte \
