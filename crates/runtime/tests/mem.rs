@@ -276,7 +276,9 @@ fn inline_refusals_chained_from_callbacks_do_not_nest() {
     let sub = rt.submitter();
     rt.submit(Io::write(zone(1), vec![0u8; 100]), move |_| {
         let (tx2, rx2) = channel();
-        sub.submit(Io::write(zone(1), vec![0u8; 100]), move |d| drop(tx2.send(d.result)));
+        sub.submit(Io::write(zone(1), vec![0u8; 100]), move |d| {
+            let _ = tx2.send(d.result);
+        });
         tx.send(rx2.try_recv().ok()).unwrap();
     });
     assert_eq!(rx.recv().unwrap(), None, "a nested completion runs after the callback that submitted it");
