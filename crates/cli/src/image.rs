@@ -3,7 +3,9 @@
 //! conventions and report line.
 
 use crate::CliError;
+use clap::Args;
 use std::path::Path;
+use std::time::Duration;
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::parse_size;
@@ -26,12 +28,12 @@ impl Target {
     /// Opens `path`: a block device as a Linux zoned block device (a regular block
     /// device is refused: zblk's engine is for zoned devices), anything else as an
     /// image (a file that is not one is refused by the image's checks).
-    pub fn open(path: &Path, read_only: bool) -> Result<Target, CliError> {
+    pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<Target, CliError> {
         if linux::is_block_device(path) {
             let opts = LinuxOptions { read_only, ..LinuxOptions::default() };
             return LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg);
         }
-        open(path, read_only).map(|i| Target::Image(Box::new(i)))
+        open(path, read_only, wait).map(|i| Target::Image(Box::new(i)))
     }
 
     /// The geometry the engine validates against.
@@ -69,10 +71,41 @@ impl Target {
     }
 }
 
-/// Opens `path`; read-only opens take a shared lock and repair nothing. What
-/// opening found or repaired goes to stderr, one line each.
-pub fn open(path: &Path, read_only: bool) -> Result<FileImage, CliError> {
-    let img = FileImage::open(path, &ImageOptions { read_only, ..ImageOptions::default() }).map_err(CliError::msg)?;
+/// `--wait[=SECONDS]`, for the commands that take an image's lock.
+#[derive(Args, Clone, Copy, Debug, Default)]
+pub struct WaitArg {
+    /// When another process holds the image, wait for it to let go (as `flock -w`):
+    /// as long as it takes, or at most SECONDS (e.g. --wait=2.5). Without it, an
+    /// image in use is refused at once.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "forever",
+        value_parser = parse_wait
+    )]
+    pub wait: Option<Duration>,
+}
+
+/// `--wait`'s value: seconds (a decimal number, at least 0), or `forever`.
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    if text == "forever" {
+        return Ok(Duration::MAX);
+    }
+    let secs: f64 = text.trim().parse().map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("'{text}' is not a number of seconds (0 or more)"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{text}' seconds is too long a wait"))
+}
+
+/// Opens `path`; read-only opens take a shared lock and repair nothing; `wait` says
+/// how long to wait for another holder. What opening found or repaired goes to
+/// stderr, one line each.
+pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, CliError> {
+    let opts = ImageOptions { read_only, lock_wait: wait.wait, ..ImageOptions::default() };
+    let img = FileImage::open(path, &opts).map_err(CliError::msg)?;
     for r in img.repairs() {
         let what = if read_only { "found (read-only: not repaired)" } else { "repaired" };
         eprintln!("zblk: {}: {what}: {r}", path.display());
@@ -192,6 +225,16 @@ mod tests {
         );
         let full = ZoneInfo { cond: ZoneCond::Full, wp: Sector(0x80000), ..z };
         assert!(report_line(&raw(&full)).contains("wptr 0x020000 reset:0 non-seq:0, zcond:14(fu)"));
+    }
+
+    #[test]
+    fn wait_arguments() {
+        assert_eq!(parse_wait("forever"), Ok(Duration::MAX));
+        assert_eq!(parse_wait("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_wait("0"), Ok(Duration::ZERO));
+        for bad in ["-1", "abc", "NaN", "inf", "1e300", "5s", ""] {
+            assert!(parse_wait(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

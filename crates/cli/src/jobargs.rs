@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// /dev/nullb0) instead of a simulated device.
     #[arg(long, value_name = "IMG")]
     pub image: Option<std::path::PathBuf>,
+    /// With --image: waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// With --image: io_uring (the default, falling back to psync where io_uring is
     /// not available) or psync (a thread pool doing pread/pwrite).
     #[arg(long)]

@@ -4,6 +4,7 @@
 
 mod cmd;
 mod devspec;
+mod explain;
 mod fio_out;
 mod image;
 mod jobargs;

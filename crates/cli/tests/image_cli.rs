@@ -59,7 +59,7 @@ fn single_ios_and_their_errors() {
     ok(&["write", &p, "-o", "128M", "-l", "4k", "-p", "1"]);
     assert_eq!(ok(&["append", &p, "-o", "128M", "-l", "4k", "-p", "2"]).trim(), "262152");
     let e = fails(&["write", &p, "-o", "128M", "-l", "4k", "-p", "3"]);
-    assert!(e.contains("EIO: unaligned write"), "{e}");
+    assert!(e.contains("EIO: write at sector 262144 is not at zone 2's write pointer (sector 262160)"), "{e}");
     let e = fails(&["write", &p, "-o", "100", "-l", "512", "-p", "3"]);
     assert!(e.contains("EINVAL"), "{e}");
     let e = fails(&["append", &p, "-o", "129M", "-l", "4k", "-p", "3"]);

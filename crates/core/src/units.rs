@@ -129,7 +129,9 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     }
     let value: u64 = digits.parse().map_err(|_| err("number too large"))?;
     let suffix = suffix.to_ascii_lowercase();
-    let unit = suffix.trim_end_matches('b').trim_end_matches('i');
+    // One unit letter, then at most one of `i`, `b`, `ib` (4k, 4K, 4Ki, 4kb, 4KiB);
+    // `b` alone is bytes. Anything else ("4kbb", "4kii", "4ib") is refused.
+    let unit = ["ib", "i", "b"].iter().find_map(|s| suffix.strip_suffix(s)).unwrap_or(&suffix);
     let shift = match unit {
         "" => 0,
         "k" => 10,
@@ -139,7 +141,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         "p" => 50,
         _ => return Err(err("unknown suffix (use k, M, G, T, P)")),
     };
-    if suffix.len() > unit.len() + 2 || (unit.is_empty() && !suffix.is_empty() && suffix != "b") {
+    if unit.is_empty() && !matches!(suffix.as_str(), "" | "b") {
         return Err(err("unknown suffix (use k, M, G, T, P)"));
     }
     value.checked_mul(1u64 << shift).ok_or_else(|| err("size too large"))
@@ -175,6 +177,10 @@ mod tests {
         assert!(parse_size("k").is_err());
         assert!(parse_size("4x").is_err());
         assert!(parse_size("4kk").is_err());
+        assert_eq!(parse_size("4Ki").unwrap(), 4096);
+        for garbage in ["4kbb", "4kii", "4ib", "4kbi", "4i", "4bb", "4k4", "4 k b"] {
+            assert!(parse_size(garbage).is_err(), "{garbage}");
+        }
         assert!(parse_size("-4k").is_err());
         assert!(parse_size("99999999999999999999").is_err());
         assert!(parse_size("16777216P").is_err());

@@ -177,6 +177,13 @@ pub trait Device: Send + Sync {
     /// once no request is in flight; requests prepared afterwards fail.
     fn close(&self) -> Result<(), DeviceError>;
 
+    /// Why the device's last failed request failed, in the kernel's words, when the
+    /// device knows more than its [`Status`] says (an image: the file system's
+    /// ENOSPC or EFBIG behind an EIO). `None` when it does not.
+    fn last_error(&self) -> Option<String> {
+        None
+    }
+
     /// Executes `req` synchronously: [`Device::prepare`], then [`Device::perform`].
     fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
         let plan = self.prepare(req)?;
@@ -242,6 +249,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     }
     fn close(&self) -> Result<(), DeviceError> {
         (**self).close()
+    }
+    fn last_error(&self) -> Option<String> {
+        (**self).last_error()
     }
 }
 

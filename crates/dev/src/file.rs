@@ -74,6 +74,10 @@ pub enum ImageErrorKind {
     /// The file does not exist.
     #[error("no such file")]
     Missing,
+    /// The directory the file would be created in does not exist (the error's path
+    /// is the directory's).
+    #[error("no such directory")]
+    NoDirectory,
     /// The file cannot be opened with the access needed.
     #[error("permission denied")]
     PermissionDenied,
@@ -183,6 +187,9 @@ pub struct ImageOptions {
     /// commit ([`ImageErrorKind::MayLoseData`]): the newest usable state is taken and
     /// the loss accepted (`zblk check --repair -y`).
     pub accept_rollback: bool,
+    /// When another process holds the image: fail at once (`None`), or wait for its
+    /// lock this long (`Some(Duration::MAX)`: as long as it takes), as `flock -w`.
+    pub lock_wait: Option<std::time::Duration>,
 }
 
 impl Default for ImageOptions {
@@ -193,6 +200,7 @@ impl Default for ImageOptions {
             boot_id: None,
             zeroing: ZeroingSetup::Probe,
             accept_rollback: false,
+            lock_wait: None,
         }
     }
 }
@@ -330,6 +338,9 @@ pub struct FileImage {
     /// What the open found about zeroing.
     zeroing_probe: ProbeResult,
     repairs: Vec<String>,
+    /// The errno of the file system's last failed operation under a request (0:
+    /// none): what the EIO the request completes with stood for.
+    last_errno: std::sync::atomic::AtomicI32,
     /// Held for the image's lifetime: the lock that says it is in use.
     _lock: File,
 }
@@ -365,8 +376,14 @@ impl FileImage {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let name = path.file_name().ok_or_else(|| err(path, ImageErrorKind::NotAnImage("no file name".into())))?;
         let tmp = dir.join(format!(".{}.zblk-new-{}", name.to_string_lossy(), std::process::id()));
+        // The temporary file is zblk's business: a failure to make it is told with
+        // the directory the user named.
+        let in_dir = |e: io::Error| match std::fs::metadata(dir) {
+            Err(d) if d.kind() == io::ErrorKind::NotFound => err(dir, ImageErrorKind::NoDirectory),
+            _ => io_err(dir, "create a file in the directory")(e),
+        };
         let result = (|| {
-            let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io_err(&tmp, "create"))?;
+            let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(in_dir)?;
             f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
             for at in format::SUPERBLOCK_OFFSETS {
                 f.write_all_at(&sb.encode(), at).map_err(io_err(path, "write superblock"))?;
@@ -423,7 +440,7 @@ impl FileImage {
         if !m.file_type().is_file() {
             return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
         }
-        lock(&file, opts.read_only).map_err(|e| match e {
+        lock_waiting(&file, opts.read_only, opts.lock_wait).map_err(|e| match e {
             e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
             e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
         })?;
@@ -512,6 +529,7 @@ impl FileImage {
             zeroing: zeroing::Current::new(probe.method),
             zeroing_probe: probe,
             repairs: rec.repairs,
+            last_errno: std::sync::atomic::AtomicI32::new(0),
             _lock: file,
         };
         if !opts.read_only {
@@ -617,6 +635,12 @@ impl FileImage {
     /// What opening the image found and repaired (read-only: what it would repair).
     pub fn repairs(&self) -> &[String] {
         &self.repairs
+    }
+
+    /// The length of the file the image's layout needs: its metadata, then every
+    /// zone's data. zblk never writes past it.
+    pub fn file_bytes(&self) -> u64 {
+        self.sb.layout.file_bytes
     }
 
     /// How the image zeroes a range for a WRITE_ZEROES without NOUNMAP (its unmap
@@ -841,6 +865,16 @@ impl FileImage {
 
     // ---------------------------------------------------------------- execution
 
+    /// Remembers what a failed file operation under a request stood for, and gives
+    /// the request's status: EIO, as a disk's media error (the errno is told by
+    /// [`Device::last_error`]).
+    fn note(&self, e: &io::Error) -> Status {
+        if let Some(n) = e.raw_os_error() {
+            self.last_errno.store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Status::IoErr
+    }
+
     /// Carries out a transfer synchronously (the thread-pool driver's path for every
     /// read and write, and every driver's for buffers it cannot hand to the kernel)
     /// and finishes it.
@@ -869,7 +903,7 @@ impl FileImage {
     /// (every write completed so far becomes durable), after it with FUA (this one
     /// too).
     fn with_commits(&self, req: &Request, write: impl FnOnce() -> Result<Sector, Status>) -> Result<Sector, Status> {
-        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        let io = |r: io::Result<()>| r.map_err(|e| self.note(&e));
         if req.flags.contains(BioFlags::PREFLUSH) {
             io(self.commit_io())?;
         }
@@ -881,7 +915,7 @@ impl FileImage {
     }
 
     fn perform_blocking(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        let io = |r: io::Result<()>| r.map_err(|e| self.note(&e));
         match req.op {
             Op::Write | Op::ZoneAppend => self.with_commits(req, || {
                 let plain = Request { flags: BioFlags::NONE, ..*req };
@@ -935,7 +969,7 @@ impl FileImage {
     /// (zone write plugging). A finish exposes `[wp, end)` to reads: those blocks are
     /// punched out first.
     fn zone_mgmt(&self, req: &Request) -> Result<Sector, Status> {
-        let io = |r: io::Result<()>| r.map_err(|_| Status::IoErr);
+        let io = |r: io::Result<()>| r.map_err(|e| self.note(&e));
         if !self.geo.is_zoned() {
             return Err(Status::NotSupported);
         }
@@ -1029,6 +1063,9 @@ impl Device for FileImage {
     /// write pointer back to where it started (later writes to the zone already
     /// accepted fail too) and discards what it may have written.
     fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
+        if let Err(e) = &io {
+            self.note(e);
+        }
         if t.write {
             self.finish_write(t.at, u64::from(req.nr_sectors), io.is_ok())
         } else {
@@ -1049,6 +1086,13 @@ impl Device for FileImage {
 
     fn close(&self) -> Result<(), DeviceError> {
         self.close_inner().map_err(|e| DeviceError::io(&self.path, "close", e))
+    }
+
+    fn last_error(&self) -> Option<String> {
+        match self.last_errno.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            n => Some(describe_io(&io::Error::from_raw_os_error(n))),
+        }
     }
 }
 
@@ -1143,6 +1187,32 @@ fn file_kind(m: &std::fs::Metadata) -> &'static str {
         "a symbolic link"
     } else {
         "not a regular file"
+    }
+}
+
+/// [`lock`], waiting for a holder to let go: forever with a blocking `flock` (as
+/// `flock` without `-w`), or up to `wait` (polled, as `flock -w` without its alarm
+/// signal); WouldBlock when the time is up.
+fn lock_waiting(file: &File, shared: bool, wait: Option<std::time::Duration>) -> io::Result<()> {
+    use rustix::fs::{FlockOperation, flock};
+    let Some(wait) = wait else { return lock(file, shared) };
+    if wait == std::time::Duration::MAX {
+        let op = if shared { FlockOperation::LockShared } else { FlockOperation::LockExclusive };
+        return loop {
+            match flock(file, op) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => break r.map_err(io::Error::from),
+            }
+        };
+    }
+    let until = std::time::Instant::now() + wait;
+    loop {
+        match lock(file, shared) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
     }
 }
 

@@ -109,7 +109,60 @@ pub enum RuntimeError {
 }
 
 /// What ends a BIO: called once, outside every lock.
-type Done = Box<dyn FnOnce(Result<Sector, Status>) + Send>;
+enum Done {
+    /// A caller's callback: run by [`deliver`], never inside another callback.
+    Call(Box<dyn FnOnce(Result<Sector, Status>) + Send>),
+    /// A blocking caller waiting on its condition variable: woken at once (waking
+    /// submits nothing, so it cannot nest).
+    Wake(Arc<Waiter>),
+}
+
+impl Done {
+    fn run(self, r: Result<Sector, Status>) {
+        match self {
+            Done::Call(f) => deliver(f, r),
+            Done::Wake(w) => {
+                *w.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                w.cv.notify_one();
+            }
+        }
+    }
+}
+
+/// A completion callback and its result.
+type Delivery = (Box<dyn FnOnce(Result<Sector, Status>) + Send>, Result<Sector, Status>);
+
+thread_local! {
+    /// Callbacks completed on this thread while one of its callbacks runs: they run
+    /// when it returns, in order.
+    static DEFERRED: std::cell::RefCell<std::collections::VecDeque<Delivery>> = Default::default();
+    /// A callback runs on this thread.
+    static DELIVERING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs a completion callback, or queues it when this thread is already inside one.
+/// A callback that submits an I/O the engine refuses inline (or one submitted after
+/// the runtime closed) gets that completion within its own submission: run there, a
+/// chain of such I/Os nests one call per I/O until the stack overflows. Queued, the
+/// outermost delivery runs the chain as a loop, in completion order.
+fn deliver(f: Box<dyn FnOnce(Result<Sector, Status>) + Send>, r: Result<Sector, Status>) {
+    if DELIVERING.with(|d| d.replace(true)) {
+        DEFERRED.with(|q| q.borrow_mut().push_back((f, r)));
+        return;
+    }
+    /// Leaves the thread out of delivery even when a callback panics.
+    struct Out;
+    impl Drop for Out {
+        fn drop(&mut self) {
+            DELIVERING.with(|d| d.set(false));
+        }
+    }
+    let _out = Out;
+    f(r);
+    while let Some((f, r)) = DEFERRED.with(|q| q.borrow_mut().pop_front()) {
+        f(r);
+    }
+}
 
 /// A BIO's buffer, lent to the runtime until the BIO completes.
 #[derive(Clone, Copy, Debug)]
@@ -185,7 +238,7 @@ impl Shared {
         let Io { op, sector, nr_sectors, flags, mut buf } = io;
         if self.stopping.load(Ordering::Acquire) {
             // Submitted while the runtime closes: a caller bug, answered with EIO.
-            done(IoDone { result: Err(Status::IoErr), buf });
+            deliver(Box::new(move |result| done(IoDone { result, buf })), Err(Status::IoErr));
             return;
         }
         let raw = buf.as_mut().map(|b| {
@@ -195,7 +248,7 @@ impl Shared {
         let bio = Bio { op, sector, nr_sectors, flags, user_data: 0 };
         // The buffer moves into the callback: its heap memory, which `raw` points
         // to, stays where it is until the callback hands it back.
-        self.submit_bio(bio, raw, Box::new(move |result| done(IoDone { result, buf })));
+        self.submit_bio(bio, raw, Done::Call(Box::new(move |result| done(IoDone { result, buf }))));
     }
 
     fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
@@ -285,7 +338,7 @@ impl Shared {
                 }
             }
             for (done, r) in dones.drain(..) {
-                done(r);
+                done.run(r);
             }
             let answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)> =
                 reports.drain(..).map(|z| (z, self.device.report_zone(self.geo.zone_start(z)))).collect();
@@ -602,7 +655,10 @@ impl Submitter {
     pub fn submit(&self, io: Io, done: impl FnOnce(IoDone) + Send + 'static) {
         match self.shared.upgrade() {
             Some(sh) => sh.submit_io(io, done),
-            None => done(IoDone { result: Err(Status::IoErr), buf: io.buf }),
+            None => {
+                let buf = io.buf;
+                deliver(Box::new(move |result| done(IoDone { result, buf })), Err(Status::IoErr));
+            }
         }
     }
 
@@ -733,6 +789,9 @@ impl Runtime {
 
     /// Submits `io`; `done` is called once with its [`IoDone`], from whichever thread
     /// completes it (possibly this one, before `submit` returns, if it is refused).
+    /// Called from inside another callback, a submission that completes at once has
+    /// its callback run after that callback returns, never inside it: chains of I/Os
+    /// submitted from callbacks run as a loop, however many are refused inline.
     pub fn submit(&self, io: Io, done: impl FnOnce(IoDone) + Send + 'static) {
         self.sh().submit_io(io, done);
     }
@@ -775,18 +834,10 @@ impl Runtime {
     ) -> Result<Sector, Status> {
         let raw = buf.map(|b| RawBuf { ptr: b.as_mut_ptr(), len: b.len() });
         let w = Arc::new(Waiter::default());
-        let w2 = w.clone();
         let bio = Bio { op, sector, nr_sectors: nr, flags, user_data: 0 };
         // The caller's buffer is borrowed for this call, and the call returns only
         // once the BIO has completed: no request can use it afterwards.
-        self.sh().submit_bio(
-            bio,
-            raw,
-            Box::new(move |r| {
-                *w2.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                w2.cv.notify_one();
-            }),
-        );
+        self.sh().submit_bio(bio, raw, Done::Wake(w.clone()));
         let mut g = w.result.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(r) = g.take() {

@@ -237,3 +237,62 @@ fn io_uring_needs_a_descriptor() {
         "io_uring is not available: memory offers no descriptor for io_uring to move data through"
     );
 }
+
+/// Submits `left` more I/Os, each from the completion of the one before, each
+/// refused by the engine inside its own submission (a write of 100 bytes: no whole
+/// number of sectors); then sends how many were refused.
+fn refused_chain(sub: Submitter, left: u32, refused: u32, done: std::sync::mpsc::Sender<u32>) {
+    if left == 0 {
+        done.send(refused).unwrap();
+        return;
+    }
+    let next = sub.clone();
+    sub.submit(Io::write(zone(1), vec![0u8; 100]), move |d| {
+        let refused = refused + u32::from(d.result == Err(Status::Invalid));
+        refused_chain(next, left - 1, refused, done);
+    });
+}
+
+/// A chain of I/Os the engine refuses inline (each completion submits the next, and
+/// that submission completes at once) must not nest one completion inside the other:
+/// 200,000 of them on a thread with a 256 KiB stack. Run recursively, each level
+/// costs a few hundred bytes of stack and the thread overflows it within a few
+/// thousand levels (what `zblk bench --rw randwrite --zonemode none` once did on a
+/// fresh image). Then the same after the runtime closed (every I/O fails with EIO
+/// inside its submission).
+#[test]
+fn inline_refusals_chained_from_callbacks_do_not_nest() {
+    const N: u32 = 200_000;
+    let dev = device(0, 0, 0);
+    let rt = start(&dev, Backend::Auto);
+    let sub = rt.submitter();
+    let (tx, rx) = channel();
+    let t = std::thread::Builder::new().stack_size(256 << 10).spawn(move || refused_chain(sub, N, 0, tx)).unwrap();
+    t.join().expect("the chain's thread");
+    assert_eq!(rx.recv().unwrap(), N, "every I/O of the chain refused with EINVAL");
+    // The completion of an I/O submitted from a callback runs once that callback
+    // has returned, on the same thread.
+    let (tx, rx) = channel();
+    let sub = rt.submitter();
+    rt.submit(Io::write(zone(1), vec![0u8; 100]), move |_| {
+        let (tx2, rx2) = channel();
+        sub.submit(Io::write(zone(1), vec![0u8; 100]), move |d| {
+            let _ = tx2.send(d.result);
+        });
+        tx.send(rx2.try_recv().ok()).unwrap();
+    });
+    assert_eq!(rx.recv().unwrap(), None, "a nested completion runs after the callback that submitted it");
+    let sub = rt.submitter();
+    rt.close().unwrap();
+    let (tx, rx) = channel();
+    let t = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let (tx2, rx2) = channel();
+            refused_chain(sub, N, 0, tx2);
+            tx.send(rx2.recv().unwrap()).unwrap();
+        })
+        .unwrap();
+    t.join().expect("the chain's thread after close");
+    assert_eq!(rx.recv().unwrap(), 0, "after close every I/O fails with EIO, none with EINVAL");
+}

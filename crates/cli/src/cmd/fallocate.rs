@@ -36,6 +36,9 @@ no file size or extents to change.";
 pub struct FallocateArgs {
     /// The image.
     pub image: PathBuf,
+    /// Waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// Zero the range with WRITE_ZEROES, unmapped where the image can.
     #[arg(short = 'w', long)]
     pub write_zeroes: bool,
@@ -152,7 +155,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
     if a.length == 0 {
         return Err(CliError(format!("{name}: EINVAL: length 0: nothing to zero")));
     }
-    let img = image::open(&a.image, false)?;
+    let img = image::open(&a.image, false, a.lock)?;
     let lbs = u64::from(img.geo().lbs_bytes());
     let dev_bytes = img.geo().nr_sectors() * SECTOR_SIZE;
     for (what, v) in [("offset", a.offset), ("length", a.length)] {

@@ -24,7 +24,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     if buffers > 4 << 30 {
         return Err(CliError::msg("--bs x --iodepth x --numjobs is more than 4 GiB of buffers"));
     }
-    let img = image::Target::open(path, false)?;
+    let img = image::Target::open(path, false, a.lock)?;
     let geo = img.geo().clone();
     let job = job_spec(a, geo.is_zoned());
     let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), img.rotational())?;

@@ -17,6 +17,9 @@ use zblk_dev::linux::LinuxZoned;
 pub struct InfoArgs {
     /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
     pub image: PathBuf,
+    /// Waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -24,7 +27,7 @@ pub struct InfoArgs {
 
 /// Runs `zblk info`.
 pub fn run(a: &InfoArgs) -> Result<(), CliError> {
-    let img = match image::Target::open(&a.image, true)? {
+    let img = match image::Target::open(&a.image, true, a.lock)? {
         image::Target::Image(img) => img,
         image::Target::Linux(dev) => return device(a, &dev),
     };

@@ -3,15 +3,26 @@
 //! Offsets and lengths are bytes, with size suffixes. On a block device an append is
 //! zblk's emulation (the kernel has no zone append for userspace): a write at the
 //! write pointer zblk's plug holds, and the sector it landed at.
+//!
+//! Reads and writes of any length stream through one buffer of at most [`CHUNK`]
+//! bytes (constant memory), the input read up to `--length` and no further. A
+//! write goes in chunks, in order, at the write pointer, as the kernel's pieces of
+//! a split BIO do: when one fails, the message says how many bytes landed and
+//! where the zone's write pointer is. An append is one request, never split, so it
+//! is refused (EINVAL, the limit in words) when longer than the device's zone
+//! append limit, as the kernel refuses it.
 
+use crate::explain::{cond_name, explain};
 use crate::{CliError, image, parse};
 use clap::Args;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use zblk_core::bio::BioFlags;
+use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::engine::EngineConfig;
+use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
-use zblk_runtime::Backend;
+use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
+use zblk_runtime::{AlignedBuf, Backend, Runtime};
 
 /// A single I/O.
 #[derive(Args, Debug)]
@@ -43,6 +54,9 @@ pub struct IoArgs {
     /// Print a JSON summary (read: the data goes only to --output).
     #[arg(long)]
     pub json: bool,
+    /// Waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: image::WaitArg,
 }
 
 fn parse_byte(text: &str) -> Result<u8, String> {
@@ -65,45 +79,67 @@ pub enum IoCmd {
     Read,
 }
 
-/// The most one single I/O command moves: its buffer is held whole in memory.
-const MAX_SINGLE_IO: u64 = 1 << 30;
+/// The largest request a streamed read or write makes (its one buffer).
+const CHUNK: u64 = 4 << 20;
 
-/// Reads the input, up to `--length` bytes and never more (an endless input such as
-/// /dev/zero is read only that far), and at most [`MAX_SINGLE_IO`].
-fn read_bounded(mut r: impl Read, what: &str, limit: Option<u64>) -> Result<Vec<u8>, CliError> {
-    let cap = limit.unwrap_or(MAX_SINGLE_IO + 1);
-    let mut v = Vec::new();
-    r.by_ref().take(cap).read_to_end(&mut v).map_err(|e| CliError(format!("{what}: {e}")))?;
-    if limit.is_none() && v.len() as u64 > MAX_SINGLE_IO {
-        return Err(CliError(format!(
-            "{what}: the input is longer than {MAX_SINGLE_IO} bytes, the most one write or append moves; give \
-             --length"
-        )));
-    }
-    Ok(v)
+/// Where a write's or an append's data comes from.
+enum Input {
+    /// Every byte the same.
+    Pattern(u8),
+    /// A file or standard input, read as the data goes.
+    Reader(Box<dyn Read>),
 }
 
-fn input_data(a: &IoArgs) -> Result<Vec<u8>, CliError> {
-    let mut data = match (&a.input, a.pattern) {
-        (Some(p), _) if p.as_os_str() == "-" => read_bounded(std::io::stdin().lock(), "standard input", a.length)?,
+/// The input and its length when known up front (`--length`, or a regular file's
+/// size); `None`: read to its end.
+fn open_input(a: &IoArgs) -> Result<(Input, Option<u64>), CliError> {
+    match (&a.input, a.pattern) {
+        (Some(p), _) if p.as_os_str() == "-" => Ok((Input::Reader(Box::new(std::io::stdin())), a.length)),
         (Some(p), _) => {
             let f = std::fs::File::open(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?;
-            read_bounded(f, &p.display().to_string(), a.length)?
+            let size = f.metadata().ok().filter(|m| m.file_type().is_file()).map(|m| m.len());
+            match (a.length, size) {
+                (Some(l), Some(s)) if s < l => {
+                    Err(CliError(format!("{}: the input has {s} bytes, --length asks for {l}", p.display())))
+                }
+                (Some(l), _) => Ok((Input::Reader(Box::new(f)), Some(l))),
+                (None, s) => Ok((Input::Reader(Box::new(f)), s)),
+            }
         }
         (None, Some(b)) => {
             let len = a.length.ok_or_else(|| CliError::msg("--pattern needs --length"))?;
-            vec![b; usize::try_from(len).map_err(|_| CliError::msg("--length too large"))?]
+            Ok((Input::Pattern(b), Some(len)))
         }
-        (None, None) => return Err(CliError::msg("give the data with --input FILE (- for stdin) or --pattern BYTE")),
-    };
-    if let Some(len) = a.length {
-        let len = usize::try_from(len).map_err(|_| CliError::msg("--length too large"))?;
-        if data.len() < len {
-            return Err(CliError(format!("the input has {} bytes, --length asks for {len}", data.len())));
-        }
-        data.truncate(len);
+        (None, None) => Err(CliError::msg("give the data with --input FILE (- for stdin) or --pattern BYTE")),
     }
-    Ok(data)
+}
+
+/// Fills `buf` from the input as far as it goes; returns the bytes read (short only
+/// at its end).
+fn fill(input: &mut Input, buf: &mut [u8]) -> std::io::Result<usize> {
+    match input {
+        Input::Pattern(_) => Ok(buf.len()),
+        Input::Reader(r) => {
+            let mut got = 0;
+            while got < buf.len() {
+                match r.read(&mut buf[got..]) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(got)
+        }
+    }
+}
+
+fn input_name(a: &IoArgs) -> String {
+    match &a.input {
+        Some(p) if p.as_os_str() == "-" => "standard input".to_string(),
+        Some(p) => p.display().to_string(),
+        None => "the pattern".to_string(),
+    }
 }
 
 /// Runs one single-I/O command.
@@ -118,11 +154,6 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if a.length == Some(0) {
         return Err(CliError(format!("{name}: EINVAL: length 0")));
     }
-    if let Some(l) = a.length.filter(|&l| l > MAX_SINGLE_IO) {
-        return Err(CliError(format!(
-            "{name}: --length {l}: one command moves at most {MAX_SINGLE_IO} bytes (its buffer is held in memory)"
-        )));
-    }
     if let Some(out) = a.output.as_ref().filter(|p| p.as_os_str() != "-") {
         use std::os::unix::fs::MetadataExt;
         if let (Ok(o), Ok(i)) = (std::fs::metadata(out), std::fs::metadata(&a.image)) {
@@ -134,61 +165,66 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if a.offset % SECTOR_SIZE != 0 {
         return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));
     }
-    let img = image::Target::open(&a.image, cmd == IoCmd::Read)?;
-    let dev_bytes = img.geo().nr_sectors() * SECTOR_SIZE;
-    // Checked before any buffer is allocated: a length past the device end is the
-    // device's EINVAL, not an allocation of that size.
-    let beyond = |len: u64| a.offset.checked_add(len).is_none_or(|end| end > dev_bytes);
-    if a.length.is_some_and(beyond) {
+    if cmd == IoCmd::Read && a.length.is_none() {
+        return Err(CliError::msg("read needs --length"));
+    }
+    let img = image::Target::open(&a.image, cmd == IoCmd::Read, a.lock)?;
+    let geo = img.geo().clone();
+    let dev_bytes = geo.nr_sectors() * SECTOR_SIZE;
+    let lbs = u64::from(geo.lbs_bytes());
+    if a.offset % lbs != 0 {
         return Err(CliError(format!(
-            "{name}: EINVAL: offset {} + length {} is beyond the device end ({dev_bytes} bytes)",
-            a.offset,
-            a.length.unwrap_or(0)
+            "{name}: EINVAL: offset {} is not a multiple of the logical block size ({lbs} bytes)",
+            a.offset
         )));
     }
-    let data = if cmd == IoCmd::Read { None } else { Some(input_data(a)?) };
-    let len = match (&data, a.length) {
-        (Some(d), _) => d.len() as u64,
-        (None, Some(l)) => l,
-        (None, None) => return Err(CliError::msg("read needs --length")),
-    };
-    let engine = EngineConfig { policy: img.default_policy(), ..EngineConfig::default() };
-    let rt = img.start(engine, Backend::Auto)?;
-    let sector = Sector(a.offset / SECTOR_SIZE);
-    let flags = if a.fua { BioFlags::FUA } else { BioFlags::NONE };
-    let mut out = vec![0u8; if cmd == IoCmd::Read { usize::try_from(len).unwrap_or(0) } else { 0 }];
-    let result = match cmd {
-        IoCmd::Write => rt.write_at_flags(sector, data.as_deref().unwrap_or_default(), flags).map(|()| sector),
-        IoCmd::Append => rt.append_flags(sector, data.as_deref().unwrap_or_default(), flags),
-        IoCmd::Read => rt.read_at(sector, &mut out).map(|()| sector),
-    };
-    let flushed = if a.flush && result.is_ok() { rt.flush() } else { Ok(()) };
-    rt.close().map_err(CliError::msg)?;
+    // Checked before anything moves: a length past the device end is the device's
+    // EINVAL for the whole request, not a partial write.
+    let beyond = |len: u64| a.offset.checked_add(len).is_none_or(|end| end > dev_bytes);
+    let (mut input, len) = if cmd == IoCmd::Read { (Input::Pattern(0), a.length) } else { open_input(a)? };
+    if let Some(l) = len.filter(|&l| beyond(l)) {
+        return Err(CliError(format!(
+            "{name}: EINVAL: offset {} + length {l} is beyond the device end ({dev_bytes} bytes)",
+            a.offset
+        )));
+    }
+    if let Some(l) = len.filter(|&l| l % lbs != 0) {
+        return Err(CliError(format!(
+            "{name}: EINVAL: length {l} is not a multiple of the logical block size ({lbs} bytes)"
+        )));
+    }
+    if len == Some(0) {
+        return Err(CliError(format!("{name}: EINVAL: length 0 ({} is empty)", input_name(a))));
+    }
     let what = match cmd {
         IoCmd::Write => "write",
         IoCmd::Append => "append",
         IoCmd::Read => "read",
     };
-    let at = result.map_err(|s| {
-        CliError(format!(
-            "{name}: {what} at byte offset {} ({}): {}: {s}",
-            a.offset,
-            format_bytes_exact(len),
-            s.errno_name()
-        ))
-    })?;
+    // An append is one request: its data is read whole (at most the append limit,
+    // checked before the runtime starts) and never split.
+    let append_data = if cmd == IoCmd::Append { Some(append_data(a, &geo, &mut input, len)?) } else { None };
+    let engine = EngineConfig { policy: img.default_policy(), ..EngineConfig::default() };
+    let rt = img.start(engine, Backend::Auto)?;
+    let flags = if a.fua { BioFlags::FUA } else { BioFlags::NONE };
+    let io = Io { rt: &rt, geo: &geo, name: &name, what, offset: a.offset };
+    let result = match (cmd, append_data) {
+        (IoCmd::Append, Some(data)) => io.append(&data, flags).map(|at| (at, data.len() as u64, None)),
+        (IoCmd::Read, _) => io.read(a, len.unwrap_or(0)).map(|(n, crc)| (Sector(a.offset / SECTOR_SIZE), n, Some(crc))),
+        _ => io.write(&mut input, len, flags, &input_name(a)).map(|n| (Sector(a.offset / SECTOR_SIZE), n, None)),
+    };
+    let flushed = if a.flush && result.is_ok() { rt.flush() } else { Ok(()) };
+    rt.close().map_err(CliError::msg)?;
+    let (at, moved, crc) = result?;
     flushed.map_err(|s| CliError(format!("{name}: flush: {}: {s}", s.errno_name())))?;
-    if cmd == IoCmd::Read {
-        write_output(a, &out)?;
-    }
     if a.json {
         let doc = serde_json::json!({
             "op": what,
             "offset": a.offset,
-            "length": len,
+            "length": moved,
             "sector": at.0,
             "byte_offset": at.0 * SECTOR_SIZE,
-            "crc32": (cmd == IoCmd::Read).then(|| crc32fast::hash(&out)),
+            "crc32": crc,
         });
         println!("{doc}");
     } else if cmd == IoCmd::Append {
@@ -197,12 +233,229 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn write_output(a: &IoArgs, out: &[u8]) -> Result<(), CliError> {
-    match &a.output {
-        Some(p) if p.as_os_str() != "-" => {
-            std::fs::write(p, out).map_err(|e| CliError(format!("{}: {e}", p.display())))
+/// An append's data, whole: refused as the kernel refuses an append longer than
+/// the device's zone append limit, before anything is read past that limit.
+fn append_data(a: &IoArgs, geo: &Geometry, input: &mut Input, len: Option<u64>) -> Result<Vec<u8>, CliError> {
+    let name = a.image.display();
+    if !geo.is_zoned() {
+        return Err(CliError(format!("{name}: EOPNOTSUPP: zone append on a device that is not zoned")));
+    }
+    let limit = u64::from(geo.append_limit_sectors()) * SECTOR_SIZE;
+    let too_long = |n: &dyn std::fmt::Display| {
+        CliError(format!(
+            "{name}: EINVAL: zone append of {n} bytes is larger than the device's zone append limit ({limit} bytes); \
+             an append is never split: use write at the write pointer"
+        ))
+    };
+    if let Some(l) = len.filter(|&l| l > limit) {
+        return Err(too_long(&l));
+    }
+    let mut data = vec![0u8; len.unwrap_or(limit + 1) as usize];
+    if let Input::Pattern(b) = input {
+        data.fill(*b);
+        return Ok(data);
+    }
+    let got = fill(input, &mut data).map_err(|e| CliError(format!("{}: {e}", input_name(a))))?;
+    if got as u64 > limit {
+        return Err(too_long(&format!("more than {limit}")));
+    }
+    if let Some(l) = len.filter(|&l| got as u64 != l) {
+        return Err(CliError(format!("{}: the input has {got} bytes, --length asks for {l}", input_name(a))));
+    }
+    data.truncate(got);
+    if data.is_empty() {
+        return Err(CliError(format!("{name}: EINVAL: length 0 ({} is empty)", input_name(a))));
+    }
+    Ok(data)
+}
+
+/// One command's I/O on a running runtime, and how it tells a failure.
+struct Io<'a> {
+    rt: &'a Runtime,
+    geo: &'a Geometry,
+    name: &'a str,
+    what: &'a str,
+    offset: u64,
+}
+
+impl Io<'_> {
+    /// The zone holding byte `pos` as the device reports it now (`None` for a
+    /// regular device, or if the report fails).
+    fn zone_at(&self, pos: u64) -> Option<ZoneInfo> {
+        if !self.geo.is_zoned() {
+            return None;
         }
-        None if a.json => Ok(()),
-        _ => std::io::stdout().write_all(out).map_err(|e| CliError(format!("standard output: {e}"))),
+        self.rt.report_zone(Sector(pos / SECTOR_SIZE)).ok()
+    }
+
+    /// The cause of a failed request, in words: the zone rule, or what the device
+    /// knows of an EIO (the file system's ENOSPC or EFBIG under an image).
+    fn cause(&self, op: Op, pos: u64, n: u64, before: Option<&ZoneInfo>, st: Status) -> String {
+        match (st, self.rt.device().last_error()) {
+            (Status::IoErr, Some(why)) => why,
+            _ => explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, before, st),
+        }
+    }
+
+    fn fail(&self, len: Option<u64>, why: &str) -> CliError {
+        let len = len.map_or_else(|| "the input".to_string(), format_bytes_exact);
+        CliError(format!("{}: {} at byte offset {} ({len}): {why}", self.name, self.what, self.offset))
+    }
+
+    /// Where a zone's write pointer is now, in words.
+    fn wp_now(&self, pos: u64) -> String {
+        match self.zone_at(pos) {
+            Some(z) if z.ztype != ZoneType::Conventional => format!(
+                "; zone {}'s write pointer is now at byte offset {} (sector {}, {})",
+                self.geo.zone_no(z.start).0,
+                z.wp.0 * SECTOR_SIZE,
+                z.wp.0,
+                cond_name(z.cond)
+            ),
+            _ => String::new(),
+        }
+    }
+
+    /// Writes the input at the offset in chunks that never cross a zone, each at the
+    /// write pointer the one before left. Returns the bytes written.
+    fn write(&self, input: &mut Input, len: Option<u64>, flags: BioFlags, input_name: &str) -> Result<u64, CliError> {
+        let dev_bytes = self.geo.nr_sectors() * SECTOR_SIZE;
+        let first = len.unwrap_or(CHUNK).min(CHUNK) as usize;
+        let mut buf = AlignedBuf::zeroed(first);
+        if let Input::Pattern(b) = input {
+            buf.fill(*b);
+        }
+        let (mut pos, mut done) = (self.offset, 0u64);
+        let landed = |done: u64| match len {
+            Some(l) => format!("wrote {done} of {l} bytes"),
+            None => format!("wrote {done} bytes"),
+        };
+        loop {
+            let left = len.map_or(u64::MAX, |l| l - done);
+            if left == 0 {
+                return Ok(done);
+            }
+            if pos == dev_bytes {
+                // Only an input of unknown length gets here: is there more of it?
+                let more = fill(input, &mut buf[..1]).map_err(|e| CliError(format!("{input_name}: {e}")))?;
+                if more == 0 {
+                    return Ok(done);
+                }
+                let why = format!("EINVAL: {input_name} is longer than the {done} bytes up to the device end");
+                return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos - 1))));
+            }
+            let zone_end = if self.geo.is_zoned() {
+                let z = self.geo.zone_no(Sector(pos / SECTOR_SIZE));
+                (self.geo.zone_start(z).0 + self.geo.zone_len(z)) * SECTOR_SIZE
+            } else {
+                dev_bytes
+            };
+            let n = left.min(CHUNK).min(zone_end - pos) as usize;
+            let got = fill(input, &mut buf[..n]).map_err(|e| {
+                CliError(format!("{input_name}: {e}; {} at byte offset {}: {}", self.what, self.offset, landed(done)))
+            })?;
+            if got < n && len.is_some() {
+                let l = len.unwrap_or(0);
+                let why = format!("{input_name} ended after {} bytes, --length asks for {l}", done + got as u64);
+                return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos.max(1) - 1))));
+            }
+            if got == 0 {
+                if done == 0 {
+                    return Err(self.fail(len, &format!("EINVAL: length 0 ({input_name} is empty)")));
+                }
+                return Ok(done);
+            }
+            let lbs = u64::from(self.geo.lbs_bytes());
+            if got as u64 % lbs != 0 {
+                let why = format!(
+                    "EINVAL: {input_name}'s length ({} bytes) is not a multiple of the logical block size ({lbs} bytes)",
+                    done + got as u64
+                );
+                return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos.max(1) - 1))));
+            }
+            let before = self.zone_at(pos);
+            let sector = Sector(pos / SECTOR_SIZE);
+            if let Err(st) = self.rt.write_at_flags(sector, &buf[..got], flags) {
+                // What of this chunk landed: on a sequential zone, what the write
+                // pointer moved past the chunk's start (the pieces before the one
+                // that failed), if the chunk started at the write pointer.
+                let after = self.zone_at(pos);
+                let part = match (before, after) {
+                    (Some(b), Some(z)) if b.ztype != ZoneType::Conventional && b.wp == sector => {
+                        (z.wp.min(z.start + z.capacity).0 * SECTOR_SIZE).saturating_sub(pos).min(got as u64)
+                    }
+                    _ => 0,
+                };
+                let why = match before {
+                    // The write ran into the zone's capacity (this chunk, or the
+                    // command's earlier ones, filled it): the rule broken is the
+                    // whole write's.
+                    Some(b)
+                        if st == Status::ZoneFull
+                            && b.ztype != ZoneType::Conventional
+                            && (b.cond != ZoneCond::Full || (self.offset < pos && b.start.0 * SECTOR_SIZE < pos)) =>
+                    {
+                        format!(
+                            "EIO: the write goes past zone {}'s capacity ({} bytes: its writable part ends at byte \
+                             offset {})",
+                            self.geo.zone_no(b.start).0,
+                            b.capacity * SECTOR_SIZE,
+                            (b.start.0 + b.capacity) * SECTOR_SIZE
+                        )
+                    }
+                    _ => self.cause(Op::Write, pos, got as u64, before.as_ref(), st),
+                };
+                return Err(self.fail(len, &format!("{why}; {}{}", landed(done + part), self.wp_now(pos))));
+            }
+            done += got as u64;
+            pos += got as u64;
+            if got < n {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// One zone append; returns the sector it landed at.
+    fn append(&self, data: &[u8], flags: BioFlags) -> Result<Sector, CliError> {
+        let buf = AlignedBuf::from_slice(data);
+        let before = self.zone_at(self.offset);
+        self.rt.append_flags(Sector(self.offset / SECTOR_SIZE), &buf, flags).map_err(|st| {
+            let why = self.cause(Op::ZoneAppend, self.offset, data.len() as u64, before.as_ref(), st);
+            self.fail(Some(data.len() as u64), &why)
+        })
+    }
+
+    /// Reads `len` bytes in chunks to the output; returns the bytes read and their
+    /// CRC32.
+    fn read(&self, a: &IoArgs, len: u64) -> Result<(u64, u32), CliError> {
+        let mut out: Box<dyn Write> = match &a.output {
+            Some(p) if p.as_os_str() != "-" => {
+                Box::new(std::fs::File::create(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?)
+            }
+            None if a.json => Box::new(std::io::sink()),
+            _ => Box::new(std::io::stdout().lock()),
+        };
+        let out_name = a
+            .output
+            .as_ref()
+            .filter(|p| p.as_os_str() != "-")
+            .map_or("standard output".into(), |p| p.display().to_string());
+        let mut buf = AlignedBuf::zeroed(len.min(CHUNK) as usize);
+        let mut crc = crc32fast::Hasher::new();
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(CHUNK) as usize;
+            let pos = self.offset + done;
+            let before = self.zone_at(pos);
+            if let Err(st) = self.rt.read_at(Sector(pos / SECTOR_SIZE), &mut buf[..n]) {
+                let why = self.cause(Op::Read, pos, n as u64, before.as_ref(), st);
+                return Err(self.fail(Some(len), &format!("{why}; read {done} of {len} bytes")));
+            }
+            crc.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(|e| CliError(format!("{out_name}: {e}; read {done} of {len} bytes")))?;
+            done += n as u64;
+        }
+        out.flush().map_err(|e| CliError(format!("{out_name}: {e}")))?;
+        Ok((done, crc.finalize()))
     }
 }

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// `nullb:zone_size=64,size=1024`; its data is lost when the server stops).
     #[arg(long)]
     pub dev: Option<String>,
+    /// Waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// Hardware queues of the ublk device (one serving thread each).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub queues: u16,

@@ -18,6 +18,9 @@ use zblk_runtime::Backend;
 pub struct ZoneArgs {
     /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
     pub image: PathBuf,
+    /// Waiting for an image another process holds.
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// Start sector of the zone to act on (512-byte sectors; decimal, 0x hex, or with
     /// a K/M/G suffix as blkzone takes it).
     #[arg(short = 'o', long, default_value = "0", value_parser = image::sectors, value_name = "SECTOR")]
@@ -90,7 +93,7 @@ impl Target {
         if linux::is_block_device(&a.image) {
             return Ok(Target::Device(ZoneCtl::open(&a.image, write, a.force).map_err(CliError::msg)?));
         }
-        let img = image::open(&a.image, !write)?;
+        let img = image::open(&a.image, !write, a.lock)?;
         if !img.geo().is_zoned() {
             return Err(CliError(format!("{}: unable to determine zone size (not a zoned image)", a.image.display())));
         }
@@ -237,7 +240,7 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
     let result = if cmd == ZoneCmd::Reset && a.offset == 0 && zlen == total {
         // As the kernel: a reset of the whole device is one RESET_ALL.
         zones = u64::from(geo.nr_seq_zones());
-        rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, s))
+        rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, None, s))
     } else {
         let mut r = Ok(());
         let mut s = a.offset;
@@ -246,8 +249,10 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
             // A reset of a range skips conventional zones (they have nothing to reset).
             let skip = cmd == ZoneCmd::Reset && geo.zone_is_conv(z);
             if !skip {
+                // The zone as it was, for the message if the device refuses.
+                let before = rt.report_zone(Sector(s)).ok();
                 if let Err(st) = rt.zone_op(cmd.op(), Sector(s)) {
-                    r = Err((Sector(s), st));
+                    r = Err((Sector(s), before, st));
                     break;
                 }
                 zones += 1;
@@ -257,8 +262,11 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
         r
     };
     rt.close().map_err(CliError::msg)?;
-    result.map_err(|(at, st)| {
-        CliError(format!("{name}: {} of zone at sector {} failed: {}: {st}", cmd.name(), at.0, st.errno_name()))
+    result.map_err(|(at, before, st)| {
+        let op =
+            if cmd == ZoneCmd::Reset && at == Sector::ZERO && before.is_none() { Op::ZoneResetAll } else { cmd.op() };
+        let why = crate::explain::explain(&geo, op, at, 0, before.as_ref(), st);
+        CliError(format!("{name}: {} of zone at sector {} failed: {why}", cmd.name(), at.0))
     })?;
     Ok(zones)
 }

@@ -47,7 +47,7 @@ fn start_device(a: &ServeArgs) -> Result<(Runtime, String, bool), CliError> {
         return Ok((rt, "memory device".to_string(), false));
     }
     let path = a.image.as_ref().ok_or_else(|| CliError::msg("give an image or --dev"))?;
-    let target = image::Target::open(path, false)?;
+    let target = image::Target::open(path, false, a.lock)?;
     check_geometry(target.geo())?;
     let engine = EngineConfig { policy: target.default_policy(), ..EngineConfig::default() };
     let rt = target.start(engine, Backend::Auto)?;
