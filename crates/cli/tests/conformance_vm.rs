@@ -192,7 +192,9 @@ kill -TERM $P; wait $P; echo $? > $S/image.rc
             if want.out.first().is_some_and(|l| l.starts_with("read ")) && want.rc == 0 {
                 let bin = |d: &str| std::fs::read(share.join(format!("{d}-{n}.bin"))).unwrap();
                 let (a, b) = (bin("nullb"), bin(dev));
-                if let Some(what) = compare_read(&want.out[0], &want.report, &a, &b) {
+                let read =
+                    compare_read(&want.out[0], &want.report, &a, &b).unwrap_or_else(|e| panic!("{dev}, {n}: {e}"));
+                if let Some(what) = read {
                     found.push(("data past the write pointer".to_string(), format!("{dev}, {n}: {what}")));
                 }
             }
@@ -252,14 +254,16 @@ fn sysfs(text: &str) -> BTreeMap<String, String> {
 
 /// Compares the bytes a read (`read BLOCK COUNT`, 4 KiB blocks) returned from null_blk
 /// (`a`) and from zblk (`b`), knowing the zones from the report after the read. Below
-/// each write pointer and in conventional zones they must be equal (else panics); past
-/// a sequential zone's write pointer null_blk returns 0xff and zblk zeroes, the
-/// documented difference, returned as its description (None if the read did not go
-/// past a write pointer).
-fn compare_read(cmd: &str, report: &[String], a: &[u8], b: &[u8]) -> Option<String> {
+/// each write pointer and in conventional zones they must be equal; past a sequential
+/// zone's write pointer null_blk returns 0xff and zblk zeroes, the documented
+/// difference, returned as its description (None if the read did not go past a write
+/// pointer). Any other difference is the error.
+fn compare_read(cmd: &str, report: &[String], a: &[u8], b: &[u8]) -> Result<Option<String>, String> {
     let mut it = cmd.split_whitespace().skip(1).map(|v| v.parse::<u64>().unwrap() * 4096);
     let (off, len) = (it.next().unwrap(), it.next().unwrap());
-    assert_eq!((a.len() as u64, b.len() as u64), (len, len), "{cmd}: short read");
+    if (a.len() as u64, b.len() as u64) != (len, len) {
+        return Err(format!("{cmd}: short read ({} and {} bytes)", a.len(), b.len()));
+    }
     let mut past = 0u64;
     // Zone by zone: the part below the write pointer (all of a conventional zone),
     // then the part past it.
@@ -272,15 +276,18 @@ fn compare_read(cmd: &str, report: &[String], a: &[u8], b: &[u8]) -> Option<Stri
         let end = zone_end.min(off + len);
         let (below, beyond) =
             ((at - off) as usize..(split - off) as usize, (split - off) as usize..(end - off) as usize);
-        assert!(a[below.clone()] == b[below.clone()], "{cmd}: bytes {at}..{split} below the write pointer differ");
-        assert!(
-            a[beyond.clone()].iter().all(|&x| x == 0xff) && b[beyond.clone()].iter().all(|&y| y == 0),
-            "{cmd}: bytes {split}..{end} past the write pointer: not 0xff from null_blk and zeroes from zblk"
-        );
+        if a[below.clone()] != b[below] {
+            return Err(format!("{cmd}: bytes {at}..{split} below the write pointer differ"));
+        }
+        if !(a[beyond.clone()].iter().all(|&x| x == 0xff) && b[beyond].iter().all(|&y| y == 0)) {
+            return Err(format!(
+                "{cmd}: bytes {split}..{end} past the write pointer: not 0xff from null_blk and zeroes from zblk"
+            ));
+        }
         past += end - split;
         at = end;
     }
-    (past > 0).then(|| format!("{past} bytes past write pointers: null_blk 0xff, zblk 0"))
+    Ok((past > 0).then(|| format!("{past} bytes past write pointers: null_blk 0xff, zblk 0")))
 }
 
 /// A hexadecimal field of a `blkzone report` line (`wptr 0x000010`).
@@ -302,16 +309,14 @@ fn reads_are_compared_below_and_past_the_write_pointer() {
     let mut b = a.clone();
     a[2 * 4096..].fill(0xff);
     b[2 * 4096..].fill(0);
-    assert_eq!(
-        compare_read(cmd, &report, &a, &b).as_deref(),
-        Some("4096 bytes past write pointers: null_blk 0xff, zblk 0")
-    );
+    let past = Some("4096 bytes past write pointers: null_blk 0xff, zblk 0".to_string());
+    assert_eq!(compare_read(cmd, &report, &a, &b), Ok(past));
     b[4096] = 1;
-    assert!(
-        std::panic::catch_unwind(|| compare_read(cmd, &report, &a, &b)).is_err(),
-        "a difference below the write pointer"
-    );
+    let e = compare_read(cmd, &report, &a, &b).unwrap_err();
+    assert!(e.contains("1048576..1052672 below the write pointer"), "{e}");
     b[4096] = 7;
     b[3 * 4096 - 1] = 0xff;
-    assert!(std::panic::catch_unwind(|| compare_read(cmd, &report, &a, &b)).is_err(), "0xff past zblk's write pointer");
+    let e = compare_read(cmd, &report, &a, &b).unwrap_err();
+    assert!(e.contains("past the write pointer"), "{e}");
+    assert_eq!(compare_read("read 0 2", &report[..1], &a[..8192], &a[..8192]), Ok(None));
 }
