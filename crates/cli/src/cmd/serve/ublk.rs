@@ -7,6 +7,7 @@ use libublk::ctrl::UblkCtrl;
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkFlags, UblkIORes, sys};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::engine::EngineConfig;
 use zblk_core::geometry::Geometry;
@@ -29,6 +30,9 @@ pub(super) fn run(a: &ServeArgs) -> Result<(), CliError> {
     // The queue threads have ended and dropped their handles: the runtime is ours.
     let rt = Arc::try_unwrap(rt).map_err(|_| CliError::msg("internal error: the runtime is still shared"))?;
     let closed = rt.close().map_err(|e| CliError(format!("{name}: closing: {e}")));
+    // What the kernel sent, by operation: shows which of the block layer's operations
+    // (zone append, RESET_ALL, FLUSH) a file system or a tool really issued.
+    eprintln!("zblk: {name}: requests served: {}", served_summary());
     outcome?;
     closed?;
     if persistent {
@@ -217,6 +221,38 @@ fn errno(s: Status) -> i32 {
     s.errno()
 }
 
+/// The ublk operations counted, with the names the summary gives them (the kernel's
+/// `REQ_OP_*` names, lower case).
+const OPS: [(u32, &str); 12] = [
+    (sys::UBLK_IO_OP_READ, "read"),
+    (sys::UBLK_IO_OP_WRITE, "write"),
+    (sys::UBLK_IO_OP_FLUSH, "flush"),
+    (sys::UBLK_IO_OP_DISCARD, "discard"),
+    (sys::UBLK_IO_OP_WRITE_ZEROES, "write_zeroes"),
+    (sys::UBLK_IO_OP_ZONE_OPEN, "zone_open"),
+    (sys::UBLK_IO_OP_ZONE_CLOSE, "zone_close"),
+    (sys::UBLK_IO_OP_ZONE_FINISH, "zone_finish"),
+    (sys::UBLK_IO_OP_ZONE_APPEND, "zone_append"),
+    (sys::UBLK_IO_OP_ZONE_RESET_ALL, "zone_reset_all"),
+    (sys::UBLK_IO_OP_ZONE_RESET, "zone_reset"),
+    (sys::UBLK_IO_OP_REPORT_ZONES, "report_zones"),
+];
+
+/// Requests received per operation of [`OPS`], and one more slot for any other.
+static SERVED: [AtomicU64; OPS.len() + 1] = [const { AtomicU64::new(0) }; OPS.len() + 1];
+
+fn count_served(op: u32) {
+    let slot = OPS.iter().position(|&(o, _)| o == op).unwrap_or(OPS.len());
+    SERVED[slot].fetch_add(1, Ordering::Relaxed);
+}
+
+/// `read 12, write 3, ..., other 0`: every counted operation, zeroes included, so a
+/// script can look for `zone_append 0`.
+fn served_summary() -> String {
+    let names = OPS.iter().map(|&(_, n)| n).chain(["other"]);
+    names.zip(&SERVED).map(|(n, c)| format!("{n} {}", c.load(Ordering::Relaxed))).collect::<Vec<_>>().join(", ")
+}
+
 /// Serves one request through the runtime. Errors are positive errno values.
 fn handle(
     rt: &Runtime,
@@ -227,6 +263,7 @@ fn handle(
     buf: &mut [u8],
 ) -> Result<Done, i32> {
     let op = iod.op_flags & 0xff;
+    count_served(op);
     let sector = Sector(iod.start_sector);
     let flags = if iod.op_flags & sys::UBLK_IO_F_FUA != 0 { BioFlags::FUA } else { BioFlags::NONE };
     match op {
@@ -253,11 +290,11 @@ fn handle(
             }
         }
         sys::UBLK_IO_OP_FLUSH => rt.flush().map(|_| Done::Bytes(0)).map_err(errno),
-        sys::UBLK_IO_OP_ZONE_OPEN => zone_op(rt, Op::ZoneOpen, sector),
-        sys::UBLK_IO_OP_ZONE_CLOSE => zone_op(rt, Op::ZoneClose, sector),
-        sys::UBLK_IO_OP_ZONE_FINISH => zone_op(rt, Op::ZoneFinish, sector),
-        sys::UBLK_IO_OP_ZONE_RESET => zone_op(rt, Op::ZoneReset, sector),
-        sys::UBLK_IO_OP_ZONE_RESET_ALL => zone_op(rt, Op::ZoneResetAll, Sector(0)),
+        sys::UBLK_IO_OP_ZONE_OPEN => zone_op(rt, geo, Op::ZoneOpen, sector),
+        sys::UBLK_IO_OP_ZONE_CLOSE => zone_op(rt, geo, Op::ZoneClose, sector),
+        sys::UBLK_IO_OP_ZONE_FINISH => zone_op(rt, geo, Op::ZoneFinish, sector),
+        sys::UBLK_IO_OP_ZONE_RESET => zone_op(rt, geo, Op::ZoneReset, sector),
+        sys::UBLK_IO_OP_ZONE_RESET_ALL => zone_op(rt, geo, Op::ZoneResetAll, Sector(0)),
         sys::UBLK_IO_OP_REPORT_ZONES => {
             // The kernel's nr_zones shares nr_sectors' place in the descriptor.
             let nr_zones = iod.nr_sectors as usize;
@@ -267,7 +304,14 @@ fn handle(
     }
 }
 
-fn zone_op(rt: &Runtime, op: Op, sector: Sector) -> Result<Done, i32> {
+fn zone_op(rt: &Runtime, geo: &Geometry, op: Op, sector: Sector) -> Result<Done, i32> {
+    // A zone operation on a conventional zone is an I/O error, as null_blk answers
+    // (null_open_zone() and its siblings return BLK_STS_IOERR) and as the block layer
+    // itself fails a reset or finish of a conventional zone before any driver sees it;
+    // zblk's engine refuses it as invalid (EINVAL), which the kernel would pass on.
+    if op != Op::ZoneResetAll && sector.0 < geo.nr_sectors() && geo.zone_is_conv(geo.zone_no(sector)) {
+        return Err(libc::EIO);
+    }
     rt.zone_op(op, sector).map(|_| Done::Bytes(0)).map_err(errno)
 }
 
