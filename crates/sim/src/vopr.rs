@@ -88,14 +88,18 @@ fn coverage(sim: &Sim, rotational: &[bool]) -> BTreeSet<String> {
 /// requests they apply to); one seed in eight runs without faults.
 pub fn fault_config(seed: u64) -> FaultConfig {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0fa1_75ee);
+    // Drawn apart, so that the other faults are drawn as before it existed.
+    let write_cache = ChaCha8Rng::seed_from_u64(seed ^ 0x00ca_c4e5).random_bool(0.5);
     if rng.random_range(0..8) == 0 {
-        return FaultConfig::default();
+        return FaultConfig { write_cache, ..FaultConfig::default() };
     }
     FaultConfig {
         write_error_ppm: rng.random_range(0..=10_000),
         zone_fail_ppm: rng.random_range(0..=500),
         read_error_ppm: rng.random_range(0..=5_000),
         timeout_ppm: rng.random_range(0..=3_000),
+        write_cache,
+        power_loss_ppm: rng.random_range(0..=5_000),
     }
 }
 
@@ -182,7 +186,8 @@ pub fn run_seed_logged(
     };
     let geo = sim.device_geometry();
     let mut covered = coverage(&sim, &rotational);
-    let mut w = RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch();
+    let mut w =
+        RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch().with_power_loss(faults.power_loss_ppm, seed);
     if log {
         w = w.with_log();
     }
@@ -202,7 +207,10 @@ pub fn run_seed_logged(
     if w.report().qd1_switches > 0 {
         covered.insert("zoned_qd1_writes written at run time".into());
     }
-    if faults != FaultConfig::default() {
+    if faults.write_cache {
+        covered.insert("volatile write cache".into());
+    }
+    if faults != (FaultConfig { write_cache: faults.write_cache, ..FaultConfig::default() }) {
         covered.insert("faults on".into());
     }
     let run = SeedRun {
