@@ -203,14 +203,14 @@ impl SimDisk {
             };
             if !agree {
                 panic!(
-                    "oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
+                    "device oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
                     self.seed,
                     errno_of(result)
                 );
             }
             if let (Some(o), Some(zones)) = (&self.oracle, self.mem.zones()) {
                 if let Err(e) = o.compare(zones.zones()) {
-                    panic!("oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
+                    panic!("device oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
                 }
             }
         }
@@ -292,7 +292,7 @@ impl SimDisk {
         }
         if let (Some(o), Some(zones)) = (&self.oracle, self.mem.zones()) {
             if let Err(e) = o.compare(zones.zones()) {
-                panic!("oracle violation (seed {}): after a power loss: {e}", self.seed);
+                panic!("device oracle violation (seed {}): after a power loss: {e}", self.seed);
             }
         }
         if let Some(c) = &mut self.checker {

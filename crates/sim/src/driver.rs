@@ -872,7 +872,7 @@ impl Sim {
             });
             self.host = Some(host);
             if let Err(e) = verdict {
-                panic!("oracle violation (seed {}): {e}", self.seed);
+                panic!("host oracle violation (seed {}): {e}", self.seed);
             }
         }
         let deliver_at = self.now_ns + self.host_latency_ns;

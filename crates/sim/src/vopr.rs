@@ -9,7 +9,7 @@
 //! docs/vopr.md describes the model's rules, the faults, the coverage and the
 //! mutation check.
 
-use super::driver::{Sim, null_model};
+use super::driver::{Sim, SimChecks, null_model};
 use super::faults::FaultConfig;
 use super::random::{LoggedOp, RandomOps, random_config, random_stack};
 use rand::rngs::ChaCha8Rng;
@@ -99,7 +99,7 @@ pub fn fault_config(seed: u64) -> FaultConfig {
         read_error_ppm: rng.random_range(0..=5_000),
         timeout_ppm: rng.random_range(0..=3_000),
         write_cache,
-        power_loss_ppm: rng.random_range(0..=5_000),
+        power_loss_ppm: rng.random_range(0..=10_000),
     }
 }
 
@@ -157,6 +157,43 @@ pub fn run_seed_logged(
     mutation: Option<Mutation>,
     log: bool,
 ) -> (SeedRun, Vec<LoggedOp>, Geometry) {
+    run_seed_inner(seed, ops, mutation, log, SimChecks::default())
+}
+
+/// Runs seed `seed` as [`run_seed`] does, with only the checks `checks` leaves on:
+/// to show which of the independent checks catch a planted bug when the engine's
+/// own invariants (or the host model's FLUSH check) do not.
+pub fn run_seed_checked(seed: u64, ops: u64, mutation: Option<Mutation>, checks: SimChecks) -> SeedRun {
+    run_seed_inner(seed, ops, mutation, false, checks).0
+}
+
+/// Which check a violation message comes from: `durability` (a write made durable
+/// lost at a power loss), `device oracle`, `host oracle`, `checker`, `liveness` (BIOs
+/// stuck), or `invariant` (an assertion of the engine, the stack or the device's
+/// zone accounting).
+pub fn violation_kind(violation: &str) -> &'static str {
+    if violation.contains("after a power loss, durable sector") {
+        "durability"
+    } else if violation.starts_with("checker violation") {
+        "checker"
+    } else if violation.starts_with("device oracle violation") {
+        "device oracle"
+    } else if violation.starts_with("host oracle violation") {
+        "host oracle"
+    } else if violation.contains("stuck") {
+        "liveness"
+    } else {
+        "invariant"
+    }
+}
+
+fn run_seed_inner(
+    seed: u64,
+    ops: u64,
+    mutation: Option<Mutation>,
+    log: bool,
+    checks: SimChecks,
+) -> (SeedRun, Vec<LoggedOp>, Geometry) {
     quiet_hook();
     let _m = MutationGuard::new(mutation);
     let faults = fault_config(seed);
@@ -184,6 +221,7 @@ pub fn run_seed_logged(
         let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
         (sim, recovery, ops)
     };
+    sim.set_checks(checks);
     let geo = sim.device_geometry();
     let mut covered = coverage(&sim, &rotational);
     let mut w =
