@@ -18,8 +18,9 @@ pub enum Mutation {
     ActiveLimitOffByOne,
     /// RESET and FINISH leave the writes waiting in the plug queued ahead of them.
     ResetKeepsPlugged,
-    /// The device's implicit close takes the last implicitly open zone in zone
-    /// order instead of null_blk's round-robin choice.
+    /// The device's implicit close takes the most recently opened implicitly open
+    /// zone instead of null_blk's round-robin choice (which is closer to the
+    /// oldest).
     ImplicitCloseWrongZone,
     /// A stacked device puts split remainders at the tail of the submission list.
     SplitRemainderTail,

@@ -193,6 +193,10 @@ pub struct ZoneSet {
     /// Where the round-robin search for an implicitly open zone to close starts
     /// (null_blk's `imp_close_zone_no`), so that closes spread over zones.
     imp_close_zone_no: u32,
+    /// When each zone last became implicitly open (a count of implicit opens), for
+    /// the planted bug that closes the newest one (`mutation::ImplicitCloseWrongZone`).
+    imp_opened: Vec<u64>,
+    imp_opens: u64,
 }
 
 impl ZoneSet {
@@ -207,6 +211,8 @@ impl ZoneSet {
             nr_exp_open: 0,
             nr_closed: 0,
             imp_close_zone_no: geo.nr_conv(),
+            imp_opened: vec![0; geo.nr_zones() as usize],
+            imp_opens: 0,
         }
     }
 
@@ -360,6 +366,8 @@ impl ZoneSet {
             }
             self.nr_imp_open += 1;
             self.zones[z.idx()].cond = ZoneCond::ImpOpen;
+            self.imp_opens += 1;
+            self.imp_opened[z.idx()] = self.imp_opens;
         }
         let zone = &mut self.zones[z.idx()];
         zone.wp = at + n;
@@ -418,8 +426,10 @@ impl ZoneSet {
         let nr_conv = self.geo.nr_conv();
         let mut zno = self.imp_close_zone_no;
         if crate::mutation::on(crate::mutation::Mutation::ImplicitCloseWrongZone) {
-            let last = (nr_conv..nr_zones).rev().find(|&z| self.zones[z as usize].cond == ZoneCond::ImpOpen);
-            self.close_zone(ZoneNo(last.expect("an implicitly open zone"))).expect("close");
+            let newest = (nr_conv..nr_zones)
+                .filter(|&z| self.zones[z as usize].cond == ZoneCond::ImpOpen)
+                .max_by_key(|&z| self.imp_opened[z as usize]);
+            self.close_zone(ZoneNo(newest.expect("an implicitly open zone"))).expect("close");
             return;
         }
         for _ in nr_conv..nr_zones {

@@ -52,6 +52,12 @@ impl MemDevice {
         (self.pages.len() * PAGE_BYTES) as u64
     }
 
+    /// The sectors the store holds pages for, in order (each page's first sector and
+    /// its length in sectors): every sector outside reads as zeroes. For checkers.
+    pub fn stored(&self) -> impl Iterator<Item = (Sector, u64)> + '_ {
+        self.pages.keys().map(|&p| (Sector(p * SECTORS_PER_PAGE), SECTORS_PER_PAGE))
+    }
+
     /// Reads `buf.len()` bytes at `sector` straight from the store, ignoring write
     /// pointers (for checkers): unwritten bytes read as zeroes.
     pub fn peek(&self, sector: Sector, buf: &mut [u8]) {

@@ -57,7 +57,20 @@ pub struct Checker {
     appends: FxHashMap<ZoneNo, Vec<(u64, u64)>>,
     /// Checks made, for the report.
     pub checks: u64,
+    /// Executions so far: each request the device executed has a number.
+    exec_seq: u64,
+    /// Sector → the number of the last execution that changed it.
+    touched: FxHashMap<u64, u64>,
+    /// Zone → the number of the last execution that reset it.
+    reset_seq: Vec<u64>,
+    /// Sectors whose write is durable (acknowledged before a FLUSH that completed,
+    /// or FUA): sector → (what it holds, the executions up to its acknowledgement).
+    durable: BTreeMap<u64, (Origin, u64)>,
 }
+
+/// A sector of a write acknowledged to the host, to be made durable: (sector,
+/// what it holds, the executions up to the acknowledgement).
+pub type Acked = (u64, Origin, u64);
 
 impl Checker {
     /// A checker for a fresh device (no data).
@@ -75,6 +88,10 @@ impl Checker {
             failed: vec![false; geo.nr_zones() as usize],
             appends: FxHashMap::default(),
             checks: 0,
+            exec_seq: 0,
+            touched: FxHashMap::default(),
+            reset_seq: vec![0; geo.nr_zones() as usize],
+            durable: BTreeMap::new(),
         }
     }
 
@@ -141,6 +158,27 @@ impl Checker {
     /// `partial` sectors were written first. `stamp` is the BIO's data stamp.
     pub fn on_execute(&mut self, req: &Request, result: Result<Sector, Status>, partial: u32, stamp: u64) {
         self.checks += 1;
+        self.exec_seq += 1;
+        let seq = self.exec_seq;
+        match (req.op, result) {
+            (Op::Write | Op::ZoneAppend | Op::WriteZeroes | Op::Discard, Ok(at)) => {
+                for s in at.0..at.0 + u64::from(req.nr_sectors) {
+                    self.touched.insert(s, seq);
+                }
+            }
+            (Op::Write, Err(_)) => {
+                for s in req.sector.0..req.sector.0 + u64::from(partial) {
+                    self.touched.insert(s, seq);
+                }
+            }
+            (Op::ZoneReset, Ok(_)) => self.reset_seq[self.geo.zone_no(req.sector).idx()] = seq,
+            (Op::ZoneResetAll, Ok(_)) => {
+                for z in self.geo.nr_conv()..self.geo.nr_zones() {
+                    self.reset_seq[z as usize] = seq;
+                }
+            }
+            _ => {}
+        }
         if let Some(z) = self.plugged_write_zone(req) {
             let n = self.writes_out.get_mut(&z).expect("executed a write never issued");
             *n -= 1;
@@ -309,6 +347,105 @@ impl Checker {
                 )),
             }
         }
+    }
+
+    /// Part of a write or append BIO was acknowledged to the host: sectors
+    /// `[at, at + nr_sectors)`, from its sector `first_k`. The sectors that still
+    /// hold its data, to be made durable by a FLUSH (see [`Checker::make_durable`]).
+    pub fn acked(&self, at: Sector, nr_sectors: u32, stamp: u64, first_k: u32) -> Vec<Acked> {
+        if stamp == zblk_workload::pattern::ZEROES {
+            return Vec::new();
+        }
+        (0..nr_sectors)
+            .filter_map(|i| {
+                let (s, o) = (at.0 + u64::from(i), (stamp, first_k + i));
+                (self.shadow.get(&s) == Some(&Held::Data(o))).then_some((s, o, self.exec_seq))
+            })
+            .collect()
+    }
+
+    /// Acknowledged sectors are durable now (a FLUSH issued after their
+    /// acknowledgement completed, or their write was FUA): a power loss must keep
+    /// them, unless something executed later changed them.
+    pub fn make_durable(&mut self, sectors: &[Acked]) {
+        for &(s, o, seq) in sectors {
+            self.durable.insert(s, (o, seq));
+        }
+    }
+
+    /// The power failed and came back with `dev` as it is now: every durable
+    /// sector that nothing executed later changed must hold its data below its
+    /// zone's write pointer; then the content model restarts from the device.
+    pub fn power_loss(&mut self, dev: &MemDevice) {
+        assert!(self.writes_out.is_empty(), "a power loss with zone writes on the device");
+        // Zone operations counted at submission and refused before the device (an
+        // append where zone write locking has none): the restart forgets them.
+        self.wp_movers_out.clear();
+        self.reset_all_out = 0;
+        let zones = dev.zones();
+        let geo = self.geo.clone();
+        let seq_zone = |s: u64| {
+            let z = geo.is_zoned().then(|| geo.zone_no(Sector(s)))?;
+            (!geo.zone_is_conv(z)).then_some(z)
+        };
+        // Sectors changed after they were made durable may hold either: not checked.
+        let changed = |s: u64, seq: u64| {
+            self.touched.get(&s).is_some_and(|&t| t > seq)
+                || (self.geo.is_zoned() && self.reset_seq[self.geo.zone_no(Sector(s)).idx()] > seq)
+        };
+        let keep: BTreeMap<u64, (Origin, u64)> =
+            self.durable.iter().filter(|&(&s, &(_, seq))| !changed(s, seq)).map(|(&s, &v)| (s, v)).collect();
+        let mut sector = [0u8; SECTOR_SIZE as usize];
+        for (&s, &(o, _)) in &keep {
+            self.checks += 1;
+            if let (Some(z), Some(zones)) = (seq_zone(s), zones) {
+                let zone = zones.zone(z);
+                if zone.cond == ZoneCond::Offline {
+                    continue; // nothing of an OFFLINE zone can be read
+                }
+                if zone.cond != ZoneCond::Full && s >= zone.wp.0 {
+                    self.fail(format!(
+                        "after a power loss, durable sector {s} (holding {o:?}) is past zone {z}'s write pointer {}",
+                        zone.wp
+                    ));
+                }
+            }
+            dev.peek(Sector(s), &mut sector);
+            let got = pattern::decode(&sector);
+            if got != Decoded::Data(o) {
+                self.fail(format!("after a power loss, durable sector {s} reads {got:?}, not {o:?}"));
+            }
+        }
+        self.durable = keep;
+        // The content, as the device has it now.
+        self.shadow.clear();
+        for (first, n) in dev.stored() {
+            for s in first.0..first.0 + n {
+                if s >= geo.nr_sectors() {
+                    break;
+                }
+                if let (Some(z), Some(zones)) = (seq_zone(s), zones) {
+                    let zone = zones.zone(z);
+                    if zone.cond != ZoneCond::Full && s >= zone.wp.0 {
+                        continue; // past the write pointer: reads as zeroes
+                    }
+                }
+                dev.peek(Sector(s), &mut sector);
+                match pattern::decode(&sector) {
+                    Decoded::Zeroes => {}
+                    Decoded::Data(o) => {
+                        self.shadow.insert(s, Held::Data(o));
+                    }
+                    Decoded::Garbage => {
+                        self.shadow.insert(s, Held::Unknown);
+                    }
+                }
+            }
+        }
+        for e in &mut self.reset_epoch {
+            *e += 1;
+        }
+        self.appends.clear();
     }
 
     fn check_append_distinct(&mut self, at: Sector, nr_sectors: u32) {

@@ -2,14 +2,23 @@
 //! timing model that decides when its requests complete, its seeded faults and,
 //! with checking on, the checker watching it and its engine. A request executes
 //! here when the model completes it.
+//!
+//! A disk may have a volatile write cache ([`WriteCache`]): a request completes
+//! once it is in the cache; the cache destages in arrival order, and a FLUSH, a
+//! FUA or PREFLUSH write, a RESET, RESET_ALL or FINISH (zone metadata goes to the
+//! medium) and a zone failing make everything before them durable. A power loss
+//! keeps what is durable plus the part of the cache destaged by then (any prefix,
+//! drawn from the seed): each zone's write pointer rolls back to where that state
+//! leaves it, and, as at any power-on reset (ZBC), the zones open then come back
+//! CLOSED (EMPTY if nothing of them is written).
 
 use super::checker::Checker;
 use super::faults::{Fault, Faults};
 use super::model::DeviceModel;
 use super::oracle::{DeviceOracle, errno, errno_of};
-use zblk_core::bio::{Op, Request, Status};
+use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::stack::DevId;
-use zblk_core::units::{SECTOR_SIZE, Sector};
+use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
 use zblk_dev::{BlockDevice, IoBuf, MemDevice};
 use zblk_workload::pattern;
@@ -30,6 +39,61 @@ pub(crate) struct SimDisk {
     pub oracle: Option<DeviceOracle>,
     /// The run's seed, for violations.
     pub seed: u64,
+    /// Its volatile write cache, if it has one.
+    pub cache: Option<WriteCache>,
+}
+
+/// A disk's volatile write cache: the state made durable so far (the device and its
+/// model, as they were at the last durable point) and what executed since, in
+/// arrival order. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct WriteCache {
+    durable: MemDevice,
+    durable_oracle: Option<DeviceOracle>,
+    /// Requests executed since the durable point, with their data stamps.
+    log: Vec<(Request, u64)>,
+}
+
+impl WriteCache {
+    /// An empty cache over `mem` as it is, with its model.
+    pub fn new(mem: &MemDevice, oracle: Option<&DeviceOracle>) -> WriteCache {
+        WriteCache { durable: mem.clone(), durable_oracle: oracle.cloned(), log: Vec::new() }
+    }
+
+    /// Destages the `n` oldest cached requests: replays them, in arrival order, on
+    /// the durable device and its model.
+    fn destage(&mut self, n: usize, buf: &mut Vec<u8>) {
+        for (req, stamp) in self.log.drain(..n) {
+            let _ = execute_on(&mut self.durable, &req, stamp, buf);
+            if let Some(o) = &mut self.durable_oracle {
+                let _ = o.execute(&req);
+            }
+        }
+    }
+
+    /// Everything cached becomes durable.
+    fn destage_all(&mut self, buf: &mut Vec<u8>) {
+        self.destage(self.log.len(), buf);
+    }
+}
+
+/// Executes `req` on `mem`, the data of a write being the pattern of `stamp`;
+/// `buf` is scratch space, and holds a read's data afterwards.
+fn execute_on(mem: &mut MemDevice, req: &Request, stamp: u64, buf: &mut Vec<u8>) -> Result<Sector, Status> {
+    let bytes = (u64::from(req.nr_sectors) * SECTOR_SIZE) as usize;
+    let with_data = mem.memory_backed() && bytes > 0;
+    match req.op {
+        Op::Write | Op::ZoneAppend if with_data => {
+            buf.resize(bytes, 0);
+            pattern::fill(stamp, req.bio_offset, buf);
+            mem.execute(req, IoBuf::Write(buf))
+        }
+        Op::Read if with_data => {
+            buf.resize(bytes, 0);
+            mem.execute(req, IoBuf::Read(buf))
+        }
+        _ => mem.execute(req, IoBuf::None),
+    }
 }
 
 /// What happened to an executed request beyond its result.
@@ -89,14 +153,24 @@ impl SimDisk {
                 let z = seq_zone.expect("zone fault on a sequential zone");
                 let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
                 self.mem.zones_mut().expect("zoned").set_failed(z, cond);
+                if let Some(cache) = &mut self.cache {
+                    // The medium failed: no cache keeps that from the zone.
+                    cache.destage_all(buf);
+                    cache.durable.zones_mut().expect("zoned").set_failed(z, cond);
+                    if let Some(o) = &mut cache.durable_oracle {
+                        o.fail_zone(z, cond);
+                    }
+                }
                 if let Some(c) = &mut self.checker {
                     c.on_zone_failed(z);
                 }
+                self.cached(req, stamp);
                 self.execute_data(req, stamp, buf)
             }
             Fault::PartialWrite(k) if req.op == Op::Write => {
                 if k > 0 {
                     let head = Request { nr_sectors: k, ..*req };
+                    self.cached(&head, stamp);
                     if self.execute_data(&head, stamp, buf).is_ok() {
                         partial = k;
                     }
@@ -104,8 +178,22 @@ impl SimDisk {
                 Err(Status::IoErr)
             }
             Fault::ReadError | Fault::Timeout(false) => Err(Status::IoErr),
-            _ => self.execute_data(req, stamp, buf),
+            _ => {
+                self.cached(req, stamp);
+                self.execute_data(req, stamp, buf)
+            }
         };
+        let durable_point = match req.op {
+            Op::Flush => result.is_ok(),
+            Op::Write | Op::ZoneAppend | Op::WriteZeroes => {
+                result.is_ok() && (req.flags.contains(BioFlags::FUA) || req.flags.contains(BioFlags::PREFLUSH))
+            }
+            Op::ZoneReset | Op::ZoneResetAll | Op::ZoneFinish => true,
+            _ => false,
+        };
+        if let (true, Some(cache)) = (durable_point, &mut self.cache) {
+            cache.destage_all(buf);
+        }
         if let Some(expected) = expected {
             let got = result.map(|s| s.0).map_err(|s| s.errno());
             let agree = match (got, expected) {
@@ -115,14 +203,14 @@ impl SimDisk {
             };
             if !agree {
                 panic!(
-                    "oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
+                    "device oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
                     self.seed,
                     errno_of(result)
                 );
             }
             if let (Some(o), Some(zones)) = (&self.oracle, self.mem.zones()) {
                 if let Err(e) = o.compare(zones.zones()) {
-                    panic!("oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
+                    panic!("device oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
                 }
             }
         }
@@ -146,24 +234,69 @@ impl SimDisk {
         (if timed_out { Err(Status::IoErr) } else { result }, executed)
     }
 
+    /// `req` is about to execute on the device: into the write cache, if there is
+    /// one and it changes anything.
+    fn cached(&mut self, req: &Request, stamp: u64) {
+        if let (Some(cache), false) = (&mut self.cache, matches!(req.op, Op::Read | Op::Flush)) {
+            cache.log.push((*req, stamp));
+        }
+    }
+
     fn execute_data(&mut self, req: &Request, stamp: u64, buf: &mut Vec<u8>) -> Result<Sector, Status> {
-        let bytes = (u64::from(req.nr_sectors) * SECTOR_SIZE) as usize;
-        let with_data = self.mem.memory_backed() && bytes > 0;
-        match req.op {
-            Op::Write | Op::ZoneAppend if with_data => {
-                buf.resize(bytes, 0);
-                pattern::fill(stamp, req.bio_offset, buf);
-                self.mem.execute(req, IoBuf::Write(buf))
+        let r = execute_on(&mut self.mem, req, stamp, buf);
+        if let (Op::Read, true, Some(c), Ok(_)) = (req.op, self.mem.memory_backed(), &mut self.checker, r) {
+            if req.nr_sectors > 0 {
+                c.on_read_data(req, buf);
             }
-            Op::Read if with_data => {
-                buf.resize(bytes, 0);
-                let r = self.mem.execute(req, IoBuf::Read(buf));
-                if let (Some(c), Ok(_)) = (&mut self.checker, r) {
-                    c.on_read_data(req, buf);
-                }
-                r
+        }
+        r
+    }
+
+    /// The power fails (nothing is in flight) and comes back: the device keeps what
+    /// is durable and the oldest `destaged` cached requests (drawn from the seed
+    /// when `None`), its open zones come back CLOSED, and the model follows. Then
+    /// the checker checks that every write made durable is there and rebuilds its
+    /// view of the content from the device. Panics on a violation.
+    pub fn power_loss(&mut self, destaged: Option<usize>, buf: &mut Vec<u8>) {
+        if let Some(mut cache) = self.cache.take() {
+            let n = destaged.unwrap_or_else(|| self.faults.destaged(cache.log.len())).min(cache.log.len());
+            cache.destage(n, buf);
+            cache.log.clear();
+            self.mem = cache.durable.clone();
+            if self.oracle.is_some() {
+                self.oracle = cache.durable_oracle.clone();
             }
-            _ => self.mem.execute(req, IoBuf::None),
+            self.cache = Some(cache);
+        }
+        // A power-on reset closes the open zones (ZBC): the condition of an open
+        // zone is not kept across it.
+        let open: Vec<ZoneNo> = self.mem.zones().map_or(Vec::new(), |zs| {
+            zs.zones()
+                .iter()
+                .enumerate()
+                .filter(|(_, z)| matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen))
+                .map(|(i, _)| ZoneNo(i as u32))
+                .collect()
+        });
+        let geo = self.mem.geometry().clone();
+        for z in open {
+            let close = Request::direct(Op::ZoneClose, geo.zone_start(z), 0);
+            let r = self.mem.execute(&close, IoBuf::None);
+            assert!(r.is_ok(), "closing open zone {z} at power-on: {r:?}");
+            if let Some(o) = &mut self.oracle {
+                let _ = o.execute(&close);
+            }
+        }
+        if let Some(cache) = &mut self.cache {
+            *cache = WriteCache::new(&self.mem, self.oracle.as_ref());
+        }
+        if let (Some(o), Some(zones)) = (&self.oracle, self.mem.zones()) {
+            if let Err(e) = o.compare(zones.zones()) {
+                panic!("device oracle violation (seed {}): after a power loss: {e}", self.seed);
+            }
+        }
+        if let Some(c) = &mut self.checker {
+            c.power_loss(&self.mem);
         }
     }
 }

@@ -16,15 +16,16 @@
 //! due; carry out the stack's actions (issue to the models, complete BIOs, answer
 //! zone reports); hand the completions to the workload one by one; check.
 
+use super::checker::Acked;
 use super::checker::Checker;
-use super::disk::SimDisk;
+use super::disk::{SimDisk, WriteCache};
 use super::faults::{FaultConfig, Faults};
 use super::model::{DeviceModel, NullModel};
 use super::oracle::{DeviceOracle, HostBio, HostOracle, HostRules};
 use slab::Slab;
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use zblk_core::bio::{Bio, Op, Request, Status};
+use zblk_core::bio::{Bio, BioFlags, Op, Request, Status};
 use zblk_core::engine::{Engine, EngineConfig, EngineStats, WpRecovery};
 use zblk_core::geometry::Geometry;
 use zblk_core::params::{DeviceParams, ParamError};
@@ -157,6 +158,27 @@ struct BioRec {
     epoch: u64,
     /// What the host-side oracle recorded of it.
     host: HostBio,
+    /// Its flags (FUA).
+    flags: BioFlags,
+    /// For a FLUSH: the writes acknowledged before its submission, which it makes
+    /// durable.
+    flush_mark: u64,
+}
+
+/// Checks a run can do without, to show which of the others catch a planted bug
+/// (all on by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimChecks {
+    /// The engines' and the stack's own invariants.
+    pub engine_invariants: bool,
+    /// The host model's "a successful FLUSH reached the device".
+    pub host_flush: bool,
+}
+
+impl Default for SimChecks {
+    fn default() -> SimChecks {
+        SimChecks { engine_invariants: true, host_flush: true }
+    }
 }
 
 /// Counters of a simulation run.
@@ -216,6 +238,14 @@ pub struct Sim {
     /// Completions lost by the disks, which the driver's timeout fails: (time,
     /// disk, request, result), earliest first.
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
+    /// Writes acknowledged and not yet made durable by a FLUSH: (their number,
+    /// their sectors on each disk).
+    acked: VecDeque<(u64, Vec<(usize, Vec<Acked>)>)>,
+    /// Writes acknowledged so far.
+    acks: u64,
+    /// Power losses so far.
+    power_losses: u64,
+    checks: SimChecks,
 }
 
 impl std::fmt::Debug for Sim {
@@ -263,13 +293,16 @@ impl Sim {
             let geo = stack.info(*dev).geometry.clone();
             let policy = stack.engine(*dev).expect("a disk has an engine").config().policy;
             disk_of[dev.idx()] = Some(i);
+            let mem = MemDevice::new(&geo, p.memory_backed);
+            let oracle = cfg.check.then(|| DeviceOracle::new(&geo));
             disks.push(SimDisk {
                 dev: *dev,
-                mem: MemDevice::new(&geo, p.memory_backed),
                 model: models(*dev, p, cfg.seed ^ ((i as u64 + 1) << 40)),
                 checker: cfg.check.then(|| Checker::new(&geo, policy, cfg.seed)),
                 faults: Faults::new(cfg.faults, cfg.seed ^ ((i as u64) << 40)),
-                oracle: cfg.check.then(|| DeviceOracle::new(&geo)),
+                cache: cfg.faults.write_cache.then(|| WriteCache::new(&mem, oracle.as_ref())),
+                mem,
+                oracle,
                 seed: cfg.seed,
             });
         }
@@ -339,7 +372,70 @@ impl Sim {
             engines_touched: false,
             host,
             late: VecDeque::new(),
+            acked: VecDeque::new(),
+            acks: 0,
+            power_losses: 0,
+            checks: SimChecks::default(),
         }
+    }
+
+    /// Turns checks off (see [`SimChecks`]).
+    pub fn set_checks(&mut self, checks: SimChecks) {
+        self.checks = checks;
+        if let Some(h) = &mut self.host {
+            h.check_flush = checks.host_flush;
+        }
+    }
+
+    /// The power fails and comes back: the disks keep what is durable and what
+    /// their caches destaged by then (drawn from the seed; see docs/vopr.md),
+    /// and the host restarts: each disk's engine is built anew from a zone report,
+    /// as at start-up, and the host model re-reads every write pointer. Every
+    /// write made durable must still be there. Nothing may be in flight.
+    pub fn power_loss(&mut self) {
+        self.power_loss_with(None);
+    }
+
+    /// A power loss (see [`Sim::power_loss`]) at the worst moment: the caches had
+    /// destaged nothing since their last durable point.
+    pub fn power_loss_losing_the_caches(&mut self) {
+        self.power_loss_with(Some(0));
+    }
+
+    fn power_loss_with(&mut self, destaged: Option<usize>) {
+        self.pump();
+        assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: a power loss with BIOs in flight", self.seed);
+        assert!(self.completions.is_empty() && self.delayed.is_empty() && self.late.is_empty());
+        if self.debug {
+            eprintln!("{:>12} power loss", self.now_ns);
+        }
+        self.power_losses += 1;
+        // The host restarts: its timers and what it waited for go with it.
+        self.timers.clear();
+        self.acked.clear();
+        for i in 0..self.disks.len() {
+            let d = &mut self.disks[i];
+            d.power_loss(destaged, &mut self.buf);
+            let zones = d.mem.zones().map_or_else(Vec::new, |z| z.zones().to_vec());
+            let engine = self.stack.engine_mut(d.dev);
+            let (geo, cfg) = (engine.geometry().clone(), *engine.config());
+            *engine = Engine::new(&geo, cfg, &zones);
+        }
+        self.engines_touched = true;
+        if let Some(mut host) = self.host.take() {
+            let top = self.stack.top();
+            host.restart(&mut |z| {
+                let info = self.report_zone(top, z).ok()?;
+                match info.cond {
+                    ZoneCond::ReadOnly | ZoneCond::Offline => None,
+                    ZoneCond::Full => Some(info.capacity),
+                    _ => Some(info.wp.since(info.start).min(info.capacity)),
+                }
+            });
+            self.host = Some(host);
+        }
+        self.pump();
+        self.check();
     }
 
     /// Virtual time now, in nanoseconds.
@@ -479,7 +575,7 @@ impl Sim {
     /// Counters.
     pub fn stats(&self) -> SimStats {
         let checks = self.disks.iter().filter_map(|d| d.checker.as_ref()).map(|c| c.checks).sum();
-        let faults = self.disks.iter().map(|d| d.faults.injected).sum();
+        let faults = self.disks.iter().map(|d| d.faults.injected).sum::<u64>() + self.power_losses;
         SimStats { checks, faults, ..self.stats }
     }
 
@@ -490,6 +586,9 @@ impl Sim {
             for (k, n) in &d.faults.by_kind {
                 *sum.entry(*k).or_insert(0) += n;
             }
+        }
+        if self.power_losses > 0 {
+            sum.insert(super::faults::POWER_LOSS, self.power_losses);
         }
         sum
     }
@@ -588,6 +687,8 @@ impl Sim {
             stamp,
             epoch,
             host,
+            flags: bio.flags,
+            flush_mark: self.acks,
         });
         bio.user_data = key as u64;
         if self.debug {
@@ -748,6 +849,17 @@ impl Sim {
         if let (true, Ok(at), Op::Write | Op::ZoneAppend) = (self.check, result, rec.op) {
             self.check_written(&rec, at);
         }
+        if let (true, Ok(_), Op::Flush) = (self.check, result, rec.op) {
+            // Every write acknowledged before the FLUSH was submitted is durable.
+            while self.acked.front().is_some_and(|(n, _)| *n < rec.flush_mark) {
+                let (_, sectors) = self.acked.pop_front().expect("an acknowledged write");
+                for (i, list) in sectors {
+                    if let Some(c) = &mut self.disks[i].checker {
+                        c.make_durable(&list);
+                    }
+                }
+            }
+        }
         if let Some(mut host) = self.host.take() {
             let top = self.stack.top();
             let verdict = host.on_complete(&rec.host, result, &mut |z| {
@@ -760,7 +872,7 @@ impl Sim {
             });
             self.host = Some(host);
             if let Err(e) = verdict {
-                panic!("oracle violation (seed {}): {e}", self.seed);
+                panic!("host oracle violation (seed {}): {e}", self.seed);
             }
         }
         let deliver_at = self.now_ns + self.host_latency_ns;
@@ -791,10 +903,22 @@ impl Sim {
         if extents.iter().any(|&(i, ..)| !self.disks[i].mem.memory_backed()) || self.epoch_sum(&extents) != rec.epoch {
             return;
         }
+        let mut sectors = Vec::with_capacity(extents.len());
         for (i, s, n, k) in extents {
             if let Some(c) = &mut self.disks[i].checker {
                 c.check_written(rec.op, s, n, rec.stamp, k);
+                sectors.push((i, c.acked(s, n, rec.stamp, k)));
             }
+        }
+        self.acks += 1;
+        if rec.flags.contains(BioFlags::FUA) {
+            for (i, list) in sectors {
+                if let Some(c) = &mut self.disks[i].checker {
+                    c.make_durable(&list);
+                }
+            }
+        } else {
+            self.acked.push_back((self.acks - 1, sectors));
         }
     }
 
@@ -896,7 +1020,9 @@ impl Sim {
             return;
         }
         // The stack's invariants, its disks' engines' among them.
-        self.stack.check_invariants();
+        if self.checks.engine_invariants {
+            self.stack.check_invariants();
+        }
         for d in &mut self.disks {
             if let Some(c) = &mut d.checker {
                 c.check_plugs(self.stack.engine(d.dev).expect("a disk has an engine"), &d.mem);

@@ -19,11 +19,23 @@ pub struct FaultConfig {
     /// executed it (the completion was lost), half the time the command was aborted
     /// before it executed (delayed past the timeout).
     pub timeout_ppm: u32,
+    /// The disks have a volatile write cache: a write completes into it, FLUSH and
+    /// FUA make what completed before them durable (see docs/vopr.md).
+    #[serde(default)]
+    pub write_cache: bool,
+    /// Power fails between two operations of the workload (parts per million of
+    /// its operations): what the write caches hold and did not destage is lost,
+    /// and the host restarts from what is durable.
+    #[serde(default)]
+    pub power_loss_ppm: u32,
 }
 
 /// How long after a request's lost completion the driver's timeout fails it (a
 /// short timeout keeps simulated runs short; its length changes no outcome).
 pub const TIMEOUT_NS: u64 = 1_000_000;
+
+/// The name of a power loss in the counts of faults by kind.
+pub const POWER_LOSS: &str = "power loss";
 
 /// What happens to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +153,12 @@ impl Faults {
             return Some(self.rng.random_bool(0.5));
         }
         None
+    }
+
+    /// How many of `cached` operations, in arrival order, a disk's write cache had
+    /// destaged when the power failed: any number, all of them as likely as none.
+    pub fn destaged(&mut self, cached: usize) -> usize {
+        self.rng.random_range(0..=cached)
     }
 
     /// The fate of a read.

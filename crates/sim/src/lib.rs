@@ -26,7 +26,8 @@ pub mod zeroing;
 
 pub use checker::Checker;
 pub use driver::{
-    ModelFactory, ProgressFn, Sim, SimCompletion, SimConfig, SimStats, StackSimConfig, TraceSink, Workload, null_model,
+    ModelFactory, ProgressFn, Sim, SimChecks, SimCompletion, SimConfig, SimStats, StackSimConfig, TraceSink, Workload,
+    null_model,
 };
 pub use faults::FaultConfig;
 pub use model::{DeviceModel, NullModel};

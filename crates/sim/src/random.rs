@@ -25,8 +25,14 @@ use zblk_core::stack::{BuiltStack, DevId, LinearTarget, SplitOrder, StackBuilder
 use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
 
 /// The fault rates of the runs with faults.
-const FAULTS: FaultConfig =
-    FaultConfig { write_error_ppm: 4_000, zone_fail_ppm: 200, read_error_ppm: 2_000, timeout_ppm: 0 };
+const FAULTS: FaultConfig = FaultConfig {
+    write_error_ppm: 4_000,
+    zone_fail_ppm: 200,
+    read_error_ppm: 2_000,
+    timeout_ppm: 0,
+    write_cache: false,
+    power_loss_ppm: 0,
+};
 
 /// A random small device and engine configuration drawn from `seed`.
 pub fn random_config(seed: u64) -> SimConfig {
@@ -97,6 +103,8 @@ pub struct RandomReport {
     pub plugged: u64,
     /// Run-time writes of `zoned_qd1_writes`.
     pub qd1_switches: u64,
+    /// Power losses.
+    pub power_losses: u64,
     /// Operations submitted, by name (WRITE_ZEROES with NOUNMAP apart).
     pub op_kinds: BTreeMap<String, u64>,
 }
@@ -127,6 +135,12 @@ pub struct RandomOps {
     switch_qd1: bool,
     /// Every BIO submitted and its result, when logging (for a failure's trace).
     log: Option<Vec<LoggedOp>>,
+    /// Power losses: their probability per operation (parts per million) and the
+    /// generator drawing them, apart from the operations' so that a seed's
+    /// operations are the same with or without them.
+    power_loss: Option<(u32, ChaCha8Rng)>,
+    /// A power loss is due: submit nothing until every BIO in flight is back.
+    draining: bool,
 }
 
 /// One operation of a logged run: what was submitted, and how it ended.
@@ -161,7 +175,20 @@ impl RandomOps {
             report: RandomReport { seed, ..RandomReport::default() },
             switch_qd1: false,
             log: None,
+            power_loss: None,
+            draining: false,
         }
+    }
+
+    /// The power fails between two operations with probability `ppm` per million
+    /// operations (seeded from `seed`): the workload stops submitting, waits for
+    /// what is in flight, then the simulation loses power ([`Sim::power_loss`])
+    /// and the workload re-reads every write pointer before going on.
+    pub fn with_power_loss(mut self, ppm: u32, seed: u64) -> RandomOps {
+        if ppm > 0 {
+            self.power_loss = Some((ppm, ChaCha8Rng::seed_from_u64(seed ^ 0x9013_1055)));
+        }
+        self
     }
 
     /// Writes `zoned_qd1_writes` at run time now and then.
@@ -387,7 +414,24 @@ impl RandomOps {
     }
 
     fn fill(&mut self, sim: &mut Sim) {
-        while self.ops_left > 0 && self.inflight < self.max_inflight {
+        if self.draining && self.inflight == 0 {
+            self.draining = false;
+            sim.power_loss();
+            self.report.power_losses += 1;
+            for z in self.geo.nr_conv()..self.geo.nr_zones() {
+                self.resync_guess(sim, ZoneNo(z));
+            }
+        }
+        while !self.draining && self.ops_left > 0 && self.inflight < self.max_inflight {
+            if let Some((ppm, rng)) = &mut self.power_loss {
+                if rng.random_range(0..1_000_000) < *ppm {
+                    self.draining = true;
+                    if self.inflight == 0 {
+                        return self.fill(sim);
+                    }
+                    return;
+                }
+            }
             self.one_op(sim);
         }
     }

@@ -9,7 +9,7 @@
 //! docs/vopr.md describes the model's rules, the faults, the coverage and the
 //! mutation check.
 
-use super::driver::{Sim, null_model};
+use super::driver::{Sim, SimChecks, null_model};
 use super::faults::FaultConfig;
 use super::random::{LoggedOp, RandomOps, random_config, random_stack};
 use rand::rngs::ChaCha8Rng;
@@ -88,14 +88,18 @@ fn coverage(sim: &Sim, rotational: &[bool]) -> BTreeSet<String> {
 /// requests they apply to); one seed in eight runs without faults.
 pub fn fault_config(seed: u64) -> FaultConfig {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0fa1_75ee);
+    // Drawn apart, so that the other faults are drawn as before it existed.
+    let write_cache = ChaCha8Rng::seed_from_u64(seed ^ 0x00ca_c4e5).random_bool(0.5);
     if rng.random_range(0..8) == 0 {
-        return FaultConfig::default();
+        return FaultConfig { write_cache, ..FaultConfig::default() };
     }
     FaultConfig {
         write_error_ppm: rng.random_range(0..=10_000),
         zone_fail_ppm: rng.random_range(0..=500),
         read_error_ppm: rng.random_range(0..=5_000),
         timeout_ppm: rng.random_range(0..=3_000),
+        write_cache,
+        power_loss_ppm: rng.random_range(0..=10_000),
     }
 }
 
@@ -153,6 +157,43 @@ pub fn run_seed_logged(
     mutation: Option<Mutation>,
     log: bool,
 ) -> (SeedRun, Vec<LoggedOp>, Geometry) {
+    run_seed_inner(seed, ops, mutation, log, SimChecks::default())
+}
+
+/// Runs seed `seed` as [`run_seed`] does, with only the checks `checks` leaves on:
+/// to show which of the independent checks catch a planted bug when the engine's
+/// own invariants (or the host model's FLUSH check) do not.
+pub fn run_seed_checked(seed: u64, ops: u64, mutation: Option<Mutation>, checks: SimChecks) -> SeedRun {
+    run_seed_inner(seed, ops, mutation, false, checks).0
+}
+
+/// Which check a violation message comes from: `durability` (a write made durable
+/// lost at a power loss), `device oracle`, `host oracle`, `checker`, `liveness` (BIOs
+/// stuck), or `invariant` (an assertion of the engine, the stack or the device's
+/// zone accounting).
+pub fn violation_kind(violation: &str) -> &'static str {
+    if violation.contains("after a power loss, durable sector") {
+        "durability"
+    } else if violation.starts_with("checker violation") {
+        "checker"
+    } else if violation.starts_with("device oracle violation") {
+        "device oracle"
+    } else if violation.starts_with("host oracle violation") {
+        "host oracle"
+    } else if violation.contains("stuck") {
+        "liveness"
+    } else {
+        "invariant"
+    }
+}
+
+fn run_seed_inner(
+    seed: u64,
+    ops: u64,
+    mutation: Option<Mutation>,
+    log: bool,
+    checks: SimChecks,
+) -> (SeedRun, Vec<LoggedOp>, Geometry) {
     quiet_hook();
     let _m = MutationGuard::new(mutation);
     let faults = fault_config(seed);
@@ -180,9 +221,11 @@ pub fn run_seed_logged(
         let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
         (sim, recovery, ops)
     };
+    sim.set_checks(checks);
     let geo = sim.device_geometry();
     let mut covered = coverage(&sim, &rotational);
-    let mut w = RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch();
+    let mut w =
+        RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch().with_power_loss(faults.power_loss_ppm, seed);
     if log {
         w = w.with_log();
     }
@@ -202,7 +245,10 @@ pub fn run_seed_logged(
     if w.report().qd1_switches > 0 {
         covered.insert("zoned_qd1_writes written at run time".into());
     }
-    if faults != FaultConfig::default() {
+    if faults.write_cache {
+        covered.insert("volatile write cache".into());
+    }
+    if faults != (FaultConfig { write_cache: faults.write_cache, ..FaultConfig::default() }) {
         covered.insert("faults on".into());
     }
     let run = SeedRun {

@@ -7,15 +7,17 @@
 //! `zblk vopr --seed <seed>` (which also prints its shrunk trace).
 
 use std::collections::BTreeMap;
-use zblk_core::bio::{Bio, Op, Status};
+use zblk_core::bio::{Bio, BioFlags, Op, Status};
 use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::mutation::Mutation;
 use zblk_core::params::DeviceParams;
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
-use zblk_sim::driver::{Sim, SimCompletion, SimConfig};
+use zblk_sim::driver::{Sim, SimChecks, SimCompletion, SimConfig};
+use zblk_sim::faults::FaultConfig;
 use zblk_sim::faults::{Fault, TIMEOUT_NS};
 use zblk_sim::vopr::{self, SeedRun};
+use zblk_workload::pattern::{self, Decoded};
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -105,6 +107,8 @@ fn vopr_seeds_with_faults_find_no_violation_and_cover_everything() {
         "fault: zone OFFLINE",
         "fault: lost completion",
         "fault: timed out before executing",
+        "fault: power loss",
+        "volatile write cache",
     ];
     for m in must {
         assert!(coverage.get(m).is_some_and(|&k| k > 0), "no seed covered '{m}'");
@@ -142,13 +146,99 @@ fn mutation_check_every_planted_bug_is_caught() {
         let Some((seed, v)) = caught else {
             panic!("mutation {} not caught within {bound} seeds", m.name());
         };
-        println!("{:<28} caught at seed {seed:>4} (bound {bound}): {}", m.name(), v.lines().next().unwrap_or(""));
+        let kind = vopr::violation_kind(&v);
+        println!(
+            "{:<28} caught at seed {seed:>4} (bound {bound}) by {kind}: {}",
+            m.name(),
+            v.lines().next().unwrap_or("")
+        );
     }
     // Without a planted bug, the seeds that caught them pass.
     for seed in 1..=10 {
         assert_eq!(vopr::run_seed(seed, vopr::DEFAULT_OPS, None).violation, None, "seed {seed} without mutation");
     }
 }
+
+/// The first seed (from 1, within `bound`) at which `m` is caught with only
+/// `checks` on, and the kind of check that caught it.
+fn first_catch(m: Mutation, bound: u64, checks: SimChecks) -> (u64, &'static str, String) {
+    let caught = (1..=bound).find_map(|seed| {
+        let r = vopr::run_seed_checked(seed, vopr::DEFAULT_OPS, Some(m), checks);
+        r.violation.map(|v| (seed, vopr::violation_kind(&v), v))
+    });
+    caught.unwrap_or_else(|| panic!("mutation {} not caught within {bound} seeds with {checks:?}", m.name()))
+}
+
+#[test]
+fn flush_ack_early_is_caught_by_the_durability_check_at_a_power_loss() {
+    if !zblk_core::mutation::AVAILABLE {
+        println!(
+            "SKIPPED flush_ack_early_is_caught_by_the_durability_check_at_a_power_loss: build with --features zblk-sim/mutations"
+        );
+        return;
+    }
+    // Without the host model's "a successful FLUSH reached the device", a FLUSH
+    // acknowledged early shows as writes it made durable lost at a power loss.
+    let checks = SimChecks { host_flush: false, ..SimChecks::default() };
+    let (seed, kind, v) = first_catch(Mutation::FlushAckEarly, FLUSH_ACK_EARLY_DATA_BOUND, checks);
+    println!("flush-ack-early without the host FLUSH check: caught at seed {seed} by {kind}: {v}");
+    assert_eq!(kind, "durability", "seed {seed}: {v}");
+}
+
+#[test]
+fn flush_ack_early_loses_a_flushed_write_at_a_power_loss() {
+    #[cfg(feature = "mutations")]
+    {
+        // A write, a FLUSH acknowledged without reaching the device, then the power
+        // fails before the cache destaged anything: the write is gone, and the
+        // checker says so.
+        let mut device = DeviceParams::default();
+        device.apply("size=16,zone_size=1,zone_nr_conv=1,zone_append_max_sectors=0,memory_backed=1").expect("params");
+        let cfg = SimConfig {
+            check: true,
+            faults: FaultConfig { write_cache: true, ..FaultConfig::default() },
+            ..SimConfig::new(device, 1)
+        };
+        let mut s = Sim::new(&cfg).expect("device");
+        s.set_checks(SimChecks { host_flush: false, ..SimChecks::default() });
+        let z = zone_start(&s, 1);
+        zblk_core::mutation::set(Some(Mutation::FlushAckEarly));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run(&mut s, &[Bio::write(z, 8, 0)]);
+            run(&mut s, &[Bio::flush(0)]);
+            s.power_loss_losing_the_caches();
+        }));
+        zblk_core::mutation::set(None);
+        let payload = caught.expect_err("a FLUSH acknowledged early lost a write at the power loss, unseen");
+        let v = payload.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert_eq!(vopr::violation_kind(&v), "durability", "{v}");
+    }
+    #[cfg(not(feature = "mutations"))]
+    println!("SKIPPED flush_ack_early_loses_a_flushed_write_at_a_power_loss: build with --features zblk-sim/mutations");
+}
+
+#[test]
+fn reset_all_no_wait_is_caught_by_an_independent_check() {
+    if !zblk_core::mutation::AVAILABLE {
+        println!(
+            "SKIPPED reset_all_no_wait_is_caught_by_an_independent_check: build with --features zblk-sim/mutations"
+        );
+        return;
+    }
+    // With every check on, the engine's own invariant sees it first; without the
+    // engine's and the stack's invariants, the checker or an oracle must.
+    let (seed, kind, v) = first_catch(Mutation::ResetAllNoWait, 10, SimChecks::default());
+    println!("reset-all-no-wait: caught at seed {seed} by {kind}: {v}");
+    let checks = SimChecks { engine_invariants: false, ..SimChecks::default() };
+    let (seed, kind, v) = first_catch(Mutation::ResetAllNoWait, RESET_ALL_NO_WAIT_INDEPENDENT_BOUND, checks);
+    println!("reset-all-no-wait without the engine's invariants: caught at seed {seed} by {kind}: {v}");
+    assert!(matches!(kind, "checker" | "device oracle" | "host oracle" | "durability"), "seed {seed}: {kind}: {v}");
+}
+
+/// Seeds within which the durability check alone catches `flush-ack-early`.
+const FLUSH_ACK_EARLY_DATA_BOUND: u64 = 100;
+/// Seeds within which the checker or an oracle catches `reset-all-no-wait`.
+const RESET_ALL_NO_WAIT_INDEPENDENT_BOUND: u64 = 60;
 
 // ---- Scenarios: each fault and the recovery the kernel does ----
 
@@ -281,6 +371,61 @@ fn lost_completion_is_timed_out_and_the_write_pointer_reread() {
 }
 
 #[test]
+fn power_loss_keeps_every_flushed_write() {
+    for policy in [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Zwl] {
+        let mut device = DeviceParams::default();
+        device.apply("size=16,zone_size=1,zone_nr_conv=1,zone_append_max_sectors=0,memory_backed=1").expect("params");
+        let cfg = SimConfig {
+            engine: EngineConfig { policy, ..EngineConfig::default() },
+            check: true,
+            faults: FaultConfig { write_cache: true, ..FaultConfig::default() },
+            ..SimConfig::new(device, 1)
+        };
+        let mut s = Sim::new(&cfg).expect("device");
+        let (z1, z2, z3) = (zone_start(&s, 1), zone_start(&s, 2), zone_start(&s, 3));
+        // A (stamp 1000) then a FLUSH: durable. C with FUA: durable (and what the
+        // cache took before it). Then B, D and a conventional write E, never
+        // flushed.
+        s.submit(Bio::write(z1, 8, 0), 0, 1000);
+        s.run_until_idle();
+        s.submit(Bio::flush(0), 1, 1001);
+        s.run_until_idle();
+        s.submit(Bio::write(z2, 8, 0).with_flags(BioFlags::FUA), 3, 1003);
+        s.run_until_idle();
+        s.submit(Bio::write(z1 + 8, 8, 0), 2, 1002);
+        s.submit(Bio::write(z3, 16, 0), 4, 1004);
+        s.submit(Bio::write(Sector::ZERO, 8, 0), 5, 1005);
+        s.run_until_idle();
+        assert!(s.take_completions().iter().all(|c| c.result.is_ok()), "{policy:?}");
+        // The power fails before the cache destaged anything more.
+        s.power_loss_losing_the_caches();
+        let zones = s.device().zones().expect("zoned");
+        let (a, b, c) = (zones.zone(ZoneNo(1)), zones.zone(ZoneNo(2)), zones.zone(ZoneNo(3)));
+        assert_eq!((a.cond, a.wp), (ZoneCond::Closed, z1 + 8), "{policy:?}: B is gone, A stays");
+        assert_eq!((b.cond, b.wp), (ZoneCond::Closed, z2 + 8), "{policy:?}: C (FUA) stays");
+        assert_eq!((c.cond, c.wp), (ZoneCond::Empty, z3), "{policy:?}: D is gone");
+        let mut sector = [0u8; 512];
+        for (at, stamp) in [(z1, 1000), (z2, 1003)] {
+            for k in 0..8 {
+                s.peek(s.stack().top(), at + k, &mut sector);
+                assert_eq!(
+                    pattern::decode(&sector),
+                    Decoded::Data((stamp, k as u32)),
+                    "{policy:?}: sector {}",
+                    at.0 + k
+                );
+            }
+        }
+        s.peek(s.stack().top(), Sector::ZERO, &mut sector);
+        assert_eq!(pattern::decode(&sector), Decoded::Zeroes, "{policy:?}: E was never flushed");
+        // The engine was built anew from the zone report: the writes go on at the
+        // write pointers the device came back with.
+        let c = run(&mut s, &[Bio::write(z1 + 8, 8, 0), Bio::write(z3, 8, 0), Bio::read(z1, 16, 0)]);
+        assert_eq!(results(&c), [Ok(z1 + 8), Ok(z3), Ok(z1)], "{policy:?}");
+    }
+}
+
+#[test]
 fn reset_all_after_a_queued_finish_executes_after_it() {
     // Regression (found by the host oracle): a FINISH waiting in its plug behind a
     // write when a RESET_ALL came went to the device after the RESET_ALL, leaving
@@ -305,7 +450,13 @@ fn regression_seeds() {
     // zone report had ended. 97, 344, 418: a lost RESET_ALL completion. 491:
     // a striped zone after a partial failure. 1000535...: a striped zone accepts
     // a write off its write pointer that lands at its members' write pointers.
-    for seed in [441, 97, 344, 418, 491, 863, 1671, 1836, 1891, 1000535, 1000547, 1001115, 1002111, 1004027, 1004851] {
+    // 4, 10, 54: an engine built anew from a zone report (after a power loss) under
+    // zone write locking kept plugs it never moved. 6, 197: zone operations refused
+    // before the device, counted out across a power loss.
+    for seed in [
+        441, 97, 344, 418, 491, 863, 1671, 1836, 1891, 1000535, 1000547, 1001115, 1002111, 1004027, 1004851, 4, 10, 54,
+        6, 197,
+    ] {
         let r = vopr::run_seed(seed, vopr::DEFAULT_OPS, None);
         assert_eq!(r.violation, None, "seed {seed}: replay with zblk vopr --seed {seed}");
     }

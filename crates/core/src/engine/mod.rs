@@ -266,6 +266,11 @@ impl Engine {
                 (_, ZoneCond::Offline) => CondCache::Offline,
                 (_, ZoneCond::NotWp) => panic!("sequential zone {z} reported NOT_WP"),
                 _ if info.wp == info.start => CondCache::Empty,
+                // A policy that does not plug (zone write locking, passthrough)
+                // follows no write pointer: a plug holding one would go stale at
+                // the next write. Its zone locks start from nothing, as after the
+                // writes it issued since start-up.
+                _ if !cfg.policy.plugs() => CondCache::Empty,
                 _ => {
                     q.plugs.insert(zno, info.wp.since(info.start), q.geo.zone_capacity(zno));
                     CondCache::Empty // the plug describes the zone
