@@ -10,6 +10,7 @@ pub mod driver;
 pub mod experiments;
 pub mod faults;
 pub mod hdd;
+pub mod loo;
 pub mod model;
 pub mod oracle;
 
