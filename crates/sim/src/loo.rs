@@ -63,7 +63,7 @@ impl Default for LooOptions {
 /// The 30 TB disk's destage windows the refit chooses among.
 pub const WINDOWS: [u32; 5] = [1, 2, 3, 4, 5];
 /// The cache sizes (segments of 64 KiB) the refit chooses among.
-pub const CACHE_GRID: [u32; 5] = [6000, 6600, 7200, 7800, 8400];
+pub const CACHE_GRID: [u32; 9] = [5400, 6000, 6600, 7200, 7800, 8400, 9000, 9600, 10200];
 
 /// A published point: which disk, which job, which policy.
 struct Pt {
@@ -165,6 +165,7 @@ fn cache_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<Loo
     for segs in CACHE_GRID {
         progress(&format!("{} (cache {segs} segments)", other.name));
         let e = (sim(&other, &with(segs), HOST_LATENCY_NS, o)? / other.published - 1.0).abs();
+        progress(&format!("{} (cache {segs} segments): |error| {:.1} %", other.name, e * 100.0));
         if best.is_none_or(|(b, _)| e < b) {
             best = Some((e, segs));
         }
@@ -260,7 +261,7 @@ pub fn table(rows: &[LooRow]) -> String {
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {} | {} | {:+.1} % | {:+.1} % |\n",
+            "| {} | {:.1} | {} | {} | {} | {:+.1} % | {:+.1} % |\n",
             r.point,
             r.published_mb_s,
             r.parameter,
