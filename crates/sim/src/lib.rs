@@ -11,6 +11,7 @@ pub mod experiments;
 pub mod faults;
 pub mod fuzzing;
 pub mod hdd;
+pub mod loo;
 pub mod model;
 pub mod oracle;
 

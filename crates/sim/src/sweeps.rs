@@ -63,7 +63,7 @@ impl Experiment {
     }
 
     /// The device's open zone limit (0: none): the 20 TB disk reports 128.
-    fn max_open(self) -> u32 {
+    pub fn max_open(self) -> u32 {
         if self == Experiment::Smr20tb { 128 } else { 0 }
     }
 
@@ -286,10 +286,24 @@ pub fn run_one(
     layout_seed: u64,
     seed: u64,
 ) -> Result<BenchReport, SweepError> {
+    run_one_with(disk, max_open, engine, job, (layout_seed, seed), HOST_LATENCY_NS)
+}
+
+/// [`run_one`] with another host turnaround than the fitted one (for refitting it,
+/// `crate::loo`); `seeds` are the layout seed and the simulation seed.
+pub fn run_one_with(
+    disk: &HddParams,
+    max_open: u32,
+    engine: EngineConfig,
+    job: &JobSpec,
+    seeds: (u64, u64),
+    host_latency_ns: u64,
+) -> Result<BenchReport, SweepError> {
+    let (layout_seed, seed) = seeds;
     let disk = HddParams { layout_seed, ..disk.clone() };
     let device = smr_device(&disk, max_open);
     let engine = EngineConfig { queue_depth: disk.ncq_depth, ..engine };
-    let cfg = SimConfig { engine, host_latency_ns: HOST_LATENCY_NS, ..SimConfig::new(device, seed) };
+    let cfg = SimConfig { engine, host_latency_ns, ..SimConfig::new(device, seed) };
     let mut sim =
         Sim::with_model(&cfg, Box::new(HddModel::new(disk))).map_err(|e| SweepError::BadOption(e.to_string()))?;
     run_jobs_on(&mut sim, std::slice::from_ref(job), true).map_err(|e| SweepError::BadOption(e.to_string()))
