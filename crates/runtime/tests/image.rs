@@ -1,6 +1,7 @@
 //! Opening images: every bad file gets an error naming the file and the problem;
 //! damaged metadata that can be repaired is, and opening says so.
 
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use zblk_core::geometry::{Geometry, GeometryParams};
@@ -210,7 +211,8 @@ fn readers_share_the_image() {
 #[test]
 fn permission_denied() {
     if rustix::process::geteuid().is_root() {
-        eprintln!("skipped: running as root, file permissions do not apply");
+        let _ =
+            writeln!(std::io::stderr(), "SKIPPED permission_denied: running as root, file permissions do not apply");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 mod common;
 
 use common::block_on;
+use std::io::Write;
 use std::path::Path;
 use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::geometry::GeometryParams;
@@ -37,7 +38,7 @@ fn start(path: &Path, backend: Backend) -> Option<Runtime> {
     match Runtime::start(img, RuntimeConfig { backend, ..RuntimeConfig::default() }) {
         Ok(rt) => Some(rt),
         Err(e) => {
-            eprintln!("skipped: {e}");
+            let _ = writeln!(std::io::stderr(), "SKIPPED runtime backend: {e}");
             None
         }
     }

@@ -7,6 +7,7 @@
 //! `zblk vopr --seed <seed>` (which also prints its shrunk trace).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use zblk_core::bio::{Bio, BioFlags, Op, Status};
 use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::mutation::Mutation;
@@ -133,7 +134,8 @@ const MUTATION_BOUNDS: [(Mutation, u64); 8] = [
 #[test]
 fn mutation_check_every_planted_bug_is_caught() {
     if !zblk_core::mutation::AVAILABLE {
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "SKIPPED mutation_check_every_planted_bug_is_caught: build with --features zblk-sim/mutations (scripts/test does)"
         );
         return;
@@ -172,7 +174,8 @@ fn first_catch(m: Mutation, bound: u64, checks: SimChecks) -> (u64, &'static str
 #[test]
 fn flush_ack_early_is_caught_by_the_durability_check_at_a_power_loss() {
     if !zblk_core::mutation::AVAILABLE {
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "SKIPPED flush_ack_early_is_caught_by_the_durability_check_at_a_power_loss: build with --features zblk-sim/mutations"
         );
         return;
@@ -214,13 +217,17 @@ fn flush_ack_early_loses_a_flushed_write_at_a_power_loss() {
         assert_eq!(vopr::violation_kind(&v), "durability", "{v}");
     }
     #[cfg(not(feature = "mutations"))]
-    println!("SKIPPED flush_ack_early_loses_a_flushed_write_at_a_power_loss: build with --features zblk-sim/mutations");
+    let _ = writeln!(
+        std::io::stdout(),
+        "SKIPPED flush_ack_early_loses_a_flushed_write_at_a_power_loss: build with --features zblk-sim/mutations"
+    );
 }
 
 #[test]
 fn reset_all_no_wait_is_caught_by_an_independent_check() {
     if !zblk_core::mutation::AVAILABLE {
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "SKIPPED reset_all_no_wait_is_caught_by_an_independent_check: build with --features zblk-sim/mutations"
         );
         return;
