@@ -408,4 +408,26 @@ mod tests {
         drop(p);
         t.join().unwrap();
     }
+
+    #[test]
+    fn a_striped_stack_serves_data_across_its_members() {
+        let spec = crate::stacksim::parse_stack("striped:chunk=64k[2*nullb:zone_size=4,size=64,completion_nsec=1000]")
+            .unwrap();
+        let build: SimBuilder = Box::new(move || {
+            let built = spec
+                .build(zblk_core::stack::StackConfig::default(), Some(zblk_core::engine::IssuePolicy::Zwp))
+                .map_err(|e| CliError(e.to_string()))?;
+            Ok(Sim::with_stack(built, zblk_sim::StackSimConfig::new(1), &mut zblk_sim::null_model))
+        });
+        let (p, info, t) = PacedSim::start(build, DataStore::new(Some(1 << 20))).unwrap();
+        assert_eq!((info.geo.zone_sectors(), info.geo.nr_zones()), (16384, 16), "8 MiB zones over two members");
+        let data: Vec<u8> = (0..256 * 1024).map(|i| (i / 512) as u8).collect();
+        let w = call(&p, Req::Io { op: Op::Write, sector: Sector(0), flags: Default::default(), buf: data.clone() });
+        assert_eq!(w.result, Ok(Done::Bytes(256 * 1024)));
+        let r =
+            call(&p, Req::Io { op: Op::Read, sector: Sector(0), flags: Default::default(), buf: vec![0; 256 * 1024] });
+        assert_eq!(r.buf, data);
+        drop(p);
+        t.join().unwrap();
+    }
 }

@@ -249,6 +249,10 @@ fn set_params(dev: &mut UblkDev, geo: &Geometry, rotational: bool) {
     // plugged write), one request each, never split: either way the kernel may send
     // one as large as a request.
     let append = geo.append_limit_sectors().min(max_sectors).min(zone_sectors);
+    // The ublk driver refuses a zoned device without zone append: a device that has
+    // none at all (a striped stack) is given the request size too, and fails each
+    // append it gets (EOPNOTSUPP) rather than not being served.
+    let append = if append == 0 { max_sectors.min(zone_sectors) } else { append };
     let tgt = &mut dev.tgt;
     tgt.dev_size = geo.nr_sectors() * SECTOR_SIZE;
     tgt.params = sys::ublk_params {
@@ -354,6 +358,20 @@ fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
         let pos = UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
         let buf = std::mem::take(&mut bufs[tag as usize]);
         match request(&geo, cdev, pos, iod, buf) {
+            Ok(req @ Req::Report { .. }) => {
+                // Answered before the handler returns: the kernel revalidates the
+                // zones (reports only) while it adds the device, and a report does
+                // no device I/O, so it need not wait for the completion path.
+                let (tx, rx) = std::sync::mpsc::channel();
+                served.submit(req, Box::new(move |r| drop(tx.send(r))));
+                let reply = rx.recv().unwrap_or(Reply { result: Err(libc::EIO), buf: Vec::new(), copy_out: 0 });
+                let res = match reply.result {
+                    Ok(d) if reply.copy_out > 0 => copy_to_kernel(cdev, pos, &reply.buf[..reply.copy_out]).map(|_| d),
+                    r => r,
+                };
+                bufs[tag as usize] = reply.buf;
+                commit(q, tag, res);
+            }
             Ok(req) => {
                 let mb = Arc::clone(&mb);
                 served.submit(req, Box::new(move |r| mb.post(tag, r)));
