@@ -160,7 +160,7 @@ pub enum OutputFormat {
 
 /// `--policy`: every name [`IssuePolicy::parse`] knows, so that a new policy is on
 /// the command line as soon as it is in `IssuePolicy::ALL`.
-fn policy_parser() -> impl clap::builder::TypedValueParser<Value = IssuePolicy> {
+pub(crate) fn policy_parser() -> impl clap::builder::TypedValueParser<Value = IssuePolicy> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(IssuePolicy::ALL.map(IssuePolicy::name))
         .map(|name: String| IssuePolicy::parse(&name).expect("a possible value is a policy name"))

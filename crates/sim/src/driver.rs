@@ -1045,6 +1045,32 @@ impl Sim {
         assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack with idle disks", self.seed);
     }
 
+    /// When the next event is due (a disk's completion, a completion on its way to
+    /// the workload, an anticipation timer, a late completion), in virtual time;
+    /// `None` when nothing is pending.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        let disks = self.disks.iter().filter_map(|d| d.model.next_event_ns());
+        let host =
+            [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0), self.late.front().map(|l| l.0)];
+        disks.chain(host.into_iter().flatten()).min()
+    }
+
+    /// Processes every event due up to `t_ns` and moves the clock to `t_ns` (never
+    /// back): a driver that paces the simulation to wall-clock time calls this with
+    /// the wall time before each submission and whenever the next event is due.
+    /// Completions are kept for [`Sim::take_completions`].
+    pub fn run_until(&mut self, t_ns: u64) {
+        loop {
+            self.pump();
+            self.check();
+            if self.next_event_ns().is_none_or(|n| n > t_ns) {
+                break;
+            }
+            self.advance();
+        }
+        self.now_ns = self.now_ns.max(t_ns);
+    }
+
     /// Completions gathered since the last call, in completion order.
     pub fn take_completions(&mut self) -> Vec<SimCompletion> {
         self.completions.drain(..).collect()

@@ -15,6 +15,10 @@
 //! to get it.
 
 #[cfg(feature = "ublk")]
+mod paced;
+#[cfg(feature = "ublk")]
+mod served;
+#[cfg(feature = "ublk")]
 mod ublk;
 
 use crate::CliError;
@@ -37,29 +41,66 @@ pub(crate) const IO_BUF_BYTES: u32 = 512 * 1024;
 /// every acknowledged write (an image is closed cleanly) and exits 0. Needs the ublk
 /// driver (`modprobe ublk_drv`, Linux 6.6+ for zoned devices) and the rights to open
 /// /dev/ublk-control (root). The kernel sees a host-managed zoned disk with the
-/// image's zone size, conventional zones, open/active limits and a volatile write
+/// device's zone size, conventional zones, open/active limits and a volatile write
 /// cache with FUA: its flushes reach the image's durable state before they complete.
+///
+/// A simulated device (`--dev smr-30tb`) or stack (`--stack ...`) is paced to
+/// wall-clock time: each request enters the simulation when it arrives and completes
+/// when wall time reaches the time the device's timing model completes it. Its data
+/// is kept in memory, only what is written, up to `--data-limit` (further writes fail
+/// with ENOSPC); with `--no-data` nothing is kept and every read returns zeroes.
 #[derive(Args, Debug)]
+#[command(after_help = serve_help())]
 pub struct ServeArgs {
     /// The image to serve (persistent).
-    #[arg(required_unless_present = "dev", conflicts_with = "dev")]
+    #[arg(required_unless_present_any = ["dev", "stack"], conflicts_with_all = ["dev", "stack"])]
     pub image: Option<PathBuf>,
-    /// Serve a memory device instead (null_blk parameters, e.g.
+    /// Serve a simulated device paced to wall-clock time: a preset with null_blk
+    /// parameters, as `zblk bench --dev` takes it (`smr-30tb`,
     /// `nullb:zone_size=64,size=1024`; its data is lost when the server stops).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "stack")]
     pub dev: Option<String>,
     /// Waiting for an image another process holds.
     #[command(flatten)]
     pub lock: crate::image::WaitArg,
+    /// Serve a simulated stack paced to wall-clock time (`striped:chunk=64k[2*nullb:...]`,
+    /// as `zblk trace --stack` takes it; its disks timed by their `completion_nsec`).
+    #[arg(long)]
+    pub stack: Option<String>,
+    /// Simulated devices: memory for written data (`1G`, `512M`); writes beyond it
+    /// fail with ENOSPC.
+    #[arg(long, default_value = "1G", value_parser = parse_limit)]
+    pub data_limit: u64,
+    /// Simulated devices: keep no data; every read returns zeroes (timing only).
+    #[arg(long)]
+    pub no_data: bool,
+    /// Zone write issue policy of zblk's engine under the kernel (zwp, qd1, batch,
+    /// zwl, passthrough). Default: an image's (qd1 on a rotational one, else zwp);
+    /// zwp for simulated devices, so the model sees the kernel's own order.
+    #[arg(long, value_parser = crate::jobargs::policy_parser())]
+    pub policy: Option<zblk_core::engine::IssuePolicy>,
     /// Hardware queues of the ublk device (one serving thread each).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub queues: u16,
     /// Requests in flight per queue the kernel may send.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub depth: u16,
-    /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", ...}).
+    /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", "data": ...}).
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_limit(text: &str) -> Result<u64, String> {
+    zblk_core::units::parse_size(text).map_err(|e| e.to_string())
+}
+
+fn serve_help() -> String {
+    format!(
+        "Simulated devices keep their written data in memory (4 KiB pages, only what is written) up to \
+         --data-limit; --no-data keeps none (reads return zeroes; the JSON ready line says \
+         \"data\": \"none: reads return zeroes\").\n\n{}",
+        crate::devspec::help()
+    )
 }
 
 /// The ublk driver's state on this machine, checked before anything is opened, so the

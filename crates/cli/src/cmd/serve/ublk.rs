@@ -1,35 +1,62 @@
 //! The ublk side of `zblk serve` (feature `ublk`): the device's parameters, its
-//! queues, each request through zblk's runtime.
+//! queues, each request handed to the served device and committed when it is done.
 
+use super::paced::{DataStore, PacedSim, SimBuilder};
+use super::served::{Done, Reply, Req, RuntimeServed, Served};
 use super::{IO_BUF_BYTES, ServeArgs, check_geometry};
-use crate::{CliError, devspec, image};
+use crate::{CliError, devspec, image, stacksim};
 use libublk::ctrl::UblkCtrl;
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkFlags, UblkIORes, sys};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use zblk_core::bio::{BioFlags, Op, Status};
-use zblk_core::engine::EngineConfig;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use zblk_core::bio::{BioFlags, Op};
+use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
+use zblk_core::stack::{SplitOrder, StackConfig};
 use zblk_core::units::{SECTOR_SIZE, Sector};
-use zblk_core::zone::ZoneInfo;
-use zblk_dev::device::Locked;
-use zblk_dev::mem::MemDevice;
-use zblk_runtime::{Backend, Runtime, RuntimeConfig};
+use zblk_runtime::{Backend, Runtime};
+use zblk_sim::{Sim, SimConfig, StackSimConfig, null_model};
+
+/// What must be stopped once the queues have ended.
+enum Owner {
+    /// The runtime: closing it persists every acknowledged write.
+    Runtime(Runtime),
+    /// The pacing thread, which ends once the queues' handles are dropped.
+    Paced(JoinHandle<()>),
+}
+
+/// The device to serve and what the ready line says of it.
+struct Device {
+    served: Arc<dyn Served>,
+    owner: Owner,
+    /// The image's path, or the simulated device's spec.
+    name: String,
+    /// Whether the data survives the server (an image).
+    persistent: bool,
+    /// The kernel sees a rotational disk.
+    rotational: bool,
+    /// What the ready line's JSON adds: `data`, `policy`, `models`.
+    extra: serde_json::Map<String, serde_json::Value>,
+}
 
 /// Serves the device (the driver is there: [`super::check_driver`] said so).
 pub(super) fn run(a: &ServeArgs) -> Result<(), CliError> {
-    let (rt, name, persistent) = start_device(a)?;
-    check_geometry(rt.geometry())?;
-    // SIGINT and SIGTERM are blocked in every thread (the runtime's and the queues'
-    // inherit the mask from here) and taken synchronously by the main thread, which
+    let dev = start_device(a)?;
+    // SIGINT and SIGTERM are blocked in every thread (the queues' inherit the mask
+    // from here; the runtime's and the pacing thread's were started earlier and are
+    // blocked there too below) and taken synchronously by the main thread, which
     // then stops the device: no handler runs in the middle of a request.
     let signals = block_signals();
-    let rt = Arc::new(rt);
-    let outcome = serve(a, &rt, &name, &signals);
-    // The queue threads have ended and dropped their handles: the runtime is ours.
-    let rt = Arc::try_unwrap(rt).map_err(|_| CliError::msg("internal error: the runtime is still shared"))?;
-    let closed = rt.close().map_err(|e| CliError(format!("{name}: closing: {e}")));
+    let Device { served, owner, name, persistent, rotational, extra } = dev;
+    let outcome = serve(a, served, &name, rotational, extra, &signals);
+    // The queue threads have ended and dropped their handles to the device.
+    let closed = match owner {
+        Owner::Runtime(rt) => rt.close().map_err(|e| CliError(format!("{name}: closing: {e}"))),
+        Owner::Paced(t) => t.join().map_err(|_| CliError(format!("{name}: the simulation's thread panicked"))),
+    };
     // What the kernel sent, by operation: shows which of the block layer's operations
     // (zone append, RESET_ALL, FLUSH) a file system or a tool really issued.
     eprintln!("zblk: {name}: requests served: {}", served_summary());
@@ -41,21 +68,83 @@ pub(super) fn run(a: &ServeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn start_device(a: &ServeArgs) -> Result<(Runtime, String, bool), CliError> {
-    if let Some(spec) = &a.dev {
-        let spec = devspec::parse(spec)?;
-        let geo = spec.params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
-        check_geometry(&geo)?;
-        let dev = Locked::new(MemDevice::new(&geo, true), "memory", false);
-        let rt = Runtime::start(dev, RuntimeConfig::default()).map_err(|e| CliError(format!("memory device: {e}")))?;
-        return Ok((rt, "memory device".to_string(), false));
+fn start_device(a: &ServeArgs) -> Result<Device, CliError> {
+    if a.dev.is_some() || a.stack.is_some() {
+        return start_paced(a);
     }
-    let path = a.image.as_ref().ok_or_else(|| CliError::msg("give an image or --dev"))?;
+    let path = a.image.as_ref().ok_or_else(|| CliError::msg("give an image, --dev or --stack"))?;
     let target = image::Target::open(path, false, a.lock)?;
     check_geometry(target.geo())?;
-    let engine = EngineConfig { policy: target.default_policy(), ..EngineConfig::default() };
+    let rotational = target.rotational();
+    let policy = a.policy.unwrap_or_else(|| target.default_policy());
+    let engine = EngineConfig { policy, ..EngineConfig::default() };
+    // Blocked before the runtime starts its threads, so they never take the signal.
+    let _ = block_signals();
     let rt = target.start(engine, Backend::Auto)?;
-    Ok((rt, path.display().to_string(), true))
+    let served: Arc<dyn Served> = Arc::new(RuntimeServed::new(rt.submitter(), rt.geometry().clone()));
+    let mut extra = serde_json::Map::new();
+    extra.insert("data".into(), "image".into());
+    extra.insert("policy".into(), policy.name().into());
+    Ok(Device {
+        served,
+        owner: Owner::Runtime(rt),
+        name: path.display().to_string(),
+        persistent: true,
+        rotational,
+        extra,
+    })
+}
+
+/// A simulated device or stack, paced to wall-clock time.
+fn start_paced(a: &ServeArgs) -> Result<Device, CliError> {
+    let limit = if a.no_data { None } else { Some(a.data_limit) };
+    let policy = a.policy.unwrap_or(IssuePolicy::Zwp);
+    let (build, name, rotational): (SimBuilder, String, bool) = if let Some(text) = &a.dev {
+        let spec = devspec::parse(text)?;
+        let geo = spec.params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
+        check_geometry(&geo)?;
+        let rotational = spec.rotational();
+        let build: SimBuilder = Box::new(move || {
+            let mut cfg = SimConfig::new(spec.params.clone(), 1);
+            cfg.engine = EngineConfig { policy, ..EngineConfig::default() };
+            // The simulator keeps no data: the server does (DataStore).
+            cfg.device.memory_backed = false;
+            spec.sim(&cfg).map_err(|e| CliError(format!("--dev: {e}")))
+        });
+        (build, text.clone(), rotational)
+    } else {
+        let text = a.stack.clone().expect("--stack");
+        let spec = stacksim::parse_stack(&text)?;
+        let build: SimBuilder = Box::new(move || {
+            let mut built = spec
+                .build(StackConfig { split_order: SplitOrder::Head, ..StackConfig::default() }, Some(policy))
+                .map_err(|e| CliError(format!("--stack: {e}")))?;
+            for (_, p) in &mut built.disks {
+                p.memory_backed = false;
+            }
+            Ok(Sim::with_stack(built, StackSimConfig::new(1), &mut null_model))
+        });
+        (build, text, false)
+    };
+    let _ = block_signals();
+    let (served, info, thread) = PacedSim::start(build, DataStore::new(limit))?;
+    check_geometry(&info.geo)?;
+    let mut extra = serde_json::Map::new();
+    extra.insert("data".into(), if a.no_data { "none: reads return zeroes" } else { "memory" }.into());
+    if !a.no_data {
+        extra.insert("data_limit".into(), a.data_limit.into());
+    }
+    extra.insert("policy".into(), policy.name().into());
+    extra.insert("paced".into(), "wall-clock".into());
+    extra.insert("models".into(), info.models.clone().into());
+    if a.no_data {
+        eprintln!("zblk: --no-data: written data is not kept, every read returns zeroes");
+    }
+    for m in &info.models {
+        eprintln!("zblk: {m} (paced to wall-clock time)");
+    }
+    let served: Arc<dyn Served> = served;
+    Ok(Device { served, owner: Owner::Paced(thread), name, persistent: false, rotational, extra })
 }
 
 /// The signal set the main thread waits on.
@@ -81,8 +170,15 @@ fn wait_signal(s: &Signals) -> i32 {
     sig
 }
 
-fn serve(a: &ServeArgs, rt: &Arc<Runtime>, name: &str, signals: &Signals) -> Result<(), CliError> {
-    let geo = rt.geometry().clone();
+fn serve(
+    a: &ServeArgs,
+    served: Arc<dyn Served>,
+    name: &str,
+    rotational: bool,
+    extra: serde_json::Map<String, serde_json::Value>,
+    signals: &Signals,
+) -> Result<(), CliError> {
+    let geo = served.geometry().clone();
     let ctrl = libublk::ctrl::UblkCtrlBuilder::default()
         .name("zblk")
         .nr_queues(a.queues)
@@ -94,11 +190,14 @@ fn serve(a: &ServeArgs, rt: &Arc<Runtime>, name: &str, signals: &Signals) -> Res
         .map_err(|e| ublk_error("adding the ublk device", e))?;
     let tgt_geo = geo.clone();
     let tgt_init = move |dev: &mut UblkDev| {
-        set_params(dev, &tgt_geo);
+        set_params(dev, &tgt_geo, rotational);
+        // One more entry each way than the queue depth: the eventfd read beside a
+        // command per tag.
+        dev.tgt.sq_depth = dev.tgt.sq_depth.saturating_add(1);
+        dev.tgt.cq_depth = dev.tgt.cq_depth.saturating_add(1);
         Ok(())
     };
-    let q_rt = Arc::clone(rt);
-    let q_fn = move |qid: u16, dev: &UblkDev| serve_queue(qid, dev, &q_rt);
+    let q_fn = move |qid: u16, dev: &UblkDev| serve_queue(qid, dev, &served);
     let json = a.json;
     let name_owned = name.to_string();
     let wait = {
@@ -106,12 +205,12 @@ fn serve(a: &ServeArgs, rt: &Arc<Runtime>, name: &str, signals: &Signals) -> Res
         move |ctrl: &UblkCtrl| {
             let path = ctrl.get_bdev_path();
             let line = if json {
-                serde_json::json!({
-                    "device": path,
-                    "id": ctrl.dev_info().dev_id,
-                    "serving": name_owned,
-                })
-                .to_string()
+                let mut obj = serde_json::Map::new();
+                obj.insert("device".into(), path.clone().into());
+                obj.insert("id".into(), ctrl.dev_info().dev_id.into());
+                obj.insert("serving".into(), name_owned.clone().into());
+                obj.extend(extra.clone());
+                serde_json::Value::Object(obj).to_string()
             } else {
                 path
             };
@@ -145,7 +244,7 @@ fn ublk_error(what: &str, e: libublk::UblkError) -> CliError {
 }
 
 /// The parameters the kernel's queue limits come from.
-fn set_params(dev: &mut UblkDev, geo: &Geometry) {
+fn set_params(dev: &mut UblkDev, geo: &Geometry, rotational: bool) {
     let lbs_shift = geo.lbs_bytes().trailing_zeros() as u8;
     let io_sectors = IO_BUF_BYTES / SECTOR_SIZE as u32;
     let max_sectors = geo.max_sectors().min(io_sectors);
@@ -154,6 +253,10 @@ fn set_params(dev: &mut UblkDev, geo: &Geometry) {
     // plugged write), one request each, never split: either way the kernel may send
     // one as large as a request.
     let append = geo.append_limit_sectors().min(max_sectors).min(zone_sectors);
+    // The ublk driver refuses a zoned device without zone append: a device that has
+    // none at all (a striped stack) is given the request size too, and fails each
+    // append it gets (EOPNOTSUPP) rather than not being served.
+    let append = if append == 0 { max_sectors.min(zone_sectors) } else { append };
     let tgt = &mut dev.tgt;
     tgt.dev_size = geo.nr_sectors() * SECTOR_SIZE;
     tgt.params = sys::ublk_params {
@@ -161,7 +264,9 @@ fn set_params(dev: &mut UblkDev, geo: &Geometry) {
         basic: sys::ublk_param_basic {
             // A volatile cache with FUA: the kernel sends FLUSH and FUA, which reach
             // the image's durable state before they complete.
-            attrs: sys::UBLK_ATTR_VOLATILE_CACHE | sys::UBLK_ATTR_FUA,
+            attrs: sys::UBLK_ATTR_VOLATILE_CACHE
+                | sys::UBLK_ATTR_FUA
+                | if rotational { sys::UBLK_ATTR_ROTATIONAL } else { 0 },
             logical_bs_shift: lbs_shift,
             physical_bs_shift: lbs_shift,
             io_opt_shift: lbs_shift,
@@ -181,22 +286,105 @@ fn set_params(dev: &mut UblkDev, geo: &Geometry) {
     };
 }
 
-/// One queue: fetch, serve one request, commit its result, until the device stops.
-fn serve_queue(qid: u16, dev: &UblkDev, rt: &Arc<Runtime>) {
+/// Completions waiting for their queue's thread: the backends finish requests on
+/// their own threads, but only the queue's thread may commit them to the kernel
+/// (its io_uring carries the commands), so they are posted here and the thread is
+/// woken through an eventfd its ring reads.
+struct Mailbox {
+    done: Mutex<Vec<(u16, Reply)>>,
+    efd: OwnedFd,
+}
+
+impl Mailbox {
+    fn post(&self, tag: u16, r: Reply) {
+        self.done.lock().unwrap_or_else(|p| p.into_inner()).push((tag, r));
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: efd is an open eventfd, the buffer 8 bytes. A full counter (never
+        // reached: the ring reads it) or a closed ring loses nothing: the vector holds
+        // the completion.
+        unsafe { libc::write(self.efd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+/// Target-I/O data of the eventfd read on the queue's ring (any tag: the handler
+/// tells it from the kernel's commands by its target bit).
+const EVENTFD_TGT: u32 = 1;
+
+/// Arms the read of the mailbox's eventfd on the queue's ring.
+fn arm_eventfd(q: &UblkQueue, efd: i32, counter: *mut u64) {
+    let sqe = io_uring::opcode::Read::new(io_uring::types::Fd(efd), counter.cast(), 8)
+        .build()
+        .user_data(libublk::io::UblkIOCtx::build_user_data(0, 0, EVENTFD_TGT, true));
+    if let Err(e) = q.ublk_submit_sqe_sync(sqe) {
+        eprintln!("zblk: ublk queue {}: arming its completion wake-up: {e}", q.get_qid());
+    }
+}
+
+/// One queue: each request the kernel sends goes to the device at once (as many in
+/// flight as the kernel's queue depth), and is committed when the device is done.
+fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
     let cdev = dev.tgt.fds[0];
-    let geo = rt.geometry().clone();
-    let mut buf = vec![0u8; IO_BUF_BYTES as usize];
-    let rt = Arc::clone(rt);
-    let handler = move |q: &UblkQueue, tag: u16, _io: &UblkIOCtx| {
+    let geo = served.geometry().clone();
+    // SAFETY: eventfd takes no pointer; a negative result is checked.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        eprintln!("zblk: ublk queue {qid}: eventfd: {}", std::io::Error::last_os_error());
+        return;
+    }
+    // SAFETY: efd was just opened and is owned by nobody else.
+    let mailbox = Arc::new(Mailbox { done: Mutex::new(Vec::new()), efd: unsafe { OwnedFd::from_raw_fd(efd) } });
+    // The eventfd read's target: leaked on purpose, as the ring may still complete the
+    // read after this function has returned (the ring outlives the handler).
+    let counter: *mut u64 = Box::leak(Box::new(0u64));
+    let served = Arc::clone(served);
+    let depth = dev.dev_info.queue_depth as usize;
+    // Each tag's data buffer, lent to the device while its request is in flight.
+    let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| Vec::new()).collect();
+    let mb = Arc::clone(&mailbox);
+    let handler = move |q: &UblkQueue, tag: u16, io: &UblkIOCtx| {
+        if io.is_tgt_io() {
+            let ready = std::mem::take(&mut *mb.done.lock().unwrap_or_else(|p| p.into_inner()));
+            for (tag, reply) in ready {
+                let pos = UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
+                let res = match reply.result {
+                    Ok(d) if reply.copy_out > 0 => copy_to_kernel(cdev, pos, &reply.buf[..reply.copy_out]).map(|_| d),
+                    r => r,
+                };
+                bufs[tag as usize] = reply.buf;
+                commit(q, tag, res);
+            }
+            if !q.is_stopping() {
+                arm_eventfd(q, mb.efd.as_raw_fd(), counter);
+            }
+            return;
+        }
         let iod = q.get_iod(tag);
-        let pos = libublk::io::UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
-        let res = handle(&rt, &geo, cdev, pos, iod, &mut buf);
-        let res = match res {
-            Ok(Done::Bytes(n)) => UblkIORes::Result(n),
-            Ok(Done::Appended(n, lba)) => UblkIORes::FatRes(libublk::UblkFatRes::ZonedAppendRes((n, lba))),
-            Err(errno) => UblkIORes::Result(-errno),
-        };
-        let _ = q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(res));
+        let pos = UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
+        let buf = std::mem::take(&mut bufs[tag as usize]);
+        match request(&geo, cdev, pos, iod, buf) {
+            Ok(req @ Req::Report { .. }) => {
+                // Answered before the handler returns: the kernel revalidates the
+                // zones (reports only) while it adds the device, and a report does
+                // no device I/O, so it need not wait for the completion path.
+                let (tx, rx) = std::sync::mpsc::channel();
+                served.submit(req, Box::new(move |r| drop(tx.send(r))));
+                let reply = rx.recv().unwrap_or(Reply { result: Err(libc::EIO), buf: Vec::new(), copy_out: 0 });
+                let res = match reply.result {
+                    Ok(d) if reply.copy_out > 0 => copy_to_kernel(cdev, pos, &reply.buf[..reply.copy_out]).map(|_| d),
+                    r => r,
+                };
+                bufs[tag as usize] = reply.buf;
+                commit(q, tag, res);
+            }
+            Ok(req) => {
+                let mb = Arc::clone(&mb);
+                served.submit(req, Box::new(move |r| mb.post(tag, r)));
+            }
+            Err((errno, buf)) => {
+                bufs[tag as usize] = buf;
+                commit(q, tag, Err(errno));
+            }
+        }
     };
     let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None)))
     {
@@ -206,19 +394,18 @@ fn serve_queue(qid: u16, dev: &UblkDev, rt: &Arc<Runtime>) {
             return;
         }
     };
+    arm_eventfd(&queue, mailbox.efd.as_raw_fd(), counter);
     queue.wait_and_handle_io(handler);
 }
 
-/// What a served request returns to the kernel.
-enum Done {
-    /// Bytes transferred (0 for requests without data).
-    Bytes(i32),
-    /// A zone append: bytes, and the sector the data landed at.
-    Appended(i32, u64),
-}
-
-fn errno(s: Status) -> i32 {
-    s.errno()
+/// Commits a request's result to the kernel (and fetches the tag's next request).
+fn commit(q: &UblkQueue, tag: u16, res: Result<Done, i32>) {
+    let res = match res {
+        Ok(Done::Bytes(n)) => UblkIORes::Result(n),
+        Ok(Done::Appended(n, lba)) => UblkIORes::FatRes(libublk::UblkFatRes::ZonedAppendRes((n, lba))),
+        Err(errno) => UblkIORes::Result(-errno),
+    };
+    let _ = q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(res));
 }
 
 /// The ublk operations counted, with the names the summary gives them (the kernel's
@@ -253,107 +440,66 @@ fn served_summary() -> String {
     names.zip(&SERVED).map(|(n, c)| format!("{n} {}", c.load(Ordering::Relaxed))).collect::<Vec<_>>().join(", ")
 }
 
-/// Serves one request through the runtime. Errors are positive errno values.
-fn handle(
-    rt: &Runtime,
+/// The request the kernel sent on a tag, its write data copied in. A refusal gives
+/// the buffer back with the errno.
+fn request(
     geo: &Geometry,
     cdev: i32,
     pos: u64,
     iod: &sys::ublksrv_io_desc,
-    buf: &mut [u8],
-) -> Result<Done, i32> {
+    mut buf: Vec<u8>,
+) -> Result<Req, (i32, Vec<u8>)> {
     let op = iod.op_flags & 0xff;
     count_served(op);
     let sector = Sector(iod.start_sector);
     let flags = if iod.op_flags & sys::UBLK_IO_F_FUA != 0 { BioFlags::FUA } else { BioFlags::NONE };
-    match op {
-        sys::UBLK_IO_OP_READ | sys::UBLK_IO_OP_WRITE | sys::UBLK_IO_OP_ZONE_APPEND => {
-            let nr = iod.nr_sectors as usize;
-            let len = nr * SECTOR_SIZE as usize;
-            let data = buf.get_mut(..len).ok_or(libc::EINVAL)?;
-            match op {
-                sys::UBLK_IO_OP_READ => {
-                    rt.read_at(sector, data).map_err(errno)?;
-                    copy_to_kernel(cdev, pos, data)?;
-                    Ok(Done::Bytes(len as i32))
-                }
-                sys::UBLK_IO_OP_WRITE => {
-                    copy_from_kernel(cdev, pos, data)?;
-                    rt.write_at_flags(sector, data, flags).map_err(errno)?;
-                    Ok(Done::Bytes(len as i32))
-                }
-                _ => {
-                    copy_from_kernel(cdev, pos, data)?;
-                    let at = rt.append_flags(sector, data, flags).map_err(errno)?;
-                    Ok(Done::Appended(len as i32, at.0))
-                }
-            }
-        }
-        sys::UBLK_IO_OP_FLUSH => rt.flush().map(|_| Done::Bytes(0)).map_err(errno),
-        sys::UBLK_IO_OP_ZONE_OPEN => zone_op(rt, geo, Op::ZoneOpen, sector),
-        sys::UBLK_IO_OP_ZONE_CLOSE => zone_op(rt, geo, Op::ZoneClose, sector),
-        sys::UBLK_IO_OP_ZONE_FINISH => zone_op(rt, geo, Op::ZoneFinish, sector),
-        sys::UBLK_IO_OP_ZONE_RESET => zone_op(rt, geo, Op::ZoneReset, sector),
-        sys::UBLK_IO_OP_ZONE_RESET_ALL => zone_op(rt, geo, Op::ZoneResetAll, Sector(0)),
-        sys::UBLK_IO_OP_REPORT_ZONES => {
-            // The kernel's nr_zones shares nr_sectors' place in the descriptor.
-            let nr_zones = iod.nr_sectors as usize;
-            report_zones(rt, geo, cdev, pos, sector, nr_zones, buf)
-        }
-        _ => Err(libc::EOPNOTSUPP),
-    }
-}
-
-fn zone_op(rt: &Runtime, geo: &Geometry, op: Op, sector: Sector) -> Result<Done, i32> {
     // A zone operation on a conventional zone is an I/O error, as null_blk answers
     // (null_open_zone() and its siblings return BLK_STS_IOERR) and as the block layer
     // itself fails a reset or finish of a conventional zone before any driver sees it;
     // zblk's engine refuses it as invalid (EINVAL), which the kernel would pass on.
-    if op != Op::ZoneResetAll && sector.0 < geo.nr_sectors() && geo.zone_is_conv(geo.zone_no(sector)) {
-        return Err(libc::EIO);
+    let zone = |op| {
+        if sector.0 < geo.nr_sectors() && geo.zone_is_conv(geo.zone_no(sector)) {
+            return Err((libc::EIO, Vec::new()));
+        }
+        Ok(Req::Io { op, sector, flags: BioFlags::NONE, buf: Vec::new() })
+    };
+    match op {
+        sys::UBLK_IO_OP_READ | sys::UBLK_IO_OP_WRITE | sys::UBLK_IO_OP_ZONE_APPEND => {
+            let len = iod.nr_sectors as usize * SECTOR_SIZE as usize;
+            if len > IO_BUF_BYTES as usize {
+                return Err((libc::EINVAL, buf));
+            }
+            buf.resize(len, 0);
+            let op = match op {
+                sys::UBLK_IO_OP_READ => Op::Read,
+                sys::UBLK_IO_OP_WRITE => Op::Write,
+                _ => Op::ZoneAppend,
+            };
+            if op != Op::Read {
+                if let Err(e) = copy_from_kernel(cdev, pos, &mut buf) {
+                    return Err((e, buf));
+                }
+            }
+            Ok(Req::Io { op, sector, flags, buf })
+        }
+        sys::UBLK_IO_OP_FLUSH => {
+            Ok(Req::Io { op: Op::Flush, sector: Sector(0), flags: BioFlags::NONE, buf: Vec::new() })
+        }
+        sys::UBLK_IO_OP_ZONE_OPEN => zone(Op::ZoneOpen),
+        sys::UBLK_IO_OP_ZONE_CLOSE => zone(Op::ZoneClose),
+        sys::UBLK_IO_OP_ZONE_FINISH => zone(Op::ZoneFinish),
+        sys::UBLK_IO_OP_ZONE_RESET => zone(Op::ZoneReset),
+        sys::UBLK_IO_OP_ZONE_RESET_ALL => {
+            Ok(Req::Io { op: Op::ZoneResetAll, sector: Sector(0), flags: BioFlags::NONE, buf: Vec::new() })
+        }
+        sys::UBLK_IO_OP_REPORT_ZONES => {
+            // The kernel's nr_zones shares nr_sectors' place in the descriptor.
+            let nr_zones = iod.nr_sectors as usize;
+            buf.resize(IO_BUF_BYTES as usize, 0);
+            Ok(Req::Report { first: geo.zone_no(sector).0, nr_zones, buf })
+        }
+        _ => Err((libc::EOPNOTSUPP, buf)),
     }
-    rt.zone_op(op, sector).map(|_| Done::Bytes(0)).map_err(errno)
-}
-
-/// Size of the kernel's `struct blk_zone`.
-const BLK_ZONE_BYTES: usize = 64;
-
-/// A zone as the kernel's `struct blk_zone` (little-endian x86/arm layout: start, len,
-/// wp, type, cond, non_seq, reset, 4 reserved, capacity, 24 reserved).
-fn encode_zone(z: &ZoneInfo, out: &mut [u8]) {
-    let raw = image::raw(z);
-    out.fill(0);
-    out[0..8].copy_from_slice(&raw.start.to_ne_bytes());
-    out[8..16].copy_from_slice(&raw.len.to_ne_bytes());
-    out[16..24].copy_from_slice(&raw.wp.to_ne_bytes());
-    out[24] = raw.ztype;
-    out[25] = raw.cond;
-    out[32..40].copy_from_slice(&raw.capacity.to_ne_bytes());
-}
-
-fn report_zones(
-    rt: &Runtime,
-    geo: &Geometry,
-    cdev: i32,
-    pos: u64,
-    start: Sector,
-    nr_zones: usize,
-    buf: &mut [u8],
-) -> Result<Done, i32> {
-    // The kernel asks for whole zones from a zone start, as many as its buffer holds.
-    let first = geo.zone_no(start).0 as usize;
-    let total = geo.nr_zones() as usize;
-    let count = nr_zones.min(total.saturating_sub(first)).min(buf.len() / BLK_ZONE_BYTES);
-    if count == 0 {
-        return Ok(Done::Bytes(0));
-    }
-    let zones = rt.report_zones().map_err(errno)?;
-    let out = &mut buf[..count * BLK_ZONE_BYTES];
-    for (i, z) in zones.iter().skip(first).take(count).enumerate() {
-        encode_zone(z, &mut out[i * BLK_ZONE_BYTES..(i + 1) * BLK_ZONE_BYTES]);
-    }
-    copy_to_kernel(cdev, pos, out)?;
-    Ok(Done::Bytes(out.len() as i32))
 }
 
 /// Copies a read's data (or a zone report) into the kernel's request.
