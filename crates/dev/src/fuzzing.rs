@@ -74,6 +74,7 @@ fn options(boot: [u8; 36], read_only: bool, accept_rollback: bool) -> ImageOptio
         boot_id: Some(boot),
         zeroing: ZeroingSetup::NoWriteZeroes,
         accept_rollback,
+        lock_wait: None,
     }
 }
 
