@@ -37,6 +37,9 @@ use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::{ZoneCond, ZoneInfo};
 use zblk_dev::{BlockDevice, MemDevice};
 
+/// A write's extents on the disks, as the checker recorded them: (disk, extents).
+type AckedSectors = Vec<(usize, Vec<Acked>)>;
+
 /// How to build a simulation of one device.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -240,7 +243,7 @@ pub struct Sim {
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
     /// Writes acknowledged and not yet made durable by a FLUSH: (their number,
     /// their sectors on each disk).
-    acked: VecDeque<(u64, Vec<(usize, Vec<Acked>)>)>,
+    acked: VecDeque<(u64, AckedSectors)>,
     /// Writes acknowledged so far.
     acks: u64,
     /// Power losses so far.
