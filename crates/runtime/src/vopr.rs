@@ -321,8 +321,8 @@ fn rounds_of<D: Device>(
         })?;
         run.ops += done.len() as u64;
         dev.set_enabled(false);
-        let (write_hit, read_hit) = dev.take_hit();
-        check_round(rt, geo, &zones_before, &done, &write_hit, &read_hit, s.engine.policy, run)?;
+        let hit = dev.take_hit();
+        check_round(rt, geo, &zones_before, &done, &hit, s.engine.policy, run)?;
         manage_zones(rt, geo, seq, lbs, rng, run)?;
         dev.set_enabled(true);
     }
@@ -431,8 +431,7 @@ fn check_round(
     geo: &Geometry,
     before: &[ZoneInfo],
     done: &[Done],
-    write_hit: &BTreeSet<u32>,
-    read_hit: &BTreeSet<u32>,
+    (write_hit, read_hit): &(BTreeSet<u32>, BTreeSet<u32>),
     policy: IssuePolicy,
     run: &mut RuntimeSeedRun,
 ) -> Result<(), String> {

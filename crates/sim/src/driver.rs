@@ -165,6 +165,9 @@ struct BioRec {
     flush_mark: u64,
 }
 
+/// The sectors of one acknowledged write, on each disk (by index) it reached.
+type AckedWrite = Vec<(usize, Vec<Acked>)>;
+
 /// Checks a run can do without, to show which of the others catch a planted bug
 /// (all on by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,7 +243,7 @@ pub struct Sim {
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
     /// Writes acknowledged and not yet made durable by a FLUSH: (their number,
     /// their sectors on each disk).
-    acked: VecDeque<(u64, Vec<(usize, Vec<Acked>)>)>,
+    acked: VecDeque<(u64, AckedWrite)>,
     /// Writes acknowledged so far.
     acks: u64,
     /// Power losses so far.
