@@ -16,7 +16,8 @@ use zblk_sim::vopr::{self, SeedRun};
 /// WRITE_ZEROES with and without unmap, zone management with RESET_ALL,
 /// conventional zones, striped and linear stacks) with faults drawn from each seed
 /// (failed and partial writes, read errors, zones turning READONLY or OFFLINE,
-/// lost and timed-out completions, random completion order), every completion
+/// lost and timed-out completions, power loss over volatile write caches, random
+/// completion order), every completion
 /// checked against a reference model of the kernel's zoned block layer and
 /// null_blk. Simulated devices only: nothing here measures real hardware.
 #[derive(Args, Debug)]
