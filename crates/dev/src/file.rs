@@ -233,6 +233,10 @@ struct DevState {
     zones: Option<ZoneSet>,
     /// Per zone, accepted writes not completed.
     inflight: Vec<Vec<Extent>>,
+    /// Per zone, writes acknowledged while a write below them was still in flight
+    /// (appends race so): `(start, end)` offsets. A failed write below them must not
+    /// take the write pointer back under acknowledged data.
+    acked_above: Vec<Vec<(u64, u64)>>,
     /// Per zone, what the tables record: the completed write pointer and a condition
     /// consistent with it.
     done: Vec<Entry>,
@@ -513,6 +517,7 @@ impl FileImage {
             state: Mutex::new(DevState {
                 zones,
                 inflight: vec![Vec::new(); nr],
+                acked_above: vec![Vec::new(); nr],
                 done: rec.entries.clone(),
                 live,
                 live_hdr: (LiveState::Invalid, rec.durable_seq),
@@ -738,20 +743,28 @@ impl FileImage {
         }
         let z = self.geo.zone_no(at);
         let off = at.since(self.geo.zone_start(z));
-        let mut st = self.lock_state();
+        let mut guard = self.lock_state();
+        let st = &mut *guard;
         let list = &mut st.inflight[z.idx()];
         let i = list.iter().position(|e| e.start == off && e.len == len).expect("completion of a write not in flight");
         let ext = list.remove(i);
         let result = if ext.doomed {
             Err(Status::IoErr)
         } else if ok {
+            if list.iter().any(|e| e.start < off) {
+                st.acked_above[z.idx()].push((off, off + len));
+            }
             Ok(at)
         } else {
-            self.roll_back(&mut st, z, off);
+            self.roll_back(st, z, off);
             Err(Status::IoErr)
         };
-        self.refresh(&mut st, z);
-        drop(st);
+        // Acknowledged writes with nothing in flight below them can no longer be
+        // rolled back over.
+        let (inflight, above) = (&st.inflight[z.idx()], &mut st.acked_above[z.idx()]);
+        above.retain(|&(s, _)| inflight.iter().any(|e| e.start < s));
+        self.refresh(st, z);
+        drop(guard);
         if result.is_err() {
             // Whatever reached the file past the write pointer must read as zeroes.
             let _ = self.media.punch_hole(self.file_offset(at), len << SECTOR_SHIFT);
@@ -760,8 +773,11 @@ impl FileImage {
     }
 
     /// A write at `off` of zone `z` failed: the zone's write pointer goes back to
-    /// `off`, and writes accepted after it are doomed.
+    /// `off`, or to the end of the writes after it already acknowledged (appends
+    /// race: their data stays, the failed range reads as zeroes), and writes
+    /// accepted after that are doomed.
     fn roll_back(&self, st: &mut DevState, z: ZoneNo, off: u64) {
+        let off = st.acked_above[z.idx()].iter().filter(|&&(s, _)| s > off).map(|&(_, e)| e).fold(off, u64::max);
         for e in st.inflight[z.idx()].iter_mut().filter(|e| e.start > off) {
             e.doomed = true;
         }

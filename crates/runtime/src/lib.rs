@@ -31,6 +31,7 @@
 pub mod bench;
 
 mod uring;
+pub mod vopr;
 pub mod zeroing;
 
 pub use zblk_dev::buf::{AlignedBuf, Buffer};

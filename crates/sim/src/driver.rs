@@ -37,9 +37,6 @@ use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::{ZoneCond, ZoneInfo};
 use zblk_dev::{BlockDevice, MemDevice};
 
-/// A write's extents on the disks, as the checker recorded them: (disk, extents).
-type AckedSectors = Vec<(usize, Vec<Acked>)>;
-
 /// How to build a simulation of one device.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -168,6 +165,9 @@ struct BioRec {
     flush_mark: u64,
 }
 
+/// The sectors of one acknowledged write, on each disk (by index) it reached.
+type AckedWrite = Vec<(usize, Vec<Acked>)>;
+
 /// Checks a run can do without, to show which of the others catch a planted bug
 /// (all on by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +243,7 @@ pub struct Sim {
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
     /// Writes acknowledged and not yet made durable by a FLUSH: (their number,
     /// their sectors on each disk).
-    acked: VecDeque<(u64, AckedSectors)>,
+    acked: VecDeque<(u64, AckedWrite)>,
     /// Writes acknowledged so far.
     acks: u64,
     /// Power losses so far.
