@@ -32,4 +32,11 @@ fn serve_without_the_ublk_driver_says_how_to_load_it() {
     assert_eq!(o.status.code(), Some(2));
     let o = Command::new(zblk).args(["serve", "x.img", "--dev", "nullb"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // An image always keeps its data: the simulated devices' data options are refused.
+    for opt in [&["--no-data"][..], &["--data-limit", "1M"]] {
+        let o = Command::new(zblk).args(["serve", "x.img"]).args(opt).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{opt:?}: {err}");
+        assert!(err.contains("cannot be used with"), "{opt:?}: {err}");
+    }
 }

@@ -69,10 +69,11 @@ pub struct ServeArgs {
     pub stack: Option<String>,
     /// Simulated devices: memory for written data (`1G`, `512M`); writes beyond it
     /// fail with ENOSPC.
-    #[arg(long, default_value = "1G", value_parser = parse_limit)]
+    #[arg(long, default_value = "1G", value_parser = parse_limit, conflicts_with = "image")]
     pub data_limit: u64,
-    /// Simulated devices: keep no data; every read returns zeroes (timing only).
-    #[arg(long)]
+    /// Simulated devices: keep no data; every read returns zeroes (timing only). An
+    /// image always keeps its data: refused with one.
+    #[arg(long, conflicts_with = "image")]
     pub no_data: bool,
     /// Zone write issue policy of zblk's engine under the kernel (zwp, qd1, batch,
     /// zwl, passthrough). Default: an image's (qd1 on a rotational one, else zwp);
