@@ -113,12 +113,8 @@ const DEVICES: [&str; 2] = ["nullb", "image"];
 
 #[test]
 fn served_devices_answer_as_null_blk() {
-    if !cfg!(feature = "ublk") {
-        return vm::skipped("served_devices_answer_as_null_blk", "zblk was built without `--features zblk-cli/ublk`");
-    }
-    let script = match vm::ready() {
-        Ok(s) => s,
-        Err(why) => return vm::skipped("served_devices_answer_as_null_blk", &why),
+    let Some(script) = vm::ready_for_serve("served_devices_answer_as_null_blk") else {
+        return;
     };
     let dir = tempfile::Builder::new().prefix("zblk-conformance-vm").tempdir_in("/var/tmp").unwrap();
     let share = dir.path();
@@ -146,16 +142,7 @@ kill -TERM $P; wait $P; echo $? > $S/image.rc
 "#,
         share = share.display(),
     );
-    std::fs::write(share.join("guest.sh"), guest).unwrap();
-    let guest_sh = share.join("guest.sh").display().to_string();
-    let t = std::time::Instant::now();
-    let (out, log) = vm::run_with(&script, share, "zoned=1 gb=1", &["--ublk"], &["sh", &guest_sh]);
-    assert!(
-        out.status.success() && log.contains("@@ exit 0"),
-        "VM run failed:\n{log}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("VM run: {:.1} s", t.elapsed().as_secs_f64());
+    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk"], &guest);
     let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
 
     for dev in &DEVICES[1..] {

@@ -46,12 +46,8 @@ stop() { kill -$1 $P; wait $P; echo $? > $S/$2.rc; }
 
 #[test]
 fn serve_image_to_the_kernel() {
-    if !cfg!(feature = "ublk") {
-        return vm::skipped("serve_image_to_the_kernel", "zblk was built without `--features zblk-cli/ublk`");
-    }
-    let script = match vm::ready() {
-        Ok(s) => s,
-        Err(why) => return vm::skipped("serve_image_to_the_kernel", &why),
+    let Some(script) = vm::ready_for_serve("serve_image_to_the_kernel") else {
+        return;
     };
     let zblk = env!("CARGO_BIN_EXE_zblk");
     let dir = tempfile::Builder::new().prefix("zblk-serve-vm").tempdir_in("/var/tmp").unwrap();
@@ -121,16 +117,7 @@ stop TERM smr
         skip = off / MIB,
         count = len / MIB,
     );
-    std::fs::write(share.join("guest.sh"), guest).unwrap();
-    let guest_sh = share.join("guest.sh").display().to_string();
-    let t = std::time::Instant::now();
-    let (out, log) = vm::run_with(&script, share, "zoned=1 gb=1", &["--ublk"], &["sh", &guest_sh]);
-    assert!(
-        out.status.success() && log.contains("@@ exit 0"),
-        "VM run failed:\n{log}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("VM run: {:.1} s", t.elapsed().as_secs_f64());
+    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk"], &guest);
     let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
     let rc = |f: &str| file(&format!("{f}.rc")).trim().parse::<i32>().unwrap();
 

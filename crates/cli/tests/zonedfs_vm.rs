@@ -53,12 +53,8 @@ fs() {
 
 #[test]
 fn zoned_file_systems_on_served_images() {
-    if !cfg!(feature = "ublk") {
-        return vm::skipped("zoned_file_systems_on_served_images", "zblk was built without `--features zblk-cli/ublk`");
-    }
-    let script = match vm::ready() {
-        Ok(s) => s,
-        Err(why) => return vm::skipped("zoned_file_systems_on_served_images", &why),
+    let Some(script) = vm::ready_for_serve("zoned_file_systems_on_served_images") else {
+        return;
     };
     for tool in ["mkfs.f2fs", "mkfs.btrfs"] {
         let found = std::process::Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
@@ -86,17 +82,7 @@ fs btrfs "" mkfs.btrfs -f -O zoned
         share = share.display(),
         files = files.join(" "),
     );
-    std::fs::write(share.join("guest.sh"), guest).unwrap();
-    let guest_sh = share.join("guest.sh").display().to_string();
-    let t = std::time::Instant::now();
-    let (out, log) =
-        vm::run_with(&script, share, "zoned=1 gb=1", &["--ublk", "--modules", "f2fs btrfs"], &["sh", &guest_sh]);
-    assert!(
-        out.status.success() && log.contains("@@ exit 0"),
-        "VM run failed:\n{log}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("VM run: {:.1} s", t.elapsed().as_secs_f64());
+    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk", "--modules", "f2fs btrfs"], &guest);
     let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
     let rc = |f: &str| file(&format!("{f}.rc")).trim().to_string();
     let times: Vec<(String, f64)> = file("times")

@@ -106,3 +106,35 @@ pub fn stage(share: &Path, exe: &str) -> String {
     std::fs::copy(exe, &staged).unwrap_or_else(|e| panic!("copy {exe} into the VM's share: {e}"));
     staged.display().to_string()
 }
+
+/// The VM script for a test of `zblk serve`, or `None` once the test has said
+/// SKIPPED: serving needs the `ublk` feature as well as the VM.
+pub fn ready_for_serve(test: &str) -> Option<PathBuf> {
+    if !cfg!(feature = "ublk") {
+        skipped(test, "zblk was built without `--features zblk-cli/ublk`");
+        return None;
+    }
+    match ready() {
+        Ok(script) => Some(script),
+        Err(why) => {
+            skipped(test, &why);
+            None
+        }
+    }
+}
+
+/// Writes `guest` to `share/guest.sh` and runs it with `sh` in the VM (see
+/// [`run_with`]); the test fails unless it ran and exited 0. Returns the VM's log.
+pub fn run_guest(script: &Path, share: &Path, nullb: &str, options: &[&str], guest: &str) -> String {
+    std::fs::write(share.join("guest.sh"), guest).unwrap();
+    let guest_sh = share.join("guest.sh").display().to_string();
+    let t = std::time::Instant::now();
+    let (out, log) = run_with(script, share, nullb, options, &["sh", &guest_sh]);
+    assert!(
+        out.status.success() && log.contains("@@ exit 0"),
+        "VM run failed:\n{log}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("VM run: {:.1} s", t.elapsed().as_secs_f64());
+    log
+}
