@@ -426,19 +426,23 @@ impl Sim {
         }
         self.engines_touched = true;
         if let Some(mut host) = self.host.take() {
-            let top = self.stack.top();
-            host.restart(&mut |z| {
-                let info = self.report_zone(top, z).ok()?;
-                match info.cond {
-                    ZoneCond::ReadOnly | ZoneCond::Offline => None,
-                    ZoneCond::Full => Some(info.capacity),
-                    _ => Some(info.wp.since(info.start).min(info.capacity)),
-                }
-            });
+            host.restart(&mut |z| self.top_zone_wp(z));
             self.host = Some(host);
         }
         self.pump();
         self.check();
+    }
+
+    /// Zone `z` of the top device's write pointer offset as the host model reads it
+    /// back (after an error, or a restart): `None` for a zone that takes no more
+    /// writes (READONLY, OFFLINE) or cannot be reported.
+    fn top_zone_wp(&self, z: ZoneNo) -> Option<u64> {
+        let info = self.report_zone(self.stack.top(), z).ok()?;
+        match info.cond {
+            ZoneCond::ReadOnly | ZoneCond::Offline => None,
+            ZoneCond::Full => Some(info.capacity),
+            _ => Some(info.wp.since(info.start).min(info.capacity)),
+        }
     }
 
     /// Virtual time now, in nanoseconds.
@@ -864,15 +868,7 @@ impl Sim {
             }
         }
         if let Some(mut host) = self.host.take() {
-            let top = self.stack.top();
-            let verdict = host.on_complete(&rec.host, result, &mut |z| {
-                let info = self.report_zone(top, z).ok()?;
-                match info.cond {
-                    ZoneCond::ReadOnly | ZoneCond::Offline => None,
-                    ZoneCond::Full => Some(info.capacity),
-                    _ => Some(info.wp.since(info.start).min(info.capacity)),
-                }
-            });
+            let verdict = host.on_complete(&rec.host, result, &mut |z| self.top_zone_wp(z));
             self.host = Some(host);
             if let Err(e) = verdict {
                 panic!("host oracle violation (seed {}): {e}", self.seed);
