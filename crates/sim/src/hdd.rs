@@ -275,6 +275,8 @@ pub struct HddModel {
     head_time: f64,
     /// The zone the head last wrote (its last shingled track's position is known).
     last_write_zone: Option<u64>,
+    /// Zone of the last write that reached the disk (for `arrival_switches`).
+    last_arrival_zone: Option<u64>,
     dirty: VecDeque<Extent>,
     dirty_bytes: u64,
     dirty_segs: u32,
@@ -332,6 +334,9 @@ pub struct HddStats {
     pub resume_ns: f64,
     /// Zone resets executed.
     pub resets: u64,
+    /// Writes that reached the disk for another zone than the write that reached it
+    /// just before (the interleaving the host hands the disk, before any cache).
+    pub arrival_switches: u64,
 }
 
 /// Ruemmler & Wilkes' seek curve, fitted to three datasheet figures.
@@ -412,6 +417,7 @@ impl HddModel {
             head_byte: 0,
             head_time: 0.0,
             last_write_zone: None,
+            last_arrival_zone: None,
             dirty: VecDeque::new(),
             dirty_bytes: 0,
             dirty_segs: 0,
@@ -924,6 +930,13 @@ impl DeviceModel for HddModel {
             self.pending.push((now_ns as f64, r));
         }
         self.now = now_ns as f64;
+        if matches!(req.op, Op::Write | Op::ZoneAppend) && self.p.zone_bytes != 0 {
+            let z = req.sector.bytes() / self.p.zone_bytes;
+            if self.last_arrival_zone.is_some_and(|l| l != z) {
+                self.stats.arrival_switches += 1;
+            }
+            self.last_arrival_zone = Some(z);
+        }
         self.backlog.push_back(*req);
         self.schedule();
     }
@@ -968,6 +981,7 @@ impl DeviceModel for HddModel {
             ("zone_resumes", s.zone_resumes as f64),
             ("resume_s", s.resume_ns / 1e9),
             ("resets", s.resets as f64),
+            ("arrival_switches", s.arrival_switches as f64),
         ]
     }
 }

@@ -13,6 +13,10 @@
 //!
 //! The structural choices (M1, M2, the 20 TB destage order) are not refitted here:
 //! they are not numbers a point moves.
+//!
+//! [`window_family`] runs the 30 TB disk's whole family of destage windows and zone
+//! resume costs on per-zone plugging, QD 8 to 128: the evidence that no member fits
+//! QD 64 and QD 128 together (docs/calibration.md).
 
 use super::experiments::{HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job};
 use super::hdd::{HddParams, OD_RATE};
@@ -254,6 +258,82 @@ fn window_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<Lo
     Ok(())
 }
 
+/// The destage windows and zone resume costs (revolutions) [`window_family`] runs.
+pub const FAMILY_WINDOWS: [u32; 6] = [1, 2, 3, 4, 5, 6];
+/// See [`FAMILY_WINDOWS`].
+pub const FAMILY_RESUME_REVS: [f64; 5] = [0.0, 0.5, 1.0, 1.5, 2.0];
+
+/// One member of the window family: the 30 TB disk with destage window `window`
+/// and zone resume cost `resume_revs`, and its per-zone plugging `smr-seq` errors
+/// (simulated / published − 1) at QD 8, 16, 32, 64 and 128.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FamilyRow {
+    /// Destage window (oldest extents the destager chooses among).
+    pub window: u32,
+    /// Zone resume cost, revolutions (M2).
+    pub resume_revs: f64,
+    /// Simulated MB/s at QD 8, 16, 32, 64, 128.
+    pub mb_s: Vec<f64>,
+    /// Errors against the published points, same order.
+    pub errors: Vec<f64>,
+}
+
+impl FamilyRow {
+    /// Whether every point is within ±10 %.
+    pub fn fits(&self) -> bool {
+        self.errors.iter().all(|e| e.abs() <= 0.10)
+    }
+}
+
+/// The QDs of the family's points.
+pub const FAMILY_QDS: [u32; 5] = [8, 16, 32, 64, 128];
+
+/// Runs every (window, resume cost) pair of the family on the 30 TB disk: whether
+/// any destage order of this kind (the best positioned of the W oldest dirty
+/// extents, a zone switch costing a short seek, the rotational wait and a resume
+/// of R revolutions) fits per-zone plugging from QD 8 to QD 128.
+pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<FamilyRow>, SweepError> {
+    let pts: Vec<Pt> = FAMILY_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
+    let base = Experiment::SmrSeq.disk();
+    let mut rows = Vec::new();
+    for w in FAMILY_WINDOWS {
+        for r in FAMILY_RESUME_REVS {
+            progress(&format!("window {w}, resume {r} rev"));
+            let disk = HddParams {
+                destage: super::hdd::Destage { window: w, ..base.destage },
+                zone_resume_revs: r,
+                ..base.clone()
+            };
+            let mut mb_s = Vec::new();
+            for p in &pts {
+                mb_s.push(sim(p, &disk, HOST_LATENCY_NS, o)?);
+            }
+            let errors = mb_s.iter().zip(&pts).map(|(m, p)| m / p.published - 1.0).collect();
+            rows.push(FamilyRow { window: w, resume_revs: r, mb_s, errors });
+        }
+    }
+    Ok(rows)
+}
+
+/// The family as a markdown table (SIMULATED errors against published figures).
+pub fn family_table(rows: &[FamilyRow]) -> String {
+    let mut s = String::from("| window | resume (rev) |");
+    for q in FAMILY_QDS {
+        s += &format!(" QD{q} |");
+    }
+    s += " all within ±10 % |\n|---|---|";
+    s += &"---|".repeat(FAMILY_QDS.len() + 1);
+    s += "\n";
+    for r in rows {
+        s += &format!("| {} | {} |", r.window, r.resume_revs);
+        for (m, e) in r.mb_s.iter().zip(&r.errors) {
+            s += &format!(" {m:.0} ({:+.0} %) |", e * 100.0);
+        }
+        s += if r.fits() { " yes |\n" } else { " no |\n" };
+    }
+    s
+}
+
 /// The rows as a markdown table (SIMULATED errors against published figures).
 pub fn table(rows: &[LooRow]) -> String {
     let mut s = String::from(
@@ -295,5 +375,15 @@ mod tests {
         let rows = leave_one_out(&LooOptions::default(), &mut |p| eprintln!("loo: {p}")).unwrap();
         println!("{}", table(&rows));
         assert_eq!(rows.len(), 3 + 1 + 1 + 5);
+    }
+
+    /// The window family table of docs/calibration.md (about a minute of CPU):
+    /// `cargo test --release -p zblk-sim window_family -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn window_family_table() {
+        let rows = window_family(&LooOptions::default(), &mut |p| eprintln!("family: {p}")).unwrap();
+        println!("{}", family_table(&rows));
+        assert_eq!(rows.len(), FAMILY_WINDOWS.len() * FAMILY_RESUME_REVS.len());
     }
 }

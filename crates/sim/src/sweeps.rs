@@ -510,6 +510,28 @@ mod tests {
         assert!(rows.last().unwrap().mb_s < 0.8 * rows[0].mb_s, "{rows:?}");
     }
 
+    /// The premise of docs/calibration.md's bound on the window family: at each zone
+    /// boundary, per-zone plugging hands the disk a strict alternation of the two
+    /// zones' writes, about 2(QD − 1) zone changes long, at QD 64 as at QD 128; only
+    /// its share of a zone's 256 writes differs (about half, about all). Counted at
+    /// the disk's door, before its cache.
+    #[test]
+    fn per_zone_plugging_alternates_two_zones_for_2_qd_writes_per_boundary() {
+        let zones = 6;
+        for qd in [16, 64, 128] {
+            let job = smr_seq_job(qd, zones);
+            let engine = EngineConfig { policy: IssuePolicy::Zwp, ..EngineConfig::default() };
+            let r = run_one(&Experiment::SmrSeq.disk(), Experiment::SmrSeq.max_open(), engine, &job, 1, 1).unwrap();
+            let switches = r.model.iter().find(|c| c.0 == "arrival_switches").expect("counter").1;
+            let per_boundary = switches / (zones - 1) as f64;
+            let expect = 2.0 * f64::from(qd - 1);
+            assert!(
+                (per_boundary / expect - 1.0).abs() < 0.05,
+                "QD{qd}: {per_boundary:.1} zone changes per boundary, expected about {expect}"
+            );
+        }
+    }
+
     #[test]
     fn the_20tb_tests_carry_their_published_figures() {
         let o = SweepOptions { points: Some(vec![0, 4]), ..small() };
