@@ -193,6 +193,18 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         None,
         "in use",
     ),
+    (
+        "create-f-waits",
+        "( flock -x 9; sleep 1 ) 9<a.img & sleep 0.3; $Z create -f --wait=10 a.img --size 64M >/dev/null && $Z info a.img | grep -q 'capacity: *64MiB'",
+        Some(0),
+        "",
+    ),
+    (
+        "create-f-wait-times-out",
+        "( flock -x 9; sleep 3 ) 9<a.img & sleep 0.3; $Z create -f --wait=0.5 a.img --size 64M; r=$?; wait; exit $r",
+        None,
+        "image in use by another process",
+    ),
     ("output-is-image", "$Z read a.img -o 0 -l 512 -O a.img", None, "the image itself"),
     ("output-is-image-link", "ln a.img h.img; $Z read a.img -o 0 -l 512 -O h.img", None, "the image itself"),
     (

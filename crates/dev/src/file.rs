@@ -354,6 +354,17 @@ impl FileImage {
     /// file). Written to a temporary file and renamed, so that a crash never leaves
     /// a half-made image under `path`.
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
+        Self::create_waiting(path, opts, None)
+    }
+
+    /// [`FileImage::create`], waiting up to `wait` (`Duration::MAX`: as long as it
+    /// takes) for another process to let go of the image `opts.force` replaces,
+    /// as [`ImageOptions::lock_wait`] does for an open.
+    pub fn create_waiting(
+        path: &Path,
+        opts: &CreateOptions,
+        wait: Option<std::time::Duration>,
+    ) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
         let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
         // What is at `path` now: only a regular file is ever replaced (never a
@@ -369,7 +380,7 @@ impl FileImage {
             Ok(_) if !opts.force => return Err(err(path, ImageErrorKind::Exists)),
             Ok(_) => {
                 let f = OpenOptions::new().read(true).open(path).map_err(io_err(path, "open"))?;
-                lock(&f, false).map_err(|e| match e {
+                lock_waiting(&f, false, wait).map_err(|e| match e {
                     e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
                     e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
                 })?;

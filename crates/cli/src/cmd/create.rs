@@ -56,6 +56,8 @@ pub struct CreateArgs {
     /// Replace an existing file.
     #[arg(short, long)]
     pub force: bool,
+    #[command(flatten)]
+    pub lock: crate::image::WaitArg,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -113,7 +115,7 @@ pub fn run(a: &CreateArgs) -> Result<(), CliError> {
     let p = device_params(a)?;
     let geo = p.validate().map_err(CliError::msg)?;
     let opts = CreateOptions { geometry: p.geometry.clone(), rotational: p.rotational, force: a.force };
-    FileImage::create(&a.image, &opts).map_err(CliError::msg)?;
+    FileImage::create_waiting(&a.image, &opts, a.lock.wait).map_err(CliError::msg)?;
     let g = &p.geometry;
     if a.json {
         let doc = serde_json::json!({
