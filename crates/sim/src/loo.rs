@@ -66,6 +66,9 @@ impl Default for LooOptions {
 
 /// The 30 TB disk's destage windows the refit chooses among.
 pub const WINDOWS: [u32; 5] = [1, 2, 3, 4, 5];
+/// The per-zone plugging QDs of `smr-seq` the window is fitted to (and the window
+/// family is run on).
+pub const WINDOW_QDS: [u32; 5] = [8, 16, 32, 64, 128];
 /// The cache sizes (segments of 64 KiB) the refit chooses among.
 pub const CACHE_GRID: [u32; 9] = [5400, 6000, 6600, 7200, 7800, 8400, 9000, 9600, 10200];
 
@@ -228,7 +231,7 @@ fn choose_window(err: &[Vec<f64>], keep: &[usize]) -> usize {
 }
 
 fn window_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<LooRow>) -> Result<(), SweepError> {
-    let pts: Vec<Pt> = [8, 16, 32, 64, 128].iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
+    let pts: Vec<Pt> = WINDOW_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
     let base = Experiment::SmrSeq.disk();
     let mut err = Vec::new();
     for w in WINDOWS {
@@ -285,15 +288,12 @@ impl FamilyRow {
     }
 }
 
-/// The QDs of the family's points.
-pub const FAMILY_QDS: [u32; 5] = [8, 16, 32, 64, 128];
-
 /// Runs every (window, resume cost) pair of the family on the 30 TB disk: whether
 /// any destage order of this kind (the best positioned of the W oldest dirty
 /// extents, a zone switch costing a short seek, the rotational wait and a resume
 /// of R revolutions) fits per-zone plugging from QD 8 to QD 128.
 pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<FamilyRow>, SweepError> {
-    let pts: Vec<Pt> = FAMILY_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
+    let pts: Vec<Pt> = WINDOW_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
     let base = Experiment::SmrSeq.disk();
     let mut rows = Vec::new();
     for w in FAMILY_WINDOWS {
@@ -318,11 +318,11 @@ pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<V
 /// The family as a markdown table (SIMULATED errors against published figures).
 pub fn family_table(rows: &[FamilyRow]) -> String {
     let mut s = String::from("| window | resume (rev) |");
-    for q in FAMILY_QDS {
+    for q in WINDOW_QDS {
         s += &format!(" QD{q} |");
     }
     s += " all within ±10 % |\n|---|---|";
-    s += &"---|".repeat(FAMILY_QDS.len() + 1);
+    s += &"---|".repeat(WINDOW_QDS.len() + 1);
     s += "\n";
     for r in rows {
         s += &format!("| {} | {} |", r.window, r.resume_revs);
