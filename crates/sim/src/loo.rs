@@ -116,6 +116,11 @@ fn sim(p: &Pt, disk: &HddParams, host_ns: u64, o: &LooOptions) -> Result<f64, Sw
     Ok(bw / f64::from(o.layouts) / 1e6)
 }
 
+/// `disk` destaging among its `window` oldest dirty extents.
+fn with_window(disk: &HddParams, window: u32) -> HddParams {
+    HddParams { destage: super::hdd::Destage { window, ..disk.destage }, ..disk.clone() }
+}
+
 fn with_od(disk: &HddParams, od_mb_s: f64) -> HddParams {
     // The ID rate follows the OD rate (same radius ratio).
     let ratio = disk.id_rate / disk.od_rate;
@@ -235,7 +240,7 @@ fn window_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<Lo
     let base = Experiment::SmrSeq.disk();
     let mut err = Vec::new();
     for w in WINDOWS {
-        let disk = HddParams { destage: super::hdd::Destage { window: w, ..base.destage }, ..base.clone() };
+        let disk = with_window(&base, w);
         let mut e = Vec::new();
         for p in &pts {
             progress(&format!("{} (window {w})", p.name));
@@ -299,11 +304,7 @@ pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<V
     for w in FAMILY_WINDOWS {
         for r in FAMILY_RESUME_REVS {
             progress(&format!("window {w}, resume {r} rev"));
-            let disk = HddParams {
-                destage: super::hdd::Destage { window: w, ..base.destage },
-                zone_resume_revs: r,
-                ..base.clone()
-            };
+            let disk = HddParams { zone_resume_revs: r, ..with_window(&base, w) };
             let mut mb_s = Vec::new();
             for p in &pts {
                 mb_s.push(sim(p, &disk, HOST_LATENCY_NS, o)?);
@@ -377,7 +378,7 @@ mod tests {
         assert_eq!(rows.len(), 3 + 1 + 1 + 5);
     }
 
-    /// The window family table of docs/calibration.md (about a minute of CPU):
+    /// The window family table of docs/calibration.md (about 30 s):
     /// `cargo test --release -p zblk-sim window_family -- --ignored --nocapture`.
     #[test]
     #[ignore]
