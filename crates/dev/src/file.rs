@@ -467,6 +467,16 @@ impl FileImage {
         }
         let buffered = file.try_clone().map_err(io_err(path, "dup"))?;
         let (direct, dio_align) = if opts.direct { open_direct(path, opts.read_only) } else { (None, 4096) };
+        // Direct I/O only where every data transfer can use it: a logical block
+        // smaller than the file system's direct alignment would send some transfers
+        // through the page cache, onto pages other transfers reach directly (see
+        // `FileMedia::goes_direct`), and a bounce buffer must be aligned enough.
+        let (direct, dio_align) = match direct {
+            Some(f) if dio_align <= u64::from(geo.lbs_bytes()) && dio_align <= crate::buf::BUF_ALIGN as u64 => {
+                (Some(f), dio_align)
+            }
+            _ => (None, 4096),
+        };
         use std::os::fd::AsRawFd;
         let direct_raw = direct.as_ref().map(|f: &File| (f.as_raw_fd(), dio_align));
         let buffered_fd = buffered.as_raw_fd();
@@ -729,10 +739,24 @@ impl FileImage {
         if append && req.nr_sectors > self.geo.max_append_sectors() {
             return Err(Status::Invalid);
         }
-        let mut st = self.lock_state();
+        let mut guard = self.lock_state();
+        let st = &mut *guard;
         let Some(zs) = st.zones.as_mut() else { return Ok(req.sector) };
         let z = self.geo.zone_no(req.sector);
         let before = zs.zone(z).cond;
+        if !self.geo.zone_is_conv(z) && (append || req.sector == zs.zone(z).wp) {
+            // After a failed write took the write pointer back, writes accepted above
+            // it before the failure (doomed) may still be moving data, and each punches
+            // its range when it completes: a new write into their range would be
+            // overwritten or zeroed after its acknowledgement. It fails instead, as
+            // any write to a zone still recovering from an error may.
+            let start = self.geo.zone_start(z);
+            let at = zs.zone(z).wp;
+            let (lo, hi) = (at.since(start), at.since(start) + u64::from(req.nr_sectors));
+            if st.inflight[z.idx()].iter().any(|e| e.start < hi && lo < e.start + e.len) {
+                return Err(Status::IoErr);
+            }
+        }
         let at = zs.write(req.sector, req.nr_sectors, append)?;
         if self.geo.zone_is_conv(z) {
             return Ok(at);
@@ -741,9 +765,9 @@ impl FileImage {
         st.inflight[z.idx()].push(Extent { start: at.since(start), len: u64::from(req.nr_sectors), doomed: false });
         if matches!(before, ZoneCond::Empty | ZoneCond::Closed) && self.geo.max_open() > 0 {
             // Opening this zone may have closed an implicitly open one.
-            self.refresh_all(&mut st);
+            self.refresh_all(st);
         } else {
-            self.refresh(&mut st, z);
+            self.refresh(st, z);
         }
         Ok(at)
     }
@@ -775,11 +799,14 @@ impl FileImage {
         let (inflight, above) = (&st.inflight[z.idx()], &mut st.acked_above[z.idx()]);
         above.retain(|&(s, _)| inflight.iter().any(|e| e.start < s));
         self.refresh(st, z);
-        drop(guard);
         if result.is_err() {
             // Whatever reached the file past the write pointer must read as zeroes.
+            // Punched before the state lock is let go: once it is, the rolled-back
+            // write pointer lets a new write (an append, say) into this range, and a
+            // later punch would zero it after its acknowledgement.
             let _ = self.media.punch_hole(self.file_offset(at), len << SECTOR_SHIFT);
         }
+        drop(guard);
         result
     }
 
@@ -789,13 +816,27 @@ impl FileImage {
     /// accepted after that are doomed.
     fn roll_back(&self, st: &mut DevState, z: ZoneNo, off: u64) {
         let off = st.acked_above[z.idx()].iter().filter(|&&(s, _)| s > off).map(|&(_, e)| e).fold(off, u64::max);
-        for e in st.inflight[z.idx()].iter_mut().filter(|e| e.start > off) {
+        // `>=`: a write in flight that starts where the write pointer goes back to
+        // (the end of an acknowledged append above the failed write) is past it too.
+        for e in st.inflight[z.idx()].iter_mut().filter(|e| e.start >= off) {
             e.doomed = true;
         }
         let zs = st.zones.as_mut().expect("zoned");
         let mut infos = zs.zones().to_vec();
+        let max_active = self.geo.max_active();
+        let active_full = max_active > 0 && zs.nr_active() >= max_active;
         let info = &mut infos[z.idx()];
         if info.wp.since(info.start) > off {
+            // A zone the failed write filled was no longer active: going back to
+            // CLOSED would exceed the active limit if another zone has taken its
+            // place since. The zone stays FULL instead, as a ZNS controller may
+            // finish a zone on an error (zone finished by controller), and its unwritten
+            // rest reads as zeroes, as after a FINISH.
+            if info.cond == ZoneCond::Full && off > 0 && active_full {
+                let tail = self.geo.zone_start(z) + off;
+                let _ = self.media.punch_hole(self.file_offset(tail), (self.geo.zone_len(z) - off) << SECTOR_SHIFT);
+                return;
+            }
             info.wp = info.start + off;
             info.cond = match info.cond {
                 _ if off == 0 => ZoneCond::Empty,
@@ -804,6 +845,11 @@ impl FileImage {
             };
         }
         *zs = ZoneSet::from_zones(&self.geo, &infos).expect("rolled-back zone set is consistent");
+        assert!(
+            max_active == 0 || zs.nr_active() <= max_active,
+            "a roll back of zone {z} made {} zones active (limit {max_active})",
+            zs.nr_active()
+        );
     }
 
     /// Brings zone `z`'s recorded entry up to date and stores it in the live table.
@@ -1059,7 +1105,11 @@ impl Device for FileImage {
         // SAFETY: both descriptors belong to the media, which lives as long as `self`.
         let direct = self.direct.map(|(fd, align)| (unsafe { BorrowedFd::borrow_raw(fd) }, align));
         // SAFETY: as above.
-        DataFds { direct, buffered: Some(unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }) }
+        // With a direct descriptor, none through the page cache: a transfer from an
+        // unaligned buffer goes to `perform`, which bounces it (a page reached both
+        // ways goes stale, see `FileMedia::goes_direct`).
+        let buffered = if direct.is_some() { None } else { Some(unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }) };
+        DataFds { direct, buffered }
     }
 
     fn prepare(&self, req: &Request) -> Result<Plan, Status> {
@@ -1789,5 +1839,203 @@ mod tests {
         img.execute(&req(Op::ZoneFinish, 2048, 0), IoBuf::None).unwrap();
         img.read_direct(Sector(2048), &mut out).unwrap();
         assert!(out.iter().all(|&b| b == 0), "finish punched the stale data");
+    }
+
+    fn transfer(img: &FileImage, r: &Request) -> Result<Transfer, Status> {
+        match Device::prepare(img, r)? {
+            Plan::Transfer(t) => Ok(t),
+            Plan::Blocking => panic!("{r:?} planned as blocking"),
+        }
+    }
+
+    /// Appends race: after a failed one takes the write pointer back, a later one
+    /// accepted above it (doomed) is still moving data, and it punches its range when
+    /// it completes. A new write into that range fails until then, instead of being
+    /// acknowledged and zeroed behind its back.
+    #[test]
+    fn a_doomed_write_in_flight_fences_its_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        let geometry = GeometryParams { max_append_sectors: 64, ..params() };
+        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let append = req(Op::ZoneAppend, 2048, 8);
+        let a = transfer(&img, &append).unwrap();
+        let b = transfer(&img, &append).unwrap();
+        assert_eq!((a.at, b.at), (Sector(2048), Sector(2056)));
+        assert_eq!(Device::finish(&img, &append, a, Err(io::Error::from_raw_os_error(5))), Err(Status::IoErr));
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2048), "the failed append took the wp back");
+        // Below the doomed append: accepted, and its data stays.
+        let c_data = vec![0xc3; 4096];
+        let c = transfer(&img, &append).unwrap();
+        assert_eq!(c.at, Sector(2048));
+        assert_eq!(Device::perform(&img, &append, Plan::Transfer(c), IoBuf::Write(&c_data)), Ok(Sector(2048)));
+        // Into the doomed append's range, while it is in flight: refused, append or write.
+        assert_eq!(transfer(&img, &append).map(|t| t.at), Err(Status::IoErr));
+        assert_eq!(transfer(&img, &req(Op::Write, 2056, 8)).map(|t| t.at), Err(Status::IoErr));
+        // A write elsewhere than the write pointer is still unaligned, not fenced.
+        assert_eq!(transfer(&img, &req(Op::Write, 2060, 8)).map(|t| t.at), Err(Status::Unaligned));
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2056));
+        // The doomed append moved its data, then completes: it fails and punches.
+        let late = vec![0xbb; 4096];
+        assert_eq!(Device::perform(&img, &append, Plan::Transfer(b), IoBuf::Write(&late)), Err(Status::IoErr));
+        let d_data = vec![0xd4; 4096];
+        let d = transfer(&img, &append).unwrap();
+        assert_eq!(d.at, Sector(2056));
+        assert_eq!(Device::perform(&img, &append, Plan::Transfer(d), IoBuf::Write(&d_data)), Ok(Sector(2056)));
+        let mut out = vec![0u8; 8192];
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out[..4096] == c_data[..] && out[4096..] == d_data[..], "acknowledged appends read back");
+    }
+
+    /// Media that, once armed, says when a punch begins and holds it a while: the
+    /// window in which a new write could slip under a rolled-back write pointer.
+    #[derive(Debug)]
+    struct SlowPunch {
+        inner: FileMedia,
+        armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        started: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    }
+
+    impl Media for SlowPunch {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.inner.write_at(buf, offset)
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            self.inner.sync_data()
+        }
+        fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+            if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                if let Some(tx) = self.started.lock().unwrap().take() {
+                    tx.send(()).unwrap();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            self.inner.punch_hole(offset, len)
+        }
+        fn zero_range(&self, how: FileZeroing, offset: u64, len: u64) -> io::Result<()> {
+            self.inner.zero_range(how, offset, len)
+        }
+    }
+
+    /// A failed append's range is punched before its roll back can be seen: an
+    /// append accepted meanwhile at the rolled-back write pointer would be zeroed
+    /// after its acknowledgement.
+    #[test]
+    fn an_append_after_a_roll_back_is_not_punched_by_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        let geometry = GeometryParams { max_append_sectors: 64, ..params() };
+        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let img = FileImage::open_with(&p, &ImageOptions::default(), |m| {
+            Box::new(SlowPunch { inner: m, armed: armed.clone(), started: Mutex::new(Some(tx)) })
+        })
+        .unwrap();
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let append = req(Op::ZoneAppend, 2048, 8);
+        let a = transfer(&img, &append).unwrap();
+        std::thread::scope(|sc| {
+            let failing = sc.spawn(|| Device::finish(&img, &append, a, Err(io::Error::from_raw_os_error(5))));
+            rx.recv().unwrap();
+            // The failed append is being punched: this one waits for the roll back.
+            let b = transfer(&img, &append).unwrap();
+            assert_eq!(b.at, Sector(2048));
+            let data = vec![0xb7; 4096];
+            assert_eq!(Device::perform(&img, &append, Plan::Transfer(b), IoBuf::Write(&data)), Ok(Sector(2048)));
+            assert_eq!(failing.join().unwrap(), Err(Status::IoErr));
+            let mut out = vec![0u8; 4096];
+            img.read_direct(Sector(2048), &mut out).unwrap();
+            assert!(out == data, "the acknowledged append reads back");
+        });
+    }
+
+    /// Data never goes both through the page cache and directly: a direct
+    /// descriptor, if any, is the only one a driver gets.
+    #[test]
+    fn data_moves_through_one_descriptor_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image(dir.path());
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let fds = img.data_fds();
+        match fds.direct {
+            Some((_, align)) => {
+                assert!(fds.buffered.is_none(), "a page cache descriptor beside the direct one");
+                assert!(align <= u64::from(img.geo().lbs_bytes()), "direct alignment {align} above a block");
+            }
+            None => assert!(fds.buffered.is_some(), "no descriptor at all"),
+        }
+        // An unaligned buffer, written and read through `perform`: bounced, intact.
+        let data: Vec<u8> = (0..4097u32).map(|i| i as u8).collect();
+        let w = req(Op::Write, 2048, 8);
+        let t = transfer(&img, &w).unwrap();
+        assert_eq!(Device::perform(&img, &w, Plan::Transfer(t), IoBuf::Write(&data[1..])), Ok(Sector(2048)));
+        let mut back = vec![0u8; 4097];
+        let r = req(Op::Read, 2048, 8);
+        let t = transfer(&img, &r).unwrap();
+        assert_eq!(Device::perform(&img, &r, Plan::Transfer(t), IoBuf::Read(&mut back[1..])), Ok(Sector(2048)));
+        assert!(back[1..] == data[1..]);
+    }
+
+    /// Appends race: A below, B acknowledged above it, C in flight above B. A fails:
+    /// the write pointer goes back to B's end, where C starts, so C fails too; it was
+    /// left to complete once, and an append after it landed on its acknowledged range.
+    #[test]
+    fn a_write_starting_where_a_roll_back_ends_is_doomed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        let geometry = GeometryParams { max_append_sectors: 64, ..params() };
+        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let append = req(Op::ZoneAppend, 2048, 8);
+        let [a, b, c] = [(); 3].map(|()| transfer(&img, &append).unwrap());
+        assert_eq!([a.at, b.at, c.at], [Sector(2048), Sector(2056), Sector(2064)]);
+        let b_data = vec![0xb2; 4096];
+        assert_eq!(Device::perform(&img, &append, Plan::Transfer(b), IoBuf::Write(&b_data)), Ok(Sector(2056)));
+        assert_eq!(Device::finish(&img, &append, a, Err(io::Error::from_raw_os_error(5))), Err(Status::IoErr));
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().wp, Sector(2064), "back to B's end, not under it");
+        assert_eq!(Device::perform(&img, &append, Plan::Transfer(c), IoBuf::Write(&[0xcc; 4096])), Err(Status::IoErr));
+        let d_data = vec![0xd4; 4096];
+        let d = transfer(&img, &append).unwrap();
+        assert_eq!(Device::perform(&img, &append, Plan::Transfer(d), IoBuf::Write(&d_data)), Ok(Sector(2064)));
+        let mut out = vec![0xffu8; 3 * 4096];
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out[..4096].iter().all(|&x| x == 0), "the failed append reads as zeroes");
+        assert!(out[4096..8192] == b_data[..] && out[8192..] == d_data[..], "acknowledged appends read back");
+    }
+
+    /// A write that filled its zone fails after another zone took the freed active
+    /// slot: the zone cannot go back to CLOSED without exceeding the active limit, so
+    /// it stays FULL (finished by the device), its unwritten rest zeroes; the limits
+    /// hold for the next writes.
+    #[test]
+    fn a_failed_write_that_filled_its_zone_never_exceeds_the_active_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        let geometry = GeometryParams { max_active: 2, ..params() };
+        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let one = vec![0x11u8; 4096];
+        assert_eq!(img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&one)), Ok(Sector(2048)));
+        // The rest of zone 1 in one write: accepted, the zone is FULL, no longer active.
+        let fill = req(Op::Write, 2056, 1528);
+        let t = transfer(&img, &fill).unwrap();
+        assert_eq!(img.zone_info(Sector(2048)).unwrap().cond, ZoneCond::Full);
+        for z in [2u64, 3] {
+            assert_eq!(img.execute(&req(Op::Write, z * 2048, 8), IoBuf::Write(&one)), Ok(Sector(z * 2048)));
+        }
+        assert_eq!(img.open_active(), (2, 2));
+        assert_eq!(Device::finish(&img, &fill, t, Err(io::Error::from_raw_os_error(5))), Err(Status::IoErr));
+        let z1 = img.zone_info(Sector(2048)).unwrap();
+        assert_eq!(z1.cond, ZoneCond::Full, "kept FULL: CLOSED would make 3 zones active");
+        assert_eq!(img.open_active(), (2, 2));
+        assert_eq!(img.execute(&req(Op::Write, 4 * 2048, 8), IoBuf::Write(&one)), Err(Status::ZoneActiveResource));
+        let mut out = vec![0xffu8; 8192];
+        img.read_direct(Sector(2048), &mut out).unwrap();
+        assert!(out[..4096] == one[..] && out[4096..].iter().all(|&b| b == 0), "acknowledged data, then zeroes");
     }
 }

@@ -494,7 +494,9 @@ fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize) ->
         (Some(a), true) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
         (Some(a), false) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O bounced by workers)"),
         (Some(a), _) => format!("O_DIRECT (aligned to {a} bytes)"),
-        (None, true) => "buffered (the file system does not allow O_DIRECT)".to_string(),
+        (None, true) => {
+            "buffered (no O_DIRECT: the file system refuses it, or its alignment exceeds a block)".to_string()
+        }
         (None, false) => return format!("{workers} threads (the device moves its own data)"),
     };
     match uring {

@@ -191,6 +191,7 @@ pub struct RuntimeSeedRun {
 #[derive(Clone, Copy, Debug)]
 struct Done {
     op: Op,
+    fua: bool,
     sector: Sector,
     nr_sectors: u32,
     stamp: u64,
@@ -271,7 +272,13 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
     let rounds = ops.div_ceil(100).max(1);
     let per_thread = (ops / rounds / s.threads).max(1);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0123_4567);
-    let outcome = rounds_of(seed, &rt, &dev, &geo, &seq, &stamps, rounds, per_thread, s, &mut rng, run);
+    // A panic anywhere under the rounds (an invariant assert of the device or the
+    // engine, on a submitting thread or this one) is a violation of the seed, not the
+    // end of the whole run.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rounds_of(seed, &rt, &dev, &geo, &seq, &stamps, rounds, per_thread, s, &mut rng, run)
+    }))
+    .unwrap_or_else(|payload| Err(format!("panic: {}", panic_text(&*payload))));
     run.faults = dev.injected();
     if outcome.is_err() {
         // A completion may never have come: dropping the runtime would wait for it
@@ -281,6 +288,15 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
     }
     rt.close().map_err(|e| format!("close: {e}"))?;
     Ok(())
+}
+
+/// The message of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic with a non-text payload".to_string())
 }
 
 /// The rounds of a seed (see the module documentation).
@@ -313,11 +329,19 @@ fn rounds_of<D: Device>(
                     sc.spawn(move || thread_round(rt, geo, seq, &next, &stamps, per_thread, tseed))
                 })
                 .collect();
+            // Every thread joined before any result counts: a panic's message wins over
+            // the missing completions it causes in the others.
+            let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
             let mut all = Vec::new();
-            for h in handles {
-                all.extend(h.join().expect("submitter")?);
+            let mut missing = None;
+            for j in joined {
+                match j {
+                    Err(p) => return Err(format!("a submitting thread panicked: {}", panic_text(&*p))),
+                    Ok(Err(e)) => missing = missing.or(Some(e)),
+                    Ok(Ok(part)) => all.extend(part),
+                }
             }
-            Ok::<_, String>(all)
+            missing.map_or(Ok(all), Err)
         })?;
         run.ops += done.len() as u64;
         dev.set_enabled(false);
@@ -398,11 +422,12 @@ fn thread_round(
             buf
         };
         let roll = rng.random_range(0..100);
+        let fua = roll < 8;
         let (io, op, sector) = match roll {
             0..=54 => {
                 let off = next[z.idx()].fetch_add(len, Ordering::SeqCst).min(cap.saturating_sub(len));
                 let io = Io::write(start + off, data());
-                (if roll < 8 { io.with_flags(BioFlags::FUA) } else { io }, Op::Write, start + off)
+                (if fua { io.with_flags(BioFlags::FUA) } else { io }, Op::Write, start + off)
             }
             55..=74 => (Io::append(start, data()), Op::ZoneAppend, start),
             75..=94 => {
@@ -414,7 +439,7 @@ fn thread_round(
         let nr = if op == Op::Flush { 0 } else { len as u32 };
         let tx = tx.clone();
         rt.submit(io, move |d| {
-            let _ = tx.send(Done { op, sector, nr_sectors: nr, stamp, result: d.result });
+            let _ = tx.send(Done { op, fua, sector, nr_sectors: nr, stamp, result: d.result });
         });
         inflight += 1;
     }
@@ -423,6 +448,20 @@ fn thread_round(
         inflight -= 1;
     }
     Ok(out)
+}
+
+/// What the round did in zone `zi`, in the order the completions came: a per-zone
+/// violation shows it, so that a race that will not replay can still be read.
+fn zone_history(geo: &Geometry, done: &[Done], zi: usize) -> String {
+    let mut out = String::new();
+    for d in done.iter().filter(|d| d.op != Op::Flush && geo.zone_no(d.sector).idx() == zi) {
+        let flags = if d.fua { " FUA" } else { "" };
+        out += &format!(
+            "\n  {}{flags} at {} of {} sectors (stamp {}): {:?}",
+            d.op, d.sector, d.nr_sectors, d.stamp, d.result
+        );
+    }
+    out
 }
 
 /// The checks of a round, with nothing in flight (see the module documentation).
@@ -480,48 +519,65 @@ fn check_round(
         }
     }
     for (zi, list) in acked.iter_mut().enumerate() {
-        let (b, a) = (&before[zi], &after[zi]);
-        if geo.zone_is_conv(ZoneNo(zi as u32)) {
-            continue;
+        check_zone(rt, geo, &before[zi], &after[zi], zi, list, write_hit, run)
+            .map_err(|v| format!("{v}; the round in zone {zi}:{}", zone_history(geo, done, zi)))?;
+    }
+    Ok(())
+}
+
+/// The checks of zone `zi` after a round: its acknowledged extents `list`, its
+/// write pointer's move from `b` to `a`.
+#[allow(clippy::too_many_arguments)]
+fn check_zone(
+    rt: &Runtime,
+    geo: &Geometry,
+    b: &ZoneInfo,
+    a: &ZoneInfo,
+    zi: usize,
+    list: &mut [(u64, u64, u64)],
+    write_hit: &BTreeSet<u32>,
+    run: &mut RuntimeSeedRun,
+) -> Result<(), String> {
+    if geo.zone_is_conv(ZoneNo(zi as u32)) {
+        return Ok(());
+    }
+    run.checks += 1;
+    let wp_of = |z: &ZoneInfo| match z.cond {
+        ZoneCond::Full => z.start.0 + z.capacity,
+        _ => z.wp.0,
+    };
+    let (wp0, wp1) = (wp_of(b), wp_of(a));
+    let sum: u64 = list.iter().map(|e| e.1 - e.0).sum();
+    list.sort_unstable();
+    for w in list.windows(2) {
+        if w[0].1 > w[1].0 {
+            return Err(format!("acknowledged writes overlap in zone {zi}: {:?} and {:?}", w[0], w[1]));
         }
-        run.checks += 1;
-        let wp_of = |z: &ZoneInfo| match z.cond {
-            ZoneCond::Full => z.start.0 + z.capacity,
-            _ => z.wp.0,
-        };
-        let (wp0, wp1) = (wp_of(b), wp_of(a));
-        let sum: u64 = list.iter().map(|e| e.1 - e.0).sum();
-        list.sort_unstable();
-        for w in list.windows(2) {
-            if w[0].1 > w[1].0 {
-                return Err(format!("acknowledged writes overlap in zone {zi}: {:?} and {:?}", w[0], w[1]));
-            }
-        }
-        if let (Some(first), Some(last)) = (list.first(), list.last()) {
-            if first.0 < wp0 || last.1 > wp1 {
-                return Err(format!(
-                    "zone {zi}: acknowledged writes span {}..{}, outside the write pointer's move {wp0}..{wp1}",
-                    first.0, last.1
-                ));
-            }
-        }
-        if !write_hit.contains(&(zi as u32)) && wp1 - wp0 != sum {
+    }
+    if let (Some(first), Some(last)) = (list.first(), list.last()) {
+        if first.0 < wp0 || last.1 > wp1 {
             return Err(format!(
-                "zone {zi} (no fault): its write pointer moved from {wp0} to {wp1}, the writes acknowledged in it sum to {sum} sectors"
+                "zone {zi}: acknowledged writes span {}..{}, outside the write pointer's move {wp0}..{wp1}",
+                first.0, last.1
             ));
         }
-        for &(s, e, stamp) in list.iter() {
-            let mut buf = vec![0u8; ((e - s) * SECTOR_SIZE) as usize];
-            rt.read_at(Sector(s), &mut buf).map_err(|st| format!("reading back {s}..{e}: {st:?}"))?;
-            for (k, sector) in buf.chunks_exact(SECTOR_SIZE as usize).enumerate() {
-                run.checks += 1;
-                let got = pattern::decode(sector);
-                if got != Decoded::Data((stamp, k as u32)) {
-                    return Err(format!(
-                        "sector {} of the write acknowledged at {s} reads {got:?}, not ({stamp}, {k})",
-                        s + k as u64
-                    ));
-                }
+    }
+    if !write_hit.contains(&(zi as u32)) && wp1 - wp0 != sum {
+        return Err(format!(
+            "zone {zi} (no fault): its write pointer moved from {wp0} to {wp1}, the writes acknowledged in it sum to {sum} sectors"
+        ));
+    }
+    for &(s, e, stamp) in list.iter() {
+        let mut buf = vec![0u8; ((e - s) * SECTOR_SIZE) as usize];
+        rt.read_at(Sector(s), &mut buf).map_err(|st| format!("reading back {s}..{e}: {st:?}"))?;
+        for (k, sector) in buf.chunks_exact(SECTOR_SIZE as usize).enumerate() {
+            run.checks += 1;
+            let got = pattern::decode(sector);
+            if got != Decoded::Data((stamp, k as u32)) {
+                return Err(format!(
+                    "sector {} of the write acknowledged at {s} reads {got:?}, not ({stamp}, {k})",
+                    s + k as u64
+                ));
             }
         }
     }

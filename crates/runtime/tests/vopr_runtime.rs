@@ -13,7 +13,7 @@ const OPS: u64 = 400;
 
 #[test]
 fn runtime_seeds_with_media_errors_find_no_violation() {
-    let n: u64 = std::env::var("ZBLK_VOPR_RUNTIME_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
+    let n: u64 = std::env::var("ZBLK_VOPR_RUNTIME_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     let dir = tempfile::tempdir().expect("temporary directory");
     let runs: Vec<RuntimeSeedRun> = (1..=n).map(|seed| vopr::run_runtime_seed(seed, OPS, dir.path())).collect();
     for r in &runs {

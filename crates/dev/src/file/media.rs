@@ -62,29 +62,45 @@ impl FileMedia {
         self.buffered.as_fd()
     }
 
-    /// Whether a transfer of `len` bytes at `offset` from or to `addr` can go direct.
-    pub fn is_dio_aligned(&self, addr: usize, len: usize, offset: u64) -> bool {
+    /// Whether a transfer of `len` bytes at `offset` goes through the `O_DIRECT`
+    /// descriptor: always, where the file allows direct I/O and the range is aligned,
+    /// whatever the buffer's address (an unaligned buffer is bounced). A page must
+    /// never be reached both through the page cache and directly: a direct write that
+    /// cannot invalidate a cached page leaves it stale (a later buffered read returns
+    /// old data) and the kernel marks the file with EIO, which the next `fdatasync`
+    /// returns ("Page cache invalidation failure on direct I/O").
+    fn goes_direct(&self, len: usize, offset: u64) -> bool {
         let a = self.dio_align;
-        self.direct.is_some() && (addr as u64) % a == 0 && (len as u64) % a == 0 && offset % a == 0
-    }
-
-    fn file_for(&self, addr: usize, len: usize, offset: u64) -> &File {
-        match &self.direct {
-            Some(d) if self.is_dio_aligned(addr, len, offset) => d,
-            _ => &self.buffered,
-        }
+        self.direct.is_some() && (len as u64) % a == 0 && offset % a == 0
     }
 }
 
 impl Media for FileMedia {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let f = self.file_for(buf.as_ptr() as usize, buf.len(), offset);
-        f.read_exact_at(buf, offset)
+        match &self.direct {
+            Some(d) if self.goes_direct(buf.len(), offset) => {
+                if (buf.as_ptr() as u64) % self.dio_align == 0 {
+                    return d.read_exact_at(buf, offset);
+                }
+                let mut bounce = AlignedBuf::zeroed(buf.len());
+                d.read_exact_at(&mut bounce, offset)?;
+                buf.copy_from_slice(&bounce);
+                Ok(())
+            }
+            _ => self.buffered.read_exact_at(buf, offset),
+        }
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let f = self.file_for(buf.as_ptr() as usize, buf.len(), offset);
-        f.write_all_at(buf, offset)
+        match &self.direct {
+            Some(d) if self.goes_direct(buf.len(), offset) => {
+                if (buf.as_ptr() as u64) % self.dio_align == 0 {
+                    return d.write_all_at(buf, offset);
+                }
+                d.write_all_at(&AlignedBuf::from_slice(buf), offset)
+            }
+            _ => self.buffered.write_all_at(buf, offset),
+        }
     }
 
     fn sync_data(&self) -> io::Result<()> {
