@@ -409,6 +409,23 @@ mod tests {
         t.join().unwrap();
     }
 
+    /// Pacing waits for the model: ten writes one after the other on a device whose
+    /// every command takes 20 ms of model time take at least 200 ms of wall time. (A
+    /// lower bound only: a busy machine makes it slower, never faster.)
+    #[test]
+    fn a_paced_device_takes_at_least_its_model_time() {
+        let (p, t) = paced("nullb:zone_size=4,size=64,completion_nsec=20000000");
+        let start = Instant::now();
+        for i in 0..10u64 {
+            let w = Req::Io { op: Op::Write, sector: Sector(8 * i), flags: Default::default(), buf: vec![1u8; 4096] };
+            assert_eq!(call(&p, w).result, Ok(Done::Bytes(4096)));
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(200), "10 commands of 20 ms each completed in {took:?}");
+        drop(p);
+        t.join().unwrap();
+    }
+
     #[test]
     fn a_striped_stack_serves_data_across_its_members() {
         let spec = crate::stacksim::parse_stack("striped:chunk=64k[2*nullb:zone_size=4,size=64,completion_nsec=1000]")
