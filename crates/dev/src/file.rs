@@ -1104,10 +1104,10 @@ impl Device for FileImage {
     fn data_fds(&self) -> DataFds<'_> {
         // SAFETY: both descriptors belong to the media, which lives as long as `self`.
         let direct = self.direct.map(|(fd, align)| (unsafe { BorrowedFd::borrow_raw(fd) }, align));
-        // SAFETY: as above.
         // With a direct descriptor, none through the page cache: a transfer from an
         // unaligned buffer goes to `perform`, which bounces it (a page reached both
         // ways goes stale, see `FileMedia::goes_direct`).
+        // SAFETY: as above.
         let buffered = if direct.is_some() { None } else { Some(unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }) };
         DataFds { direct, buffered }
     }
@@ -1769,8 +1769,12 @@ mod tests {
     }
 
     fn image(dir: &Path) -> PathBuf {
+        image_with(dir, params())
+    }
+
+    fn image_with(dir: &Path, geometry: GeometryParams) -> PathBuf {
         let p = dir.join("img");
-        FileImage::create(&p, &CreateOptions { geometry: params(), rotational: false, force: false }).unwrap();
+        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
         p
     }
 
@@ -1855,9 +1859,7 @@ mod tests {
     #[test]
     fn a_doomed_write_in_flight_fences_its_range() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("img");
-        let geometry = GeometryParams { max_append_sectors: 64, ..params() };
-        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let p = image_with(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
         let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
         let append = req(Op::ZoneAppend, 2048, 8);
         let a = transfer(&img, &append).unwrap();
@@ -1927,9 +1929,7 @@ mod tests {
     #[test]
     fn an_append_after_a_roll_back_is_not_punched_by_it() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("img");
-        let geometry = GeometryParams { max_append_sectors: 64, ..params() };
-        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let p = image_with(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
         let (tx, rx) = std::sync::mpsc::channel();
         let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let img = FileImage::open_with(&p, &ImageOptions::default(), |m| {
@@ -1987,9 +1987,7 @@ mod tests {
     #[test]
     fn a_write_starting_where_a_roll_back_ends_is_doomed() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("img");
-        let geometry = GeometryParams { max_append_sectors: 64, ..params() };
-        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let p = image_with(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
         let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
         let append = req(Op::ZoneAppend, 2048, 8);
         let [a, b, c] = [(); 3].map(|()| transfer(&img, &append).unwrap());
@@ -2015,9 +2013,7 @@ mod tests {
     #[test]
     fn a_failed_write_that_filled_its_zone_never_exceeds_the_active_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("img");
-        let geometry = GeometryParams { max_active: 2, ..params() };
-        FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+        let p = image_with(dir.path(), GeometryParams { max_active: 2, ..params() });
         let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
         let one = vec![0x11u8; 4096];
         assert_eq!(img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&one)), Ok(Sector(2048)));
