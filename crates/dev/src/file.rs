@@ -1778,6 +1778,11 @@ mod tests {
         p
     }
 
+    /// A new image with `geometry` in `dir`, open.
+    fn open_new(dir: &Path, geometry: GeometryParams) -> FileImage {
+        FileImage::open(&image_with(dir, geometry), &ImageOptions::default()).unwrap()
+    }
+
     #[test]
     fn create_open_write_reopen() {
         let dir = tempfile::tempdir().unwrap();
@@ -1859,8 +1864,7 @@ mod tests {
     #[test]
     fn a_doomed_write_in_flight_fences_its_range() {
         let dir = tempfile::tempdir().unwrap();
-        let p = image_with(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
-        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let img = open_new(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
         let append = req(Op::ZoneAppend, 2048, 8);
         let a = transfer(&img, &append).unwrap();
         let b = transfer(&img, &append).unwrap();
@@ -1987,8 +1991,7 @@ mod tests {
     #[test]
     fn a_write_starting_where_a_roll_back_ends_is_doomed() {
         let dir = tempfile::tempdir().unwrap();
-        let p = image_with(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
-        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let img = open_new(dir.path(), GeometryParams { max_append_sectors: 64, ..params() });
         let append = req(Op::ZoneAppend, 2048, 8);
         let [a, b, c] = [(); 3].map(|()| transfer(&img, &append).unwrap());
         assert_eq!([a.at, b.at, c.at], [Sector(2048), Sector(2056), Sector(2064)]);
@@ -2013,8 +2016,7 @@ mod tests {
     #[test]
     fn a_failed_write_that_filled_its_zone_never_exceeds_the_active_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let p = image_with(dir.path(), GeometryParams { max_active: 2, ..params() });
-        let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+        let img = open_new(dir.path(), GeometryParams { max_active: 2, ..params() });
         let one = vec![0x11u8; 4096];
         assert_eq!(img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&one)), Ok(Sector(2048)));
         // The rest of zone 1 in one write: accepted, the zone is FULL, no longer active.
