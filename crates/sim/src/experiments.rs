@@ -73,8 +73,18 @@ pub const SMR_20TB_TESTS: [Test20; 6] = [
     },
 ];
 
+/// The largest request the host sends a SATA disk, in sectors: 672 KiB. An AHCI
+/// port's command table holds 168 scatter-gather entries (`AHCI_MAX_SG` in the
+/// kernel's `drivers/ata/ahci.h`), and a direct write from a user buffer in 4 KiB
+/// pages (fio's default `mem=malloc`) takes one entry per page, so the block layer
+/// splits a 1 MiB write into 672 KiB + 352 KiB. Per-zone plugging issues the
+/// second part only when the first completes; the single issuer issues both in a
+/// row (docs/calibration.md, *Revision 2*). `max_sectors=` overrides it.
+pub const AHCI_MAX_SECTORS: u32 = 168 * 8;
+
 /// The zoned device seen by the host for a disk: its capacity in 256 MiB zones,
-/// emulated zone append, the NCQ depth, rotational, no data kept.
+/// emulated zone append, the NCQ depth, rotational, no data kept, requests split
+/// at [`AHCI_MAX_SECTORS`].
 pub fn smr_device(disk: &HddParams, max_open: u32) -> DeviceParams {
     let zone = disk.zone_bytes.max(256 << 20);
     let mut p = DeviceParams::default();
@@ -89,6 +99,7 @@ pub fn smr_device(disk: &HddParams, max_open: u32) -> DeviceParams {
     p.completion_dist = LatencyDist::Fixed;
     // SATA disks zero by writing (WRITE SAME without unmap on an SMR zone).
     p.geometry.write_zeroes_unmap_max_hw_bytes = 0;
+    p.geometry.max_sectors = AHCI_MAX_SECTORS;
     p
 }
 

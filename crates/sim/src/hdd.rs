@@ -214,7 +214,7 @@ impl HddParams {
     }
 
     /// The 30 TB host-managed SMR SATA disk of the single-issuer measurements. Its
-    /// cache destages the best positioned of its 3 oldest dirty extents without
+    /// cache destages the best positioned of its 4 oldest dirty extents without
     /// merging commands of a zone stream: the published throughput falls as soon as
     /// writes of two zones interleave (the window is fitted; docs/calibration.md).
     pub fn smr_30tb() -> HddParams {
@@ -245,9 +245,10 @@ pub const CMD_OVERHEAD_NS: f64 = 10.0 * US;
 /// Fitted (to the 20 TB disk's 4 KiB random writes): write cache segments, 7200 ×
 /// 64 KiB = 450 MiB, within the 512 MB buffer of 20 TB class enterprise disks.
 pub const CACHE_SEGMENTS: u32 = 7200;
-/// Fitted (to the 30 TB disk's per-zone plugging points, QD 8 to 64): the 30 TB
-/// disk destages the shortest-positioning extent among its 3 oldest, unmerged.
-pub const DESTAGE_WINDOW_30TB: u32 = 3;
+/// Fitted (to the 30 TB disk's per-zone plugging points, QD 8 to 128: the most
+/// within ±10 %, then the smallest worst error): the 30 TB disk destages the
+/// shortest-positioning extent among its 4 oldest, unmerged.
+pub const DESTAGE_WINDOW_30TB: u32 = 4;
 /// Fitted (to the QD1 sequential writes of both disks): media rate at the OD.
 pub const OD_RATE: f64 = 248.0 * MB;
 /// Zone resume cost (mechanism M2): one revolution, the time to read back the

@@ -11,8 +11,8 @@
 //! - the 30 TB destage window (an integer): the most per-zone plugging points of
 //!   QD 8 to 128 within ±10 %, ties broken by the smaller worst error.
 //!
-//! The structural choices (M1, M2, the 20 TB destage order) are not refitted here:
-//! they are not numbers a point moves.
+//! The structural choices (M1, M2, the 20 TB destage order, the host's request
+//! split) are not refitted here: they are not numbers a point moves.
 //!
 //! [`window_family`] runs the 30 TB disk's whole family of destage windows and zone
 //! resume costs on per-zone plugging, QD 8 to 128: the evidence that no member fits
@@ -269,7 +269,7 @@ fn window_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<Lo
 /// The destage windows and zone resume costs (revolutions) [`window_family`] runs.
 pub const FAMILY_WINDOWS: [u32; 6] = [1, 2, 3, 4, 5, 6];
 /// See [`FAMILY_WINDOWS`].
-pub const FAMILY_RESUME_REVS: [f64; 5] = [0.0, 0.5, 1.0, 1.5, 2.0];
+pub const FAMILY_RESUME_REVS: [f64; 6] = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5];
 
 /// One member of the window family: the 30 TB disk with destage window `window`
 /// and zone resume cost `resume_revs`, and its per-zone plugging `smr-seq` errors

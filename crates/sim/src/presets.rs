@@ -11,11 +11,19 @@ use zblk_core::params::{DeviceParams, ParamError};
 /// The presets, with what they are.
 pub const PRESETS: &[(&str, &str)] = &[
     ("nullb", "null_blk's defaults, zoned: 250 GB, 256 MB zones, native zone append, 10 us completions"),
-    ("smr-30tb", "30 TB host-managed SMR SATA disk, 256 MiB zones, 7200 rpm (HDD model; see docs/calibration.md)"),
-    ("smr-20tb", "20 TB host-managed SMR SATA disk, 256 MiB zones, max 128 open zones (HDD model)"),
+    (
+        "smr-30tb",
+        "30 TB host-managed SMR SATA disk, 256 MiB zones, 7200 rpm, on an AHCI port: max_sectors=1344 (HDD \
+         model; see docs/calibration.md)",
+    ),
+    (
+        "smr-20tb",
+        "20 TB host-managed SMR SATA disk, 256 MiB zones, max 128 open zones, on an AHCI port: \
+         max_sectors=1344 (HDD model)",
+    ),
     ("zns", "2 TB NVMe ZNS SSD, 2 GiB zones of 1077 MiB capacity, 14 open/active zones, native zone append"),
     ("ssd", "2 TB conventional NVMe SSD (not zoned)"),
-    ("hdd", "20 TB conventional 7200 rpm SATA disk (not zoned, HDD model)"),
+    ("hdd", "20 TB conventional 7200 rpm SATA disk (not zoned, HDD model), on an AHCI port: max_sectors=1344"),
 ];
 
 /// Parameters of the timing model beside the device parameters.

@@ -454,20 +454,49 @@ mod tests {
         assert!(zwp64.mb_s < 0.9 * qd164.mb_s, "zwp {} qd1 {}", zwp64.mb_s, qd164.mb_s);
     }
 
+    /// Mechanism M9 (docs/calibration.md, revision 2): a 1 MiB write split at the
+    /// AHCI limit costs per-zone plugging on random zones (its second part waits
+    /// behind other zones' requests: two zone changes per write), and barely costs
+    /// the single issuer (both parts in a row). K = 16, 20 s, one layout.
+    #[test]
+    fn the_ahci_split_costs_per_zone_plugging_on_random_zones_not_the_single_issuer() {
+        let disk = Experiment::SmrZones.disk();
+        let job = smr_zones_job(16, 20_000_000_000);
+        let rate = |policy: IssuePolicy, split: bool| {
+            let mut device = smr_device(&disk, Experiment::SmrZones.max_open());
+            assert_eq!(device.geometry.max_sectors, crate::experiments::AHCI_MAX_SECTORS);
+            if !split {
+                device.geometry.max_sectors = 2048;
+            }
+            let engine = EngineConfig { policy, queue_depth: disk.ncq_depth, ..EngineConfig::default() };
+            let cfg = SimConfig { engine, host_latency_ns: HOST_LATENCY_NS, ..SimConfig::new(device, 1) };
+            let mut sim = Sim::with_model(&cfg, Box::new(HddModel::new(disk.clone()))).unwrap();
+            let r = run_jobs_on(&mut sim, std::slice::from_ref(&job), true).unwrap();
+            r.jobs.iter().map(|j| j.write.bw_bytes).sum::<f64>() / 1e6
+        };
+        let (zwp_split, zwp_whole) = (rate(IssuePolicy::Zwp, true), rate(IssuePolicy::Zwp, false));
+        let (qd1_split, qd1_whole) = (rate(IssuePolicy::Qd1, true), rate(IssuePolicy::Qd1, false));
+        let all = format!("zwp {zwp_split:.1} / {zwp_whole:.1}, qd1 {qd1_split:.1} / {qd1_whole:.1} MB/s");
+        assert!(zwp_split < 0.8 * zwp_whole, "{all}");
+        assert!(qd1_split > 0.9 * qd1_whole, "{all}");
+        assert!(qd1_split > 1.3 * zwp_split, "{all}");
+        assert!(zwp_whole < 1.1 * qd1_whole, "{all}");
+    }
+
     #[test]
     fn random_zones_gain_from_the_single_issuer_and_more_from_batching() {
-        // 8 s: long enough that the 450 MiB cache's fill does not decide the rates.
+        // 40 s: long enough that the cache's fill (450 MiB) does not decide the rates.
         let o = SweepOptions {
             policies: vec![IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch],
             points: Some(vec![4]),
-            zones_runtime_ns: 8_000_000_000,
+            zones_runtime_ns: 40_000_000_000,
             ..small()
         };
         let rows = run(Experiment::SmrZones, &o, &mut |_| {}).unwrap();
         assert_eq!(rows[0].zones, Some(4));
         assert_eq!((rows[0].jobs, rows[0].qd), (Some(16), Some(32)));
         let (zwp, qd1, batch) = (&rows[0], &rows[1], &rows[2]);
-        assert!(qd1.mb_s > 1.03 * zwp.mb_s && qd1.p99_ms < zwp.p99_ms, "{rows:?}");
+        assert!(qd1.mb_s > 1.1 * zwp.mb_s, "{rows:?}");
         // Anticipation extends zone visits: fewer resumes (M2) per byte.
         assert!(batch.mb_s > 1.3 * qd1.mb_s, "{rows:?}");
         assert!(rows.iter().all(|r| r.published_mb_s.is_none() && r.p99_ms > 0.0));
@@ -512,9 +541,11 @@ mod tests {
 
     /// The premise of docs/calibration.md's bound on the window family: at each zone
     /// boundary, per-zone plugging hands the disk a strict alternation of the two
-    /// zones' writes, about 2(QD − 1) zone changes long, at QD 64 as at QD 128; only
-    /// its share of a zone's 256 writes differs (about half, about all). Counted at
-    /// the disk's door, before its cache.
+    /// zones' requests, about 2(QD − 1) writes long, at QD 64 as at QD 128; only
+    /// its share of a zone's 256 writes differs (about half, about all). Each 1 MiB
+    /// write reaches the disk as two requests (split at the AHCI limit), so the
+    /// alternation is 2 × 2(QD − 1) zone changes. Counted at the disk's door,
+    /// before its cache.
     #[test]
     fn per_zone_plugging_alternates_two_zones_for_2_qd_writes_per_boundary() {
         let zones = 6;
@@ -524,7 +555,9 @@ mod tests {
             let r = run_one(&Experiment::SmrSeq.disk(), Experiment::SmrSeq.max_open(), engine, &job, 1, 1).unwrap();
             let switches = r.model.iter().find(|c| c.0 == "arrival_switches").expect("counter").1;
             let per_boundary = switches / (zones - 1) as f64;
-            let expect = 2.0 * f64::from(qd - 1);
+            let parts = (1u64 << 20).div_ceil(u64::from(crate::experiments::AHCI_MAX_SECTORS) * 512);
+            assert_eq!(parts, 2);
+            let expect = 2.0 * parts as f64 * f64::from(qd - 1);
             assert!(
                 (per_boundary / expect - 1.0).abs() < 0.05,
                 "QD{qd}: {per_boundary:.1} zone changes per boundary, expected about {expect}"

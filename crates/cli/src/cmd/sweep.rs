@@ -309,6 +309,13 @@ pub fn report(exp: Exp, o: &SweepOptions, rows: &[SweepRow]) -> String {
     let device = rows.first().map_or(String::new(), |r| r.device.clone());
     let _ = writeln!(s, "== {}: {}", exp.name(), describe(exp, o));
     let _ = writeln!(s, "disk (SIMULATED): {device}");
+    // The host side of the model (docs/calibration.md, M9): without this line a
+    // reader would take per-zone plugging's loss on random zones for the disk's.
+    let _ = writeln!(
+        s,
+        "host: an AHCI port, requests of at most {} KiB (a 1 MiB write goes as 672 KiB + 352 KiB)",
+        zblk_sim::experiments::AHCI_MAX_SECTORS / 2
+    );
     let _ = writeln!(
         s,
         "'sim' columns are simulator numbers (virtual time, mean of {} disk layouts); 'pub' columns are \
