@@ -14,6 +14,7 @@ use super::experiments::{
 use super::hdd::{HddModel, HddParams};
 use super::{BenchReport, Sim, SimConfig, run_jobs_on};
 use zblk_core::engine::{EngineConfig, IssuePolicy};
+use zblk_core::params::DeviceParams;
 use zblk_workload::job::{JobSpec, Rw};
 
 /// The experiments [`run`] knows.
@@ -299,9 +300,21 @@ pub fn run_one_with(
     seeds: (u64, u64),
     host_latency_ns: u64,
 ) -> Result<BenchReport, SweepError> {
+    run_on_device(disk, smr_device(disk, max_open), engine, job, seeds, host_latency_ns)
+}
+
+/// [`run_one_with`] on `device` as the host sees the disk (for a run with another
+/// host limit than [`smr_device`]'s).
+pub fn run_on_device(
+    disk: &HddParams,
+    device: DeviceParams,
+    engine: EngineConfig,
+    job: &JobSpec,
+    seeds: (u64, u64),
+    host_latency_ns: u64,
+) -> Result<BenchReport, SweepError> {
     let (layout_seed, seed) = seeds;
     let disk = HddParams { layout_seed, ..disk.clone() };
-    let device = smr_device(&disk, max_open);
     let engine = EngineConfig { queue_depth: disk.ncq_depth, ..engine };
     let cfg = SimConfig { engine, host_latency_ns, ..SimConfig::new(device, seed) };
     let mut sim =
@@ -468,11 +481,9 @@ mod tests {
             if !split {
                 device.geometry.max_sectors = 2048;
             }
-            let engine = EngineConfig { policy, queue_depth: disk.ncq_depth, ..EngineConfig::default() };
-            let cfg = SimConfig { engine, host_latency_ns: HOST_LATENCY_NS, ..SimConfig::new(device, 1) };
-            let mut sim = Sim::with_model(&cfg, Box::new(HddModel::new(disk.clone()))).unwrap();
-            let r = run_jobs_on(&mut sim, std::slice::from_ref(&job), true).unwrap();
-            r.jobs.iter().map(|j| j.write.bw_bytes).sum::<f64>() / 1e6
+            let engine = EngineConfig { policy, ..EngineConfig::default() };
+            let r = run_on_device(&disk, device, engine, &job, (disk.layout_seed, 1), HOST_LATENCY_NS).unwrap();
+            crate::experiments::write_mb_s(&r)
         };
         let (zwp_split, zwp_whole) = (rate(IssuePolicy::Zwp, true), rate(IssuePolicy::Zwp, false));
         let (qd1_split, qd1_whole) = (rate(IssuePolicy::Qd1, true), rate(IssuePolicy::Qd1, false));
