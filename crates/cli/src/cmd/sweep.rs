@@ -311,10 +311,13 @@ pub fn report(exp: Exp, o: &SweepOptions, rows: &[SweepRow]) -> String {
     let _ = writeln!(s, "disk (SIMULATED): {device}");
     // The host side of the model (docs/calibration.md, M9): without this line a
     // reader would take per-zone plugging's loss on random zones for the disk's.
+    // Below 1 MiB, so that a 1 MiB write has a remainder to name.
+    let max_kib = zblk_sim::experiments::AHCI_MAX_SECTORS / 2;
+    const { assert!(zblk_sim::experiments::AHCI_MAX_SECTORS / 2 < 1024) };
     let _ = writeln!(
         s,
-        "host: an AHCI port, requests of at most {} KiB (a 1 MiB write goes as 672 KiB + 352 KiB)",
-        zblk_sim::experiments::AHCI_MAX_SECTORS / 2
+        "host: an AHCI port, requests of at most {max_kib} KiB (a 1 MiB write goes as {max_kib} KiB + {} KiB)",
+        1024 - max_kib
     );
     let _ = writeln!(
         s,
