@@ -31,5 +31,11 @@ pub fn help() -> String {
         "zone_resume_revs",
         "disk presets: revolutions a write pays to resume a zone left for another (default 1, 0-10)"
     ));
+    s.push_str(&format!(
+        "  {:<24} {}\n",
+        "zone_advance",
+        "disk presets: angle of each zone's start past the previous zone's, revolutions 0-<1 \
+         (smr-30tb: 0.2, fitted), or 'drawn' from the layout seed (other disks)"
+    ));
     s
 }

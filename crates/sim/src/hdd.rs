@@ -94,10 +94,19 @@ pub struct HddParams {
     /// Zone size of the SMR layout, bytes (0: not zoned). See `reset_flushes` for
     /// what a reset does with the zone's cached data.
     pub zone_bytes: u64,
-    /// Seed of the layout's unknowns: where each zone's first sector sits on its
-    /// track (track skew and surface order are the drive's secret; the model draws
-    /// each zone's angular origin from this seed).
+    /// Seed of the layout's unknowns: the zone advance, when `zone_advance` does not
+    /// fix it (track skew and surface order are the drive's secret).
     pub layout_seed: u64,
+    /// Zone advance, revolutions in [0, 1): how far each zone's first sector sits
+    /// past where the continuous spiral of the previous zone would put it. A drive
+    /// formats its zones alike (the same tracks per zone, the same skew at every
+    /// track and head switch), so this is one number for the disk, not a draw per
+    /// zone: the angle between two zones' sectors depends only on how far apart
+    /// their LBAs are. That is what sets the rotational wait of every zone change
+    /// in per-zone plugging's boundary alternation, the same at every boundary for
+    /// a given queue depth (docs/calibration.md, *Revision 3*). `None`: drawn from
+    /// `layout_seed` (the disk's formatting is unknown).
+    pub zone_advance: Option<f64>,
     /// Zone resume cost, in revolutions: a media write that resumes a zone with
     /// data already written, after the head last wrote another zone, first spends
     /// this many revolutions re-acquiring the zone's last shingled track (the next
@@ -164,6 +173,9 @@ struct Readahead {
     stopped_at: Option<f64>,
 }
 
+/// What `unit_hash` draws the zone advance with, when the parameters leave it open.
+const ZONE_ADVANCE_DRAW: u64 = 0x20e_adf;
+
 /// A deterministic hash of `(seed, x)` to [0, 1) (splitmix64).
 fn unit_hash(seed: u64, x: u64) -> f64 {
     let mut z = seed ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -208,6 +220,7 @@ impl HddParams {
             readahead_bytes: 2 << 20,
             zone_bytes: 256 << 20,
             layout_seed: 0x5eed,
+            zone_advance: None,
             zone_resume_revs: ZONE_RESUME_REVS,
             reset_flushes: true,
         }
@@ -216,10 +229,14 @@ impl HddParams {
     /// The 30 TB host-managed SMR SATA disk of the single-issuer measurements. Its
     /// cache destages the best positioned of its 4 oldest dirty extents without
     /// merging commands of a zone stream: the published throughput falls as soon as
-    /// writes of two zones interleave (the window is fitted; docs/calibration.md).
+    /// writes of two zones interleave. The window and the zone advance are fitted
+    /// (docs/calibration.md).
     pub fn smr_30tb() -> HddParams {
         let destage = Destage { window: DESTAGE_WINDOW_30TB, chunk_bytes: 1 << 20, merge: false };
-        HddParams::enterprise_7200("SMR 30TB", 30_000_000_000_000, destage)
+        HddParams {
+            zone_advance: Some(ZONE_ADVANCE_30TB),
+            ..HddParams::enterprise_7200("SMR 30TB", 30_000_000_000_000, destage)
+        }
     }
 
     /// The 20 TB host-managed SMR SATA disk (256 MiB zones) of the zone write
@@ -249,6 +266,10 @@ pub const CACHE_SEGMENTS: u32 = 7200;
 /// within ±10 %, then the smallest worst error): the 30 TB disk destages the
 /// shortest-positioning extent among its 4 oldest, unmerged.
 pub const DESTAGE_WINDOW_30TB: u32 = 4;
+/// Fitted together with the window (same points, same rule; docs/calibration.md,
+/// *Revision 3*): the 30 TB disk's zone advance, revolutions. It sets the phase
+/// between the two zones of per-zone plugging's boundary alternation at each QD.
+pub const ZONE_ADVANCE_30TB: f64 = 0.20;
 /// Fitted (to the QD1 sequential writes of both disks): media rate at the OD.
 pub const OD_RATE: f64 = 248.0 * MB;
 /// Zone resume cost (mechanism M2): one revolution, the time to read back the
@@ -261,6 +282,8 @@ pub const ZONE_RESUME_REVS: f64 = 1.0;
 pub struct HddModel {
     p: HddParams,
     rev_ns: f64,
+    /// `p.zone_advance`, or the layout seed's draw of it.
+    zone_advance: f64,
     n_tracks: f64,
     r_min: f64,
     seek: SeekCurve,
@@ -404,8 +427,16 @@ impl HddModel {
         let seek = SeekCurve::fit(p.seek_track_ns, p.seek_avg_ns, p.seek_full_ns, 1.0 / n_tracks);
         let write_seek =
             SeekCurve::fit(p.write_seek_track_ns, p.write_seek_avg_ns, p.write_seek_full_ns, 1.0 / n_tracks);
+        let zone_advance = match p.zone_advance {
+            Some(a) => {
+                assert!((0.0..1.0).contains(&a), "zone advance {a} is not in [0, 1) revolutions");
+                a
+            }
+            None => unit_hash(p.layout_seed, ZONE_ADVANCE_DRAW),
+        };
         HddModel {
             rev_ns,
+            zone_advance,
             write_seek,
             n_tracks,
             r_min,
@@ -452,12 +483,12 @@ impl HddModel {
     }
 
     /// Angle of byte `b` in revolutions [0, 1): continuous within a zone (track skew
-    /// matched to sequential access), with a per-zone origin drawn from the layout
-    /// seed.
+    /// matched to sequential access), each zone starting `zone_advance` further on
+    /// than the previous one.
     fn angle(&self, b: u64) -> f64 {
         let origin = match self.p.zone_bytes {
             0 => 0.0,
-            z => unit_hash(self.p.layout_seed, b / z),
+            z => (b / z) as f64 * self.zone_advance,
         };
         (self.stroke(b) * self.n_tracks + origin).fract()
     }
@@ -1206,11 +1237,42 @@ mod tests {
         // the write cache, where the layout makes no difference).
         let reqs: Vec<Request> =
             (0..200).map(|i| req(i, Op::Write, (i % 7) * 256 * MIB + (i / 7) * MIB, MIB)).collect();
-        let a = run_qd(&mut disk(false), &reqs, 8);
-        let b = run_qd(&mut disk(false), &reqs, 8);
-        assert_eq!(a, b);
-        let other = HddModel::new(HddParams { layout_seed: 99, write_cache: false, ..HddParams::smr_30tb() });
-        let mut other = other;
-        assert_ne!(a, run_qd(&mut other, &reqs, 8), "the layout seed moves zone origins");
+        let drawn = |layout_seed| {
+            HddModel::new(HddParams { layout_seed, zone_advance: None, write_cache: false, ..HddParams::smr_30tb() })
+        };
+        let a = run_qd(&mut drawn(1), &reqs, 8);
+        assert_eq!(a, run_qd(&mut drawn(1), &reqs, 8));
+        assert_ne!(a, run_qd(&mut drawn(99), &reqs, 8), "the layout seed draws the zone advance");
+        // A fixed advance leaves the seed nothing to draw.
+        let fixed = |layout_seed| HddModel::new(HddParams { layout_seed, write_cache: false, ..HddParams::smr_30tb() });
+        assert_eq!(run_qd(&mut fixed(1), &reqs, 8), run_qd(&mut fixed(99), &reqs, 8));
+    }
+
+    /// The zone advance is one number for the disk: the angle between two zones'
+    /// sectors depends on how far apart their LBAs are, not on which zones they
+    /// are. So per-zone plugging's boundary alternation at a given QD (the tail of
+    /// zone n against the head of zone n + 1, QD − 1 MiB apart) meets the same
+    /// rotational phase at every boundary, and that phase moves with the QD.
+    #[test]
+    fn the_angle_between_two_zones_depends_only_on_their_lba_distance() {
+        let m = HddModel::new(HddParams { zone_advance: Some(0.2), ..HddParams::smr_30tb() });
+        let zone = 256 * MIB;
+        let phase = |n: u64, gap: u64| (m.angle((n + 1) * zone) - m.angle((n + 1) * zone - gap)).rem_euclid(1.0);
+        for gap in [63 * MIB, 127 * MIB] {
+            let p0 = phase(0, gap);
+            for n in 1..32 {
+                // The media rate falls by 0.02 % over 32 zones at the OD: the phase
+                // drifts by far less than a degree.
+                let d = (phase(n, gap) - p0 + 0.5).rem_euclid(1.0) - 0.5;
+                assert!(
+                    d.abs() < 0.01,
+                    "gap {} MiB: boundary {n} phase {:.3} against {p0:.3}",
+                    gap / MIB,
+                    phase(n, gap)
+                );
+            }
+        }
+        let (p64, p128) = (phase(0, 63 * MIB), phase(0, 127 * MIB));
+        assert!((p64 - p128).abs() > 0.05, "QD 64 and QD 128 meet different phases: {p64:.3} {p128:.3}");
     }
 }

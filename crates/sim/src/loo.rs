@@ -8,15 +8,18 @@
 //!   out, it is refitted to the 128 KiB random writes (the nearest on a grid).
 //! - the host turnaround: the 20 TB disk's seqw4K1 with per-zone plugging; left out,
 //!   it is refitted to the same test under zone write locking.
-//! - the 30 TB destage window (an integer): the most per-zone plugging points of
-//!   QD 8 to 128 within ±10 %, ties broken by the smaller worst error.
+//! - the 30 TB destage window and zone advance, together: the most per-zone
+//!   plugging points of QD 8 to 128 within ±10 %, ties broken by the smaller worst
+//!   error, over [`geometry_family`]'s grid.
 //!
 //! The structural choices (M1, M2, the 20 TB destage order, the host's request
 //! split) are not refitted here: they are not numbers a point moves.
 //!
-//! [`window_family`] runs the 30 TB disk's whole family of destage windows and zone
-//! resume costs on per-zone plugging, QD 8 to 128: the evidence that no member fits
-//! QD 64 and QD 128 together (docs/calibration.md).
+//! [`window_family`] runs the 30 TB disk's family of destage windows and zone resume
+//! costs on per-zone plugging, QD 8 to 128, with the zone advance drawn per layout
+//! (revisions 1 and 2 drew each zone's origin): with the phase averaged away, no
+//! member fits QD 64 and QD 128 together. [`geometry_family`] fixes the advance and
+//! runs windows × advances: the grid revision 3 is fitted on (docs/calibration.md).
 
 use super::experiments::{HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job};
 use super::hdd::{HddParams, OD_RATE};
@@ -33,10 +36,10 @@ pub struct LooRow {
     pub published_mb_s: f64,
     /// The parameter refitted without it.
     pub parameter: &'static str,
-    /// The parameter's value fitted on every point, and refitted without this one.
-    pub fitted: f64,
-    /// The refitted value.
-    pub refitted: f64,
+    /// The parameter's value fitted on every point.
+    pub fitted: String,
+    /// The value refitted without this point.
+    pub refitted: String,
     /// Simulated / published − 1 with the fitted value (in-sample).
     pub in_sample_error: f64,
     /// Simulated / published − 1 with the refitted value (held out).
@@ -46,8 +49,9 @@ pub struct LooRow {
 /// How much to simulate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LooOptions {
-    /// Disk layouts each point is averaged over (as `zblk sweep --layouts`).
-    pub layouts: u32,
+    /// Runs each point is averaged over (as `zblk sweep --layouts`); `None`: the
+    /// experiment's own, as the sweeps.
+    pub layouts: Option<u32>,
     /// Zones each 30 TB sequential run writes.
     pub seq_zones: u64,
     /// Bytes of each 20 TB sequential test.
@@ -60,7 +64,7 @@ impl Default for LooOptions {
     /// The sweeps' defaults (`zblk sweep`), so that the in-sample errors are the
     /// tables' own.
     fn default() -> Self {
-        LooOptions { layouts: 4, seq_zones: 32, seq20_bytes: 4 << 30, rand20_ios: 60_000 }
+        LooOptions { layouts: None, seq_zones: 32, seq20_bytes: 4 << 30, rand20_ios: 60_000 }
     }
 }
 
@@ -109,11 +113,12 @@ fn t20(name: &str, policy: IssuePolicy, o: &LooOptions) -> Pt {
 fn sim(p: &Pt, disk: &HddParams, host_ns: u64, o: &LooOptions) -> Result<f64, SweepError> {
     let engine = EngineConfig { policy: p.policy, ..EngineConfig::default() };
     let mut bw = 0.0;
-    for i in 0..u64::from(o.layouts) {
+    let n = o.layouts.unwrap_or(p.exp.default_layouts());
+    for i in 0..u64::from(n) {
         let r = run_one_with(disk, p.exp.max_open(), engine, &p.job, (i, 1 + i), host_ns)?;
         bw += r.jobs[0].write.bw_bytes;
     }
-    Ok(bw / f64::from(o.layouts) / 1e6)
+    Ok(bw / f64::from(n) / 1e6)
 }
 
 /// `disk` destaging among its `window` oldest dirty extents.
@@ -133,7 +138,7 @@ pub fn leave_one_out(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<V
     od_rate_rows(o, progress, &mut rows)?;
     cache_rows(o, progress, &mut rows)?;
     turnaround_rows(o, progress, &mut rows)?;
-    window_rows(o, progress, &mut rows)?;
+    geometry_rows(o, progress, &mut rows)?;
     Ok(rows)
 }
 
@@ -159,8 +164,8 @@ fn od_rate_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<L
             point: p.name.clone(),
             published_mb_s: p.published,
             parameter: "od_rate (MB/s)",
-            fitted: OD_RATE / 1e6,
-            refitted: od,
+            fitted: format!("{}", OD_RATE / 1e6),
+            refitted: format!("{od}"),
             in_sample_error: s[j] / p.published - 1.0,
             held_out_error: held / p.published - 1.0,
         });
@@ -190,8 +195,8 @@ fn cache_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<Loo
         point: left.name.clone(),
         published_mb_s: left.published,
         parameter: "cache (64 KiB segments)",
-        fitted: f64::from(disk.cache_segments),
-        refitted: f64::from(segs),
+        fitted: disk.cache_segments.to_string(),
+        refitted: segs.to_string(),
         in_sample_error: in_sample / left.published - 1.0,
         held_out_error: held / left.published - 1.0,
     });
@@ -216,54 +221,79 @@ fn turnaround_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Ve
         point: left.name.clone(),
         published_mb_s: left.published,
         parameter: "host turnaround (µs)",
-        fitted: HOST_LATENCY_NS as f64 / 1e3,
-        refitted: l as f64 / 1e3,
+        fitted: format!("{}", HOST_LATENCY_NS as f64 / 1e3),
+        refitted: format!("{}", l as f64 / 1e3),
         in_sample_error: in_sample / left.published - 1.0,
         held_out_error: held / left.published - 1.0,
     });
     Ok(())
 }
 
-/// The window a set of per-zone plugging points chooses: the most within ±10 %,
-/// then the smallest worst error. `err[w][i]`: error of window `WINDOWS[w]` at point i.
-fn choose_window(err: &[Vec<f64>], keep: &[usize]) -> usize {
-    let score = |w: usize| {
-        let within = keep.iter().filter(|&&i| err[w][i].abs() <= 0.10).count();
-        let worst = keep.iter().map(|&i| err[w][i].abs()).fold(0.0, f64::max);
+/// The member a set of per-zone plugging points chooses: the most within ±10 %,
+/// then the smallest worst error. `err[m][i]`: error of member m at point i.
+fn choose(err: &[Vec<f64>], keep: &[usize]) -> usize {
+    let score = |m: usize| {
+        let within = keep.iter().filter(|&&i| err[m][i].abs() <= 0.10).count();
+        let worst = keep.iter().map(|&i| err[m][i].abs()).fold(0.0, f64::max);
         (within, -worst)
     };
-    (0..err.len()).max_by(|&a, &b| score(a).partial_cmp(&score(b)).expect("finite errors")).expect("windows")
+    (0..err.len()).max_by(|&a, &b| score(a).partial_cmp(&score(b)).expect("finite errors")).expect("members")
 }
 
-fn window_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<LooRow>) -> Result<(), SweepError> {
+/// The 30 TB disk's destage window and zone advance, refitted together on the
+/// geometry grid ([`geometry_family`]) without each per-zone plugging point.
+fn geometry_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<LooRow>) -> Result<(), SweepError> {
     let pts: Vec<Pt> = WINDOW_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
-    let base = Experiment::SmrSeq.disk();
-    let mut err = Vec::new();
-    for w in WINDOWS {
-        let disk = with_window(&base, w);
-        let mut e = Vec::new();
-        for p in &pts {
-            progress(&format!("{} (window {w})", p.name));
-            e.push(sim(p, &disk, HOST_LATENCY_NS, o)? / p.published - 1.0);
-        }
-        err.push(e);
-    }
+    let grid = geometry_family(o, progress)?;
+    let err: Vec<Vec<f64>> = grid.iter().map(|m| m.errors.clone()).collect();
+    let name = |m: &FamilyRow| format!("{} / {:.2}", m.window, m.zone_advance.expect("a fixed advance"));
     let all: Vec<usize> = (0..pts.len()).collect();
-    let fitted = choose_window(&err, &all);
+    let fitted = choose(&err, &all);
     for (j, p) in pts.iter().enumerate() {
         let keep: Vec<usize> = all.iter().copied().filter(|&i| i != j).collect();
-        let w = choose_window(&err, &keep);
+        let m = choose(&err, &keep);
         rows.push(LooRow {
             point: p.name.clone(),
             published_mb_s: p.published,
-            parameter: "30 TB destage window",
-            fitted: f64::from(WINDOWS[fitted]),
-            refitted: f64::from(WINDOWS[w]),
+            parameter: "30 TB destage window / zone advance (rev)",
+            fitted: name(&grid[fitted]),
+            refitted: name(&grid[m]),
             in_sample_error: err[fitted][j],
-            held_out_error: err[w][j],
+            held_out_error: err[m][j],
         });
     }
     Ok(())
+}
+
+/// The zone advances (revolutions) the 30 TB refit chooses among: 0 to 0.95 in
+/// steps of 0.05.
+pub fn advance_grid() -> impl Iterator<Item = f64> {
+    (0..20).map(|i| f64::from(i) / 20.0)
+}
+
+/// Runs the 30 TB disk with every destage window of [`WINDOWS`] and every zone
+/// advance of [`advance_grid`] (zone resume cost: one revolution, M2) on
+/// per-zone plugging, QD 8 to 128: the grid the window and the advance are
+/// fitted on together. With the advance fixed, `smr-seq` has nothing left to
+/// draw, so each member runs once, whatever `o.layouts` says.
+pub fn geometry_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<FamilyRow>, SweepError> {
+    let one = LooOptions { layouts: Some(1), ..*o };
+    let pts: Vec<Pt> = WINDOW_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, &one)).collect();
+    let base = Experiment::SmrSeq.disk();
+    let mut rows = Vec::new();
+    for w in WINDOWS {
+        for a in advance_grid() {
+            progress(&format!("window {w}, zone advance {a:.2} rev"));
+            let disk = HddParams { zone_advance: Some(a), ..with_window(&base, w) };
+            let mut mb_s = Vec::new();
+            for p in &pts {
+                mb_s.push(sim(p, &disk, HOST_LATENCY_NS, &one)?);
+            }
+            let errors = mb_s.iter().zip(&pts).map(|(m, p)| m / p.published - 1.0).collect();
+            rows.push(FamilyRow { window: w, resume_revs: base.zone_resume_revs, zone_advance: Some(a), mb_s, errors });
+        }
+    }
+    Ok(rows)
 }
 
 /// The destage windows and zone resume costs (revolutions) [`window_family`] runs.
@@ -280,6 +310,9 @@ pub struct FamilyRow {
     pub window: u32,
     /// Zone resume cost, revolutions (M2).
     pub resume_revs: f64,
+    /// Zone advance, revolutions; `None`: drawn from each layout's seed and
+    /// averaged over the layouts.
+    pub zone_advance: Option<f64>,
     /// Simulated MB/s at QD 8, 16, 32, 64, 128.
     pub mb_s: Vec<f64>,
     /// Errors against the published points, same order.
@@ -310,7 +343,7 @@ pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<V
                 mb_s.push(sim(p, &disk, HOST_LATENCY_NS, o)?);
             }
             let errors = mb_s.iter().zip(&pts).map(|(m, p)| m / p.published - 1.0).collect();
-            rows.push(FamilyRow { window: w, resume_revs: r, mb_s, errors });
+            rows.push(FamilyRow { window: w, resume_revs: r, zone_advance: None, mb_s, errors });
         }
     }
     Ok(rows)
@@ -318,15 +351,16 @@ pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<V
 
 /// The family as a markdown table (SIMULATED errors against published figures).
 pub fn family_table(rows: &[FamilyRow]) -> String {
-    let mut s = String::from("| window | resume (rev) |");
+    let mut s = String::from("| window | resume (rev) | zone advance (rev) |");
     for q in WINDOW_QDS {
         s += &format!(" QD{q} |");
     }
-    s += " all within ±10 % |\n|---|---|";
+    s += " all within ±10 % |\n|---|---|---|";
     s += &"---|".repeat(WINDOW_QDS.len() + 1);
     s += "\n";
     for r in rows {
-        s += &format!("| {} | {} |", r.window, r.resume_revs);
+        let advance = r.zone_advance.map_or("drawn".to_string(), |a| format!("{a:.2}"));
+        s += &format!("| {} | {} | {advance} |", r.window, r.resume_revs);
         for (m, e) in r.mb_s.iter().zip(&r.errors) {
             s += &format!(" {m:.0} ({:+.0} %) |", e * 100.0);
         }
@@ -364,8 +398,8 @@ mod tests {
         // Window 0 fits two points of three, window 1 all three: 1. Without point 2,
         // both fit both; window 0's worst is smaller: 0.
         let err = vec![vec![0.01, 0.02, 0.30], vec![0.05, -0.08, 0.09]];
-        assert_eq!(choose_window(&err, &[0, 1, 2]), 1);
-        assert_eq!(choose_window(&err, &[0, 1]), 0);
+        assert_eq!(choose(&err, &[0, 1, 2]), 1);
+        assert_eq!(choose(&err, &[0, 1]), 0);
     }
 
     /// The leave-one-out table of docs/calibration.md (several minutes):
@@ -386,5 +420,18 @@ mod tests {
         let rows = window_family(&LooOptions::default(), &mut |p| eprintln!("family: {p}")).unwrap();
         println!("{}", family_table(&rows));
         assert_eq!(rows.len(), FAMILY_WINDOWS.len() * FAMILY_RESUME_REVS.len());
+    }
+
+    /// The geometry grid of docs/calibration.md, *Revision 3* (a few minutes):
+    /// `cargo test --release -p zblk-sim geometry_family -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn geometry_family_table() {
+        let rows = geometry_family(&LooOptions::default(), &mut |p| eprintln!("geometry: {p}")).unwrap();
+        println!("{}", family_table(&rows));
+        let err: Vec<Vec<f64>> = rows.iter().map(|m| m.errors.clone()).collect();
+        let best = &rows[choose(&err, &[0, 1, 2, 3, 4])];
+        println!("chosen: window {}, zone advance {:?}", best.window, best.zone_advance);
+        assert_eq!(rows.len(), WINDOWS.len() * advance_grid().count());
     }
 }

@@ -98,7 +98,9 @@ impl DeviceSpec {
     /// Parses `PRESET[:name=value,...]`. Besides null_blk's parameters, the disk
     /// presets take `write_cache=0|1`, and the SMR mechanisms of
     /// docs/calibration.md for ablation: `reset_flushes=0|1` (M1) and
-    /// `zone_resume_revs=R` (M2, revolutions, 0 to 10).
+    /// `zone_resume_revs=R` (M2, revolutions, 0 to 10), and the layout's
+    /// `zone_advance=A` (revolutions, 0 to below 1, or `drawn` to draw it from the
+    /// layout seed; docs/calibration.md, *Revision 3*).
     pub fn parse(spec: &str) -> Result<DeviceSpec, ParamError> {
         let (preset, settings) = spec.split_once(':').unwrap_or((spec, ""));
         let mut d = DeviceSpec::preset(preset)?;
@@ -106,7 +108,7 @@ impl DeviceSpec {
         let refuse = |param: &str, message: String| ParamError { param: param.to_string(), message };
         for item in settings.split([',', ' ']).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
-                Some((name @ ("reset_flushes" | "zone_resume_revs"), v)) => {
+                Some((name @ ("reset_flushes" | "zone_resume_revs" | "zone_advance"), v)) => {
                     let ModelParams::Hdd(h) = &mut d.model else {
                         return Err(refuse(name, format!("only the disk presets have it ('{preset}' is not one)")));
                     };
@@ -115,6 +117,17 @@ impl DeviceSpec {
                             "1" => true,
                             "0" => false,
                             _ => return Err(refuse(name, format!("'{v}' is not 0 or 1"))),
+                        };
+                    } else if name == "zone_advance" {
+                        h.zone_advance = match (v, v.parse::<f64>()) {
+                            ("drawn", _) => None,
+                            (_, Ok(a)) if (0.0..1.0).contains(&a) => Some(a),
+                            _ => {
+                                return Err(refuse(
+                                    name,
+                                    format!("'{v}' is not 'drawn' or a number of revolutions from 0 to below 1"),
+                                ));
+                            }
                         };
                     } else {
                         h.zone_resume_revs = match v.parse::<f64>() {
@@ -228,7 +241,18 @@ mod tests {
         let d = DeviceSpec::parse("smr-20tb:reset_flushes=0,zone_resume_revs=0.5").unwrap();
         let ModelParams::Hdd(h) = &d.model else { panic!() };
         assert!(!h.reset_flushes && h.zone_resume_revs == 0.5);
+        let d = DeviceSpec::parse("smr-30tb:zone_advance=drawn").unwrap();
+        let ModelParams::Hdd(h) = &d.model else { panic!() };
+        assert_eq!(h.zone_advance, None);
+        let d = DeviceSpec::parse("smr-20tb:zone_advance=0.35").unwrap();
+        let ModelParams::Hdd(h) = &d.model else { panic!() };
+        assert_eq!(h.zone_advance, Some(0.35));
         for bad in [
+            "zone_advance=1",
+            "zone_advance=-0.1",
+            "zone_advance=NaN",
+            "zone_advance=",
+            "zone_advance=random",
             "zone_resume_revs=-1",
             "zone_resume_revs=NaN",
             "zone_resume_revs=1e9",

@@ -63,6 +63,15 @@ impl Experiment {
         }
     }
 
+    /// Runs each point is averaged over by default. The 20 TB disk's zone advance
+    /// is not known, so each run draws one, and its random tests move by ±20-40 %
+    /// with the draw (docs/calibration.md, *Revision 3*): 16 runs put their mean
+    /// within about 5 % of the expectation. The 30 TB disk's advance is fitted, so
+    /// its runs differ only in the simulation seed.
+    pub fn default_layouts(self) -> u32 {
+        if self == Experiment::Smr20tb { 16 } else { 4 }
+    }
+
     /// The device's open zone limit (0: none): the 20 TB disk reports 128.
     pub fn max_open(self) -> u32 {
         if self == Experiment::Smr20tb { 128 } else { 0 }
@@ -86,9 +95,11 @@ pub struct SweepOptions {
     /// Points (queue depths for `smr-seq`, K for `smr-zones`, test indexes for
     /// `smr-20tb`); `None`: the experiment's own.
     pub points: Option<Vec<u32>>,
-    /// Disk layouts each point is averaged over (each zone's angular origin is drawn
-    /// from the layout seed; see `HddParams::layout_seed`).
-    pub layouts: u32,
+    /// Runs each point is averaged over: run `i` has its own layout seed (which
+    /// draws the zone advance where the disk does not fix it; see
+    /// `HddParams::zone_advance`) and simulation seed. `None`: the experiment's
+    /// own ([`Experiment::default_layouts`]).
+    pub layouts: Option<u32>,
     /// Zones written by each `smr-seq` run.
     pub seq_zones: u64,
     /// Virtual time of each `smr-zones` run.
@@ -111,7 +122,7 @@ impl Default for SweepOptions {
         SweepOptions {
             policies: Vec::new(),
             points: None,
-            layouts: 4,
+            layouts: None,
             seq_zones: 32,
             zones_runtime_ns: 20_000_000_000,
             seq20_bytes: 4 << 30,
@@ -324,7 +335,14 @@ pub fn run_on_device(
 
 /// The number of runs [`run`] makes (for progress displays).
 pub fn runs(exp: Experiment, o: &SweepOptions) -> Result<usize, SweepError> {
-    Ok(points(exp, o)?.len() * policies(exp, o).len() * o.layouts as usize)
+    Ok(points(exp, o)?.len() * policies(exp, o).len() * o.layouts_for(exp) as usize)
+}
+
+impl SweepOptions {
+    /// The runs each point of `exp` is averaged over.
+    pub fn layouts_for(&self, exp: Experiment) -> u32 {
+        self.layouts.unwrap_or(exp.default_layouts())
+    }
 }
 
 fn policies(exp: Experiment, o: &SweepOptions) -> Vec<IssuePolicy> {
@@ -338,8 +356,9 @@ pub fn run(
     o: &SweepOptions,
     step: &mut dyn FnMut(&SweepStep<'_>),
 ) -> Result<Vec<SweepRow>, SweepError> {
-    if o.layouts == 0 || o.layouts > 64 {
-        return Err(SweepError::BadOption(format!("layouts: {} (must be 1 to 64)", o.layouts)));
+    let layouts = o.layouts_for(exp);
+    if layouts == 0 || layouts > 64 {
+        return Err(SweepError::BadOption(format!("layouts: {layouts} (must be 1 to 64)")));
     }
     if o.seq_zones == 0 || o.zones_runtime_ns == 0 || o.rand20_ios == 0 {
         return Err(SweepError::BadOption("run lengths must be positive".to_string()));
@@ -363,7 +382,7 @@ pub fn run(
     let pts = points(exp, o)?;
     let pols = policies(exp, o);
     let disk = exp.disk();
-    let total = pts.len() * pols.len() * o.layouts as usize;
+    let total = pts.len() * pols.len() * layouts as usize;
     let mut done = 0;
     let mut rows = Vec::new();
     for p in &pts {
@@ -376,7 +395,7 @@ pub fn run(
                 batch_anticipate_ns: o.batch_anticipate_ns,
                 ..EngineConfig::default()
             };
-            for i in 0..u64::from(o.layouts) {
+            for i in 0..u64::from(layouts) {
                 step(&SweepStep { done, total, experiment: exp, workload: &p.job.name, policy });
                 let r =
                     run_one(&disk, exp.max_open(), engine, &p.job, o.seed.wrapping_sub(1).wrapping_add(i), o.seed + i)?;
@@ -399,7 +418,7 @@ pub fn run(
                 p99 = p99.max(q99);
                 device = r.device;
             }
-            let n = f64::from(o.layouts);
+            let n = f64::from(layouts);
             rows.push(SweepRow {
                 experiment: exp.name().to_string(),
                 device,
@@ -415,7 +434,7 @@ pub fn run(
                 p99_ms: p99 as f64 / 1e6,
                 mean_ms: mean / n / 1e6,
                 media_mb_s: p.region.map(|(start, len)| HddModel::new(disk.clone()).sustained_mb_s(start, len)),
-                layouts: o.layouts,
+                layouts,
                 ios,
                 simulated: true,
             });
@@ -430,7 +449,7 @@ mod tests {
 
     fn small() -> SweepOptions {
         SweepOptions {
-            layouts: 1,
+            layouts: Some(1),
             seq_zones: 4,
             zones_runtime_ns: 2_000_000_000,
             seq20_bytes: 256 << 20,
@@ -465,6 +484,29 @@ mod tests {
         let zwp64 = rows.iter().find(|r| r.policy == "zwp" && r.qd == Some(64)).unwrap();
         let qd164 = rows.iter().find(|r| r.policy == "qd1" && r.qd == Some(64)).unwrap();
         assert!(zwp64.mb_s < 0.9 * qd164.mb_s, "zwp {} qd1 {}", zwp64.mb_s, qd164.mb_s);
+    }
+
+    /// What issue 12 asks of `smr-seq` (docs/calibration.md, *Revision 3*): per-zone
+    /// plugging within ±10 % of every published point, the single issuer within
+    /// 2 % of the media rate. The full run (32 zones), one run per point: the
+    /// 30 TB disk's zone advance is fitted, so there is no layout to average.
+    #[test]
+    fn the_30tb_model_meets_every_published_smr_seq_point() {
+        let o = SweepOptions {
+            policies: vec![IssuePolicy::Zwp, IssuePolicy::Qd1],
+            layouts: Some(1),
+            ..SweepOptions::default()
+        };
+        let rows = run(Experiment::SmrSeq, &o, &mut |_| {}).unwrap();
+        assert_eq!(rows.len(), 2 * SMR_SEQ_QD.len());
+        for r in &rows {
+            let e = r.mb_s / r.published_mb_s.expect("published") - 1.0;
+            assert!(e.abs() <= 0.10, "{} QD{:?}: {:.1} MB/s, {:+.1} % off", r.policy, r.qd, r.mb_s, e * 100.0);
+            if r.policy == "qd1" {
+                let media = r.media_mb_s.expect("a media rate");
+                assert!((r.mb_s / media - 1.0).abs() <= 0.02, "qd1 QD{:?}: {} vs media {media}", r.qd, r.mb_s);
+            }
+        }
     }
 
     /// Mechanism M9 (docs/calibration.md, revision 2): a 1 MiB write split at the
@@ -594,7 +636,7 @@ mod tests {
         let err = |exp, o: SweepOptions| run(exp, &o, &mut |_| {}).unwrap_err().to_string();
         assert!(err(Experiment::SmrSeq, SweepOptions { points: Some(vec![0]), ..small() }).contains("queue depth"));
         assert!(err(Experiment::Smr20tb, SweepOptions { points: Some(vec![6]), ..small() }).contains("tests 0 to 5"));
-        assert!(err(Experiment::SmrSeq, SweepOptions { layouts: 0, ..small() }).contains("layouts"));
+        assert!(err(Experiment::SmrSeq, SweepOptions { layouts: Some(0), ..small() }).contains("layouts"));
         let o = SweepOptions { policies: vec![IssuePolicy::Passthrough], ..small() };
         assert!(err(Experiment::SmrSeq, o).contains("passthrough"));
         assert!(err(Experiment::SmrZones, SweepOptions { points: Some(vec![]), ..small() }).contains("no points"));
