@@ -9,20 +9,6 @@ use zblk_core::geometry::Geometry;
 use zblk_core::units::Sector;
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 
-/// The kernel's name of a zone condition (`blk_zone_cond_str()`).
-pub fn cond_name(c: ZoneCond) -> &'static str {
-    match c {
-        ZoneCond::NotWp => "NOT_WP",
-        ZoneCond::Empty => "EMPTY",
-        ZoneCond::ImpOpen => "IMP_OPEN",
-        ZoneCond::ExpOpen => "EXP_OPEN",
-        ZoneCond::Closed => "CLOSED",
-        ZoneCond::ReadOnly => "READONLY",
-        ZoneCond::Full => "FULL",
-        ZoneCond::Offline => "OFFLINE",
-    }
-}
-
 fn op_name(op: Op) -> &'static str {
     match op {
         Op::Read => "read",
@@ -138,9 +124,9 @@ pub fn explain(
                 (Status::IoErr | Status::ZoneFull, Some(c))
                     if matches!(c, ZoneCond::Empty | ZoneCond::Full) && op == Op::ZoneClose =>
                 {
-                    format!("{e}: cannot close {zname}: it is {}", cond_name(c))
+                    format!("{e}: cannot close {zname}: it is {}", c.name())
                 }
-                (Status::ZoneFull, Some(c)) => format!("{e}: cannot {what} {zname}: it is {}", cond_name(c)),
+                (Status::ZoneFull, Some(c)) => format!("{e}: cannot {what} {zname}: it is {}", c.name()),
                 (Status::ZoneReadOnly, _) => format!("{e}: cannot {what} {zname}: it is READONLY"),
                 (Status::ZoneOffline, _) => format!("{e}: cannot {what} {zname}: it is OFFLINE"),
                 (Status::ZoneOpenResource, _) => format!(

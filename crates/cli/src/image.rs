@@ -9,7 +9,7 @@ use std::time::Duration;
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::parse_size;
-use zblk_core::zone::{ZoneInfo, ZoneType};
+use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 use zblk_dev::Device;
 use zblk_dev::file::{FileImage, ImageOptions};
 use zblk_dev::linux::{self, LinuxOptions, LinuxZoned, RawZone};
@@ -136,17 +136,6 @@ pub fn sectors(text: &str) -> Result<u64, String> {
     parse_size(t).map_err(|e| e.to_string())
 }
 
-/// blkzone's short names of zone conditions, by `cond & 0xf` (`condition_str[]` in
-/// `blkzone.c`).
-const COND_SHORT: [&str; 16] =
-    ["nw", "em", "oi", "oe", "cl", "x5", "x6", "x7", "x8", "x9", "xA", "xB", "xC", "ro", "fu", "of"];
-
-/// The kernel's names of zone conditions (`blk_zone_cond_str()`), by code.
-const COND_NAME: [&str; 16] = [
-    "NOT_WP", "EMPTY", "IMP_OPEN", "EXP_OPEN", "CLOSED", "0x5", "0x6", "0x7", "0x8", "0x9", "0xA", "0xB", "0xC",
-    "READONLY", "FULL", "OFFLINE",
-];
-
 /// blkzone's names of zone types (`type_text[]`).
 const TYPE_TEXT: [&str; 4] = ["RESERVED", "CONVENTIONAL", "SEQ_WRITE_REQUIRED", "SEQ_WRITE_PREFERRED"];
 
@@ -180,7 +169,7 @@ pub fn report_line(z: &RawZone) -> String {
         z.reset,
         z.non_seq,
         z.cond,
-        COND_SHORT[usize::from(z.cond & 0xf)],
+        ZoneCond::short_name_of(z.cond),
         z.ztype,
         TYPE_TEXT.get(usize::from(z.ztype)).copied().unwrap_or("?")
     )
@@ -196,8 +185,8 @@ pub fn zone_json(z: &RawZone) -> serde_json::Value {
         "reset": z.reset,
         "non_seq": z.non_seq,
         "cond": z.cond,
-        "cond_name": COND_NAME[usize::from(z.cond & 0xf)],
-        "cond_short": COND_SHORT[usize::from(z.cond & 0xf)],
+        "cond_name": ZoneCond::name_of(z.cond),
+        "cond_short": ZoneCond::short_name_of(z.cond),
         "type": z.ztype,
         "type_name": TYPE_TEXT.get(usize::from(z.ztype)).copied().unwrap_or("?"),
     })
@@ -207,7 +196,6 @@ pub fn zone_json(z: &RawZone) -> serde_json::Value {
 mod tests {
     use super::*;
     use zblk_core::units::Sector;
-    use zblk_core::zone::ZoneCond;
 
     #[test]
     fn blkzone_line_format() {

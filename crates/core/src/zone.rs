@@ -63,6 +63,17 @@ pub enum ZoneCond {
     Offline,
 }
 
+/// blkzone's short names of zone conditions, by code (`condition_str[]` in
+/// util-linux's `blkzone.c`): the one table `zblk report` prints from.
+const COND_SHORT: [&str; 16] =
+    ["nw", "em", "oi", "oe", "cl", "x5", "x6", "x7", "x8", "x9", "xA", "xB", "xC", "ro", "fu", "of"];
+
+/// The kernel's names of zone conditions (`blk_zone_cond_str()`), by code.
+const COND_NAME: [&str; 16] = [
+    "NOT_WP", "EMPTY", "IMP_OPEN", "EXP_OPEN", "CLOSED", "0x5", "0x6", "0x7", "0x8", "0x9", "0xA", "0xB", "0xC",
+    "READONLY", "FULL", "OFFLINE",
+];
+
 impl ZoneCond {
     /// The numeric code `blkzone report` prints (`cond: 0x1(em)`).
     pub fn code(self) -> u8 {
@@ -78,32 +89,26 @@ impl ZoneCond {
         }
     }
 
-    /// The short name `blkzone report` prints.
+    /// The short name `blkzone report` prints (`zcond:15(of)`).
     pub fn short_name(self) -> &'static str {
-        match self {
-            ZoneCond::NotWp => "nw",
-            ZoneCond::Empty => "em",
-            ZoneCond::ImpOpen => "oi",
-            ZoneCond::ExpOpen => "oe",
-            ZoneCond::Closed => "cl",
-            ZoneCond::ReadOnly => "ro",
-            ZoneCond::Full => "fu",
-            ZoneCond::Offline => "ol",
-        }
+        ZoneCond::short_name_of(self.code())
     }
 
     /// The kernel's name (`blk_zone_cond_str()`).
     pub fn name(self) -> &'static str {
-        match self {
-            ZoneCond::NotWp => "NOT_WP",
-            ZoneCond::Empty => "EMPTY",
-            ZoneCond::ImpOpen => "IMP_OPEN",
-            ZoneCond::ExpOpen => "EXP_OPEN",
-            ZoneCond::Closed => "CLOSED",
-            ZoneCond::Full => "FULL",
-            ZoneCond::ReadOnly => "READONLY",
-            ZoneCond::Offline => "OFFLINE",
-        }
+        ZoneCond::name_of(self.code())
+    }
+
+    /// blkzone's short name of condition code `code` (its `condition_str[]`, indexed
+    /// by the low four bits): a code no condition has is printed `xN`, as blkzone
+    /// prints a reserved one. A Linux device reports codes, not [`ZoneCond`]s.
+    pub fn short_name_of(code: u8) -> &'static str {
+        COND_SHORT[usize::from(code & 0xf)]
+    }
+
+    /// The kernel's name of condition code `code`; a reserved code as `0xN`.
+    pub fn name_of(code: u8) -> &'static str {
+        COND_NAME[usize::from(code & 0xf)]
     }
 
     /// Whether the zone is open (implicitly or explicitly).
@@ -639,6 +644,26 @@ mod tests {
 
     const Z: u64 = 2048; // sectors per zone
     const CAP: u64 = 1536;
+
+    #[test]
+    fn condition_names_are_blkzones_and_the_kernels() {
+        let all = [
+            ZoneCond::NotWp,
+            ZoneCond::Empty,
+            ZoneCond::ImpOpen,
+            ZoneCond::ExpOpen,
+            ZoneCond::Closed,
+            ZoneCond::ReadOnly,
+            ZoneCond::Full,
+            ZoneCond::Offline,
+        ];
+        let short: Vec<&str> = all.iter().map(|c| c.short_name()).collect();
+        assert_eq!(short, ["nw", "em", "oi", "oe", "cl", "ro", "fu", "of"]);
+        let long: Vec<&str> = all.iter().map(|c| c.name()).collect();
+        assert_eq!(long, ["NOT_WP", "EMPTY", "IMP_OPEN", "EXP_OPEN", "CLOSED", "READONLY", "FULL", "OFFLINE"]);
+        // Codes no condition has, as a device may report them.
+        assert_eq!((ZoneCond::short_name_of(5), ZoneCond::name_of(12)), ("x5", "0xC"));
+    }
 
     #[test]
     fn write_at_wp_opens_and_fills() {

@@ -12,7 +12,7 @@
 //! is refused (EINVAL, the limit in words) when longer than the device's zone
 //! append limit, as the kernel refuses it.
 
-use crate::explain::{cond_name, explain};
+use crate::explain::explain;
 use crate::{CliError, image, parse};
 use clap::Args;
 use std::io::{Read, Write};
@@ -310,7 +310,7 @@ impl Io<'_> {
                 self.geo.zone_no(z.start).0,
                 z.wp.0 * SECTOR_SIZE,
                 z.wp.0,
-                cond_name(z.cond)
+                z.cond.name()
             ),
             _ => String::new(),
         }
