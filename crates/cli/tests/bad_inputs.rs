@@ -242,6 +242,43 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ("wait-negative", "$Z check --wait=-1 a.img", Some(2), "not a number of seconds"),
     ("directory-symlink", "mkdir d; ln -s d l.img; $Z report l.img", None, "it is a directory"),
     ("finish-conventional", "$Z finish a.img -o 0 -l 4M", None, "EINVAL: finish of conventional zone 0"),
+    (
+        "reset-at-end",
+        "$Z reset a.img -o 131072",
+        None,
+        "EINVAL: no zone to reset at sector 131072: it is the device's end (131072 sectors)",
+    ),
+    (
+        "open-at-end",
+        "$Z open a.img -o 131072 -c 1",
+        None,
+        "EINVAL: no zone to open at sector 131072: it is the device's end (131072 sectors)",
+    ),
+    (
+        "close-at-end",
+        "$Z close a.img -o 131072 -c 4",
+        None,
+        "EINVAL: no zone to close at sector 131072: it is the device's end (131072 sectors)",
+    ),
+    (
+        "finish-at-end",
+        "$Z finish a.img -o 131072 -l 8192",
+        None,
+        "EINVAL: no zone to finish at sector 131072: it is the device's end (131072 sectors)",
+    ),
+    ("reset-conventional-only", "$Z reset a.img -o 0 -c 1", None, "EINVAL: reset of conventional zone 0"),
+    (
+        "open-range-partial",
+        "$Z open a.img -o 8192 -c 3",
+        None,
+        "ETOOMANYREFS: cannot open zone 3: the open zone limit is reached (zone_max_open 2); done before it: open of zones 1 to 2 (2 zones, sectors 8192 to 24576)",
+    ),
+    (
+        "zone-count-zero",
+        "$Z finish a.img -o 114688 -c 0 --json | grep -q '\"zones\":2' && [ $($Z report a.img -o 114688 | grep -c 'zcond:14(fu)') = 2 ]",
+        Some(0),
+        "",
+    ),
     // Environment
     (
         "sigpipe-report",

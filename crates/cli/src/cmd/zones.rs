@@ -8,7 +8,7 @@ use clap::Args;
 use std::path::PathBuf;
 use zblk_core::bio::Op;
 use zblk_core::engine::EngineConfig;
-use zblk_core::units::Sector;
+use zblk_core::units::{Sector, ZoneNo};
 use zblk_dev::file::FileImage;
 use zblk_dev::linux::{self, RawZone, ZoneCtl};
 use zblk_runtime::Backend;
@@ -211,6 +211,16 @@ fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
             return Err(CliError(format!("{name}: number of sectors {l} is not aligned to zone size {zs}")));
         }
     }
+    if zlen == 0 {
+        // The offset is the device's end: no zone starts there. The kernel refuses
+        // the empty range (EINVAL from BLKRESETZONE and the others), as `report`
+        // refuses the offset.
+        return Err(CliError(format!(
+            "{name}: EINVAL: no zone to {} at sector {}: it is the device's end ({total} sectors)",
+            cmd.name(),
+            a.offset
+        )));
+    }
     let end = a.offset + zlen;
     let zones = match target {
         Target::Device(d) => {
@@ -236,28 +246,33 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
     let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
     let rt = image::start(img, engine, Backend::Auto)?;
     let end = a.offset + zlen;
-    let mut zones = 0;
+    // A reset of a range skips its conventional zones (they have nothing to reset),
+    // unless the range holds nothing else: then there is no zone to act on, and the
+    // first conventional zone is refused as the kernel refuses it.
+    let zone_range = geo.zone_no(Sector(a.offset)).0..=geo.zone_no(Sector(end - 1)).0;
+    let skip_conv = cmd == ZoneCmd::Reset && zone_range.clone().any(|z| !geo.zone_is_conv(ZoneNo(z)));
+    let mut done: Vec<ZoneNo> = Vec::new();
     let result = if cmd == ZoneCmd::Reset && a.offset == 0 && zlen == total {
         // As the kernel: a reset of the whole device is one RESET_ALL.
-        zones = u64::from(geo.nr_seq_zones());
-        rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, None, s))
+        let r = rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, None, s));
+        if r.is_ok() {
+            done.extend((geo.nr_conv()..geo.nr_zones()).map(ZoneNo));
+        }
+        r
     } else {
         let mut r = Ok(());
-        let mut s = a.offset;
-        while s < end {
-            let z = geo.zone_no(Sector(s));
-            // A reset of a range skips conventional zones (they have nothing to reset).
-            let skip = cmd == ZoneCmd::Reset && geo.zone_is_conv(z);
-            if !skip {
-                // The zone as it was, for the message if the device refuses.
-                let before = rt.report_zone(Sector(s)).ok();
-                if let Err(st) = rt.zone_op(cmd.op(), Sector(s)) {
-                    r = Err((Sector(s), before, st));
-                    break;
-                }
-                zones += 1;
+        for z in zone_range.map(ZoneNo) {
+            if skip_conv && geo.zone_is_conv(z) {
+                continue;
             }
-            s += geo.zone_len(z);
+            let s = geo.zone_start(z);
+            // The zone as it was, for the message if the device refuses.
+            let before = rt.report_zone(s).ok();
+            if let Err(st) = rt.zone_op(cmd.op(), s) {
+                r = Err((s, before, st));
+                break;
+            }
+            done.push(z);
         }
         r
     };
@@ -266,7 +281,20 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
         let op =
             if cmd == ZoneCmd::Reset && at == Sector::ZERO && before.is_none() { Op::ZoneResetAll } else { cmd.op() };
         let why = crate::explain::explain(&geo, op, at, 0, before.as_ref(), st);
-        CliError(format!("{name}: {} of zone at sector {} failed: {why}", cmd.name(), at.0))
+        // What took effect before the refusal is said with it.
+        let before_it = match (done.first(), done.last()) {
+            (Some(f), Some(l)) => format!(
+                "; done before it: {} of zones {} to {} ({} zones, sectors {} to {})",
+                cmd.name(),
+                f.0,
+                l.0,
+                done.len(),
+                geo.zone_start(*f).0,
+                geo.zone_start(*l).0 + geo.zone_len(*l)
+            ),
+            _ => String::new(),
+        };
+        CliError(format!("{name}: {} of zone at sector {} failed: {why}{before_it}", cmd.name(), at.0))
     })?;
-    Ok(zones)
+    Ok(done.len() as u64)
 }
