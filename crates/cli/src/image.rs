@@ -3,6 +3,7 @@
 //! conventions and report line.
 
 use crate::CliError;
+use crate::out::{self, errln};
 use clap::Args;
 use std::path::Path;
 use std::time::Duration;
@@ -108,7 +109,10 @@ pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, Cl
     let img = FileImage::open(path, &opts).map_err(CliError::msg)?;
     for r in img.repairs() {
         let what = if read_only { "found (read-only: not repaired)" } else { "repaired" };
-        eprintln!("zblk: {}: {what}: {r}", path.display());
+        errln!("zblk: {}: {what}: {r}", path.display());
+        if !read_only {
+            out::done(format!("{}: repaired: {r}", path.display()));
+        }
     }
     Ok(img)
 }

@@ -8,6 +8,7 @@ mod explain;
 mod fio_out;
 mod image;
 mod jobargs;
+mod out;
 mod parse;
 mod plot;
 mod stacksim;
@@ -91,13 +92,17 @@ fn main() -> ExitCode {
     // are the kernel's defaults, no handler runs.
     unsafe {
         // A closed pipe (`zblk report IMG | head -1`) ends the process quietly with
-        // status 141, as coreutils do, instead of a panic in println!.
+        // status 141, as coreutils do; other write errors are the output layer's
+        // (`out.rs`).
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         // Past the file size limit (`ulimit -f`) a write fails with EFBIG, which the
         // command reports, instead of the process dying without a word.
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return out::exit_usage(&e),
+    };
     let result = match cli.command {
         Command::Bench(a) => match &a.image {
             Some(target) => cmd::imgbench::run(&a, target),
@@ -115,18 +120,12 @@ fn main() -> ExitCode {
         Command::Close(a) => cmd::zones::run(cmd::zones::ZoneCmd::Close, &a),
         Command::Finish(a) => cmd::zones::run(cmd::zones::ZoneCmd::Finish, &a),
         Command::Info(a) => cmd::info::run(&a),
-        Command::Check(a) => return ExitCode::from(cmd::check::run(&a)),
+        Command::Check(a) => return out::exit_check(cmd::check::run(&a)),
         Command::Write(a) => cmd::io::run(cmd::io::IoCmd::Write, &a),
         Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
         Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),
         Command::Fallocate(a) => cmd::fallocate::run(&a),
         Command::Serve(a) => cmd::serve::run(&a),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("zblk: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    out::exit(result)
 }

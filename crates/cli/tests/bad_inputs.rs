@@ -6,6 +6,10 @@
 //! on stderr and is listed as skipped. The table in the docs is checked against
 //! these rows, so it says what is run.
 
+// Tests print to the test harness, which captures it (the zblk command itself
+// writes only through its output layer, src/out.rs).
+#![allow(clippy::disallowed_macros)]
+
 use std::io::Write;
 use std::process::Command;
 
@@ -319,6 +323,73 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         "$Z bench --image a.img --rw randwrite --zonemode none --runtime 1 --iodepth 256 --numjobs 4",
         Some(1),
         "I/Os failed",
+    ),
+    (
+        "append-stdout-full",
+        "$Z append a.img -o 4M -l 512 -p 1 >/dev/full",
+        Some(3),
+        "standard output: No space left on device (os error 28); done all the same: the append landed at sector 8192 (byte offset 4194304)",
+    ),
+    (
+        "append-both-full",
+        "$Z append a.img -o 4M -l 512 -p 1 >/dev/full 2>/dev/full; r=$?; $Z report a.img -o 8192 -c 1 | grep -q 'wptr 0x000001' && exit $r",
+        Some(3),
+        "",
+    ),
+    (
+        "check-repair-stdout-full",
+        "printf 'XX' | dd of=a.img bs=1 seek=20 conv=notrunc 2>/dev/null; $Z check -y a.img >/dev/full",
+        Some(9),
+        "done all the same: a.img: corrected: first superblock copy",
+    ),
+    (
+        "create-stdout-full",
+        "$Z create b.img --size 64M >/dev/full",
+        Some(3),
+        "done all the same: created b.img: 64MiB zoned image",
+    ),
+    (
+        "write-json-stdout-full",
+        "$Z write a.img -o 4M -l 4k -p 1 --json >/dev/full",
+        Some(3),
+        "done all the same: wrote 4096 bytes at byte offset 4194304",
+    ),
+    (
+        "report-stdout-full",
+        "$Z report a.img >/dev/full",
+        Some(1),
+        "zblk: standard output: No space left on device (os error 28)",
+    ),
+    (
+        "info-stdout-full",
+        "$Z info a.img >/dev/full",
+        Some(1),
+        "zblk: standard output: No space left on device (os error 28)",
+    ),
+    (
+        "trace-stdout-full",
+        "$Z trace --stack nullb:size=64,zone_size=4 --size 4M >/dev/full",
+        Some(1),
+        "zblk: standard output: No space left on device (os error 28)",
+    ),
+    (
+        "vopr-stdout-full",
+        "$Z vopr --seeds 2 --ops 50 >/dev/full",
+        Some(1),
+        "zblk: standard output: No space left on device (os error 28)",
+    ),
+    (
+        "corebench-stdout-full",
+        "$Z corebench --bios 1000 --rounds 1 >/dev/full",
+        Some(1),
+        "zblk: standard output: No space left on device (os error 28)",
+    ),
+    ("error-stderr-full", "$Z report nofile 2>/dev/full", Some(1), ""),
+    (
+        "help-stdout-full",
+        "$Z --help >/dev/full",
+        Some(1),
+        "zblk: standard output: No space left on device (os error 28)",
     ),
 ];
 

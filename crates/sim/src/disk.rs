@@ -16,6 +16,7 @@ use super::checker::Checker;
 use super::faults::{Fault, Faults};
 use super::model::DeviceModel;
 use super::oracle::{DeviceOracle, errno, errno_of};
+use std::io::Write as _;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::stack::DevId;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
@@ -215,7 +216,7 @@ impl SimDisk {
             }
         }
         if let Some(now_ns) = trace {
-            eprintln!("{now_ns:>12} execute {req:?} -> {result:?} (fault {fault:?})");
+            let _ = writeln!(std::io::stderr(), "{now_ns:>12} execute {req:?} -> {result:?} (fault {fault:?})");
         }
         if let Some(c) = &mut self.checker {
             c.on_execute(req, result, partial, stamp);

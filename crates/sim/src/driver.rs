@@ -25,6 +25,7 @@ use super::oracle::{DeviceOracle, HostBio, HostOracle, HostRules};
 use slab::Slab;
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::io::Write as _;
 use zblk_core::bio::{Bio, BioFlags, Op, Request, Status};
 use zblk_core::engine::{Engine, EngineConfig, EngineStats, WpRecovery};
 use zblk_core::geometry::Geometry;
@@ -410,7 +411,7 @@ impl Sim {
         assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: a power loss with BIOs in flight", self.seed);
         assert!(self.completions.is_empty() && self.delayed.is_empty() && self.late.is_empty());
         if self.debug {
-            eprintln!("{:>12} power loss", self.now_ns);
+            let _ = writeln!(std::io::stderr(), "{:>12} power loss", self.now_ns);
         }
         self.power_losses += 1;
         // The host restarts: its timers and what it waited for go with it.
@@ -491,7 +492,7 @@ impl Sim {
     /// switches.
     pub fn set_zoned_qd1_writes(&mut self, value: u64) {
         if self.debug {
-            eprintln!("{:>12} zoned_qd1_writes={value}", self.now_ns);
+            let _ = writeln!(std::io::stderr(), "{:>12} zoned_qd1_writes={value}", self.now_ns);
         }
         for i in 0..self.disks.len() {
             let dev = self.disks[i].dev;
@@ -700,7 +701,7 @@ impl Sim {
         bio.user_data = key as u64;
         if self.debug {
             let r = &self.bios[key].host;
-            eprintln!("{:>12} submit {bio:?} (oracle: {:?})", self.now_ns, r.prediction());
+            let _ = writeln!(std::io::stderr(), "{:>12} submit {bio:?} (oracle: {:?})", self.now_ns, r.prediction());
         }
         self.stack.submit(top, bio, submitter);
     }
@@ -812,7 +813,7 @@ impl Sim {
         }
         while let Some(action) = self.stack.poll_action() {
             if self.debug {
-                eprintln!("{:>12} {action:?}", self.now_ns);
+                let _ = writeln!(std::io::stderr(), "{:>12} {action:?}", self.now_ns);
             }
             match action {
                 StackAction::Issue { dev, req } => {
@@ -995,7 +996,7 @@ impl Sim {
         while self.late.front().is_some_and(|l| l.0 <= self.now_ns) {
             let (_, dev, req, result) = self.late.pop_front().expect("a late completion");
             if self.debug {
-                eprintln!("{:>12} timeout {req:?} -> {result:?}", self.now_ns);
+                let _ = writeln!(std::io::stderr(), "{:>12} timeout {req:?} -> {result:?}", self.now_ns);
             }
             let i = self.disk_index(dev);
             if let Some(c) = &mut self.disks[i].checker {

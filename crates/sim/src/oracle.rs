@@ -25,6 +25,7 @@
 //!   append must land at the predicted sector; a write waiting in its plug when a
 //!   reset or finish of its zone arrives must fail; a FLUSH must reach the device.
 
+use std::io::Write as _;
 use zblk_core::bio::{Bio, Op, Request, Status};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{Sector, ZoneNo};
@@ -773,7 +774,12 @@ impl HostOracle {
                 match device_wp(ZoneNo(z)) {
                     Some(wp) => {
                         if std::env::var_os("ZBLK_ORACLE_DEBUG").is_some() {
-                            eprintln!("resync zone {z} at {wp} after {:?} wp_set {}", rec.bio, hz.wp_set);
+                            let _ = writeln!(
+                                std::io::stderr(),
+                                "resync zone {z} at {wp} after {:?} wp_set {}",
+                                rec.bio,
+                                hz.wp_set
+                            );
                         }
                         hz.sub_wp = wp;
                         hz.certain = true;

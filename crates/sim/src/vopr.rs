@@ -16,6 +16,7 @@ use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::cell::Cell;
 use std::collections::BTreeSet;
+use std::io::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use zblk_core::engine::WpRecovery;
 use zblk_core::geometry::Geometry;
@@ -204,7 +205,7 @@ fn run_seed_inner(
         let mut rs = random_stack(seed);
         rs.cfg.faults = faults;
         if debug {
-            eprintln!("seed {seed}: {:#?}", rs);
+            let _ = writeln!(std::io::stderr(), "seed {seed}: {:#?}", rs);
         }
         rotational.extend(rs.built.disks.iter().map(|(_, p)| p.rotational));
         (Sim::with_stack(rs.built, rs.cfg, &mut null_model), rs.kernel_recovery, (ops / 2).max(1))
@@ -215,7 +216,7 @@ fn run_seed_inner(
         cfg.host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
         let recovery = cfg.engine.wp_recovery == WpRecovery::Kernel;
         if debug {
-            eprintln!("seed {seed}: {cfg:#?}");
+            let _ = writeln!(std::io::stderr(), "seed {seed}: {cfg:#?}");
         }
         rotational.push(cfg.device.rotational);
         let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));

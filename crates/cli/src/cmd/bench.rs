@@ -1,6 +1,7 @@
 //! `zblk bench`: fio-like jobs on a simulated device.
 
 use crate::jobargs::{BenchArgs, OutputFormat, choose_policy, engine_config, job_spec};
+use crate::out::{out, outln};
 use crate::{CliError, devspec, fio_out};
 use zblk_sim::{FaultConfig, SimConfig};
 
@@ -26,9 +27,9 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     let report = progress.run(&spec, &cfg, &[job], a.group_reporting)?;
     let json = a.json || a.output_format == Some(OutputFormat::Json);
     if json {
-        println!("{}", fio_out::json(&report, &device));
+        outln!("{}", fio_out::json(&report, &device));
     } else {
-        print!("{}", fio_out::text(&report, &device));
+        out!("{}", fio_out::text(&report, &device));
     }
     // As fio: failed I/Os fail the run, unless they were injected on purpose.
     let failed: u64 = report.jobs.iter().map(|j| j.errors).sum();

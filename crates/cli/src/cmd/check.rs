@@ -2,7 +2,9 @@
 //! Read-only by default (`-n`): one line per problem found, nothing changed. With
 //! `-y` or `--repair`: opens for writing, accepting an older zone state when no newer
 //! one can be proven, and says every change it made. Exit codes as e2fsck: 0 clean,
-//! 1 problems corrected, 4 problems left uncorrected, 8 operational error.
+//! 1 problems corrected, 4 problems left uncorrected, 8 operational error (also added
+//! to the others when the report cannot be written: `check -y >/dev/full` after a
+//! repair exits 9, and says on standard error what it corrected).
 //!
 //! Beyond the metadata (what an open checks), the data region: the file holds
 //! nothing past the image's end (bytes there are no image's: a repair cuts them
@@ -11,6 +13,7 @@
 //! write pointer is never returned (reads there give zeroes, whatever the file
 //! holds), so it is not checked.
 
+use crate::out::{self, errln, outln};
 use clap::Args;
 use std::path::PathBuf;
 use zblk_core::units::{SECTOR_SIZE, Sector};
@@ -41,7 +44,7 @@ pub struct CheckArgs {
 const CLEAN: u8 = 0;
 const CORRECTED: u8 = 1;
 const UNCORRECTED: u8 = 4;
-const OPERATIONAL: u8 = 8;
+const OPERATIONAL: u8 = out::OPERATIONAL;
 
 /// Runs the check; returns the exit code.
 pub fn run(a: &CheckArgs) -> u8 {
@@ -60,9 +63,9 @@ pub fn run(a: &CheckArgs) -> u8 {
                 }
                 _ => OPERATIONAL,
             };
-            eprintln!("zblk: {e}");
+            errln!("zblk: {e}");
             if code == UNCORRECTED {
-                println!("{name}: problem left uncorrected: {}", e.kind);
+                outln!("{name}: problem left uncorrected: {}", e.kind);
             }
             return code;
         }
@@ -70,7 +73,10 @@ pub fn run(a: &CheckArgs) -> u8 {
     let mut found: Vec<String> = img.repairs().to_vec();
     let verb = if repair { "corrected" } else { "found" };
     for r in &found {
-        println!("{name}: {verb}: {r}");
+        outln!("{name}: {verb}: {r}");
+        if repair {
+            out::done(format!("{name}: corrected: {r}"));
+        }
     }
     // The data region. Unreadable data is left as it is (no copy makes up for it).
     let mut left = 0;
@@ -82,34 +88,35 @@ pub fn run(a: &CheckArgs) -> u8 {
                 let cut =
                     std::fs::OpenOptions::new().write(true).open(&a.image).and_then(|f| f.set_len(img.file_bytes()));
                 if let Err(e) = cut {
-                    eprintln!("zblk: {name}: cutting the file to {} bytes: {e}", img.file_bytes());
+                    errln!("zblk: {name}: cutting the file to {} bytes: {e}", img.file_bytes());
                     return OPERATIONAL;
                 }
-                println!("{name}: corrected: {what}: cut off");
+                outln!("{name}: corrected: {what}: cut off");
+                out::done(format!("{name}: corrected: {what}: cut off"));
             } else {
-                println!("{name}: found: {what}");
+                outln!("{name}: found: {what}");
             }
             found.push(what);
         }
         Ok(_) => {}
         Err(e) => {
-            eprintln!("zblk: {name}: {e}");
+            errln!("zblk: {name}: {e}");
             return OPERATIONAL;
         }
     }
     for bad in unreadable(&img) {
-        println!("{name}: found: {bad} (left as it is)");
+        outln!("{name}: found: {bad} (left as it is)");
         left += 1;
     }
     if repair {
         if let Err(e) = img.close() {
-            eprintln!("zblk: {e}");
+            errln!("zblk: {e}");
             return OPERATIONAL;
         }
     }
     match (found.is_empty() && left == 0, repair) {
         (true, _) => {
-            println!("{name}: clean");
+            outln!("{name}: clean");
             CLEAN
         }
         _ if left > 0 => UNCORRECTED,

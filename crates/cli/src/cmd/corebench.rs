@@ -2,6 +2,7 @@
 //! timing model), in three shapes, with and without zone write plugging.
 
 use crate::CliError;
+use crate::out::outln;
 use clap::Args;
 use std::time::Instant;
 use zblk_core::corebench::{CoreBenchSpec, Shape, run_corebench};
@@ -99,16 +100,22 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
     }
     if a.json {
         let doc = serde_json::json!({ "rounds": a.rounds, "bios": a.bios, "shapes": results });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(());
     }
-    println!("core cost: the engine alone, {} BIOs per run, best of {} runs, one thread", a.bios, a.rounds);
-    println!(
+    outln!("core cost: the engine alone, {} BIOs per run, best of {} runs, one thread", a.bios, a.rounds);
+    outln!(
         "{:<12} {:>9} {:>6} {:>14} {:>14} {:>10} {:>9}",
-        "shape", "zones", "QD", "zwp M/s", "pass M/s", "zwp/pass", "plugged"
+        "shape",
+        "zones",
+        "QD",
+        "zwp M/s",
+        "pass M/s",
+        "zwp/pass",
+        "plugged"
     );
     for r in &results {
-        println!(
+        outln!(
             "{:<12} {:>9} {:>6} {:>14.2} {:>14.2} {:>9.2}x {:>8.0}%",
             r.shape,
             r.spec.zones,
@@ -119,6 +126,6 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
             100.0 * r.plugged as f64 / a.bios as f64
         );
     }
-    println!("(zwp/pass: time per BIO with plugging over time per BIO without; plugged: BIOs that waited in a plug)");
+    outln!("(zwp/pass: time per BIO with plugging over time per BIO without; plugged: BIOs that waited in a plug)");
     Ok(())
 }

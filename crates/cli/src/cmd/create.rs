@@ -2,6 +2,7 @@
 //! parameters.
 
 use crate::CliError;
+use crate::out::{self, outln};
 use clap::Args;
 use std::path::PathBuf;
 use zblk_core::params::{DeviceParams, PARAMS};
@@ -117,16 +118,8 @@ pub fn run(a: &CreateArgs) -> Result<(), CliError> {
     let opts = CreateOptions { geometry: p.geometry.clone(), rotational: p.rotational, force: a.force };
     FileImage::create_waiting(&a.image, &opts, a.lock.wait).map_err(CliError::msg)?;
     let g = &p.geometry;
-    if a.json {
-        let doc = serde_json::json!({
-            "image": a.image.display().to_string(),
-            "geometry": g,
-            "rotational": p.rotational,
-            "nr_zones": geo.nr_zones(),
-        });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
-    } else if geo.is_zoned() {
-        println!(
+    let what = if geo.is_zoned() {
+        format!(
             "{}: {} zoned image, {} zones of {} (capacity {}), {} conventional",
             a.image.display(),
             format_bytes_exact(g.capacity_bytes),
@@ -134,9 +127,21 @@ pub fn run(a: &CreateArgs) -> Result<(), CliError> {
             format_bytes_exact(g.zone_size_bytes),
             format_bytes_exact(geo.zone_cap_sectors() << 9),
             geo.nr_conv()
-        );
+        )
     } else {
-        println!("{}: {} regular (not zoned) image", a.image.display(), format_bytes_exact(g.capacity_bytes));
+        format!("{}: {} regular (not zoned) image", a.image.display(), format_bytes_exact(g.capacity_bytes))
+    };
+    out::done(format!("created {what}"));
+    if a.json {
+        let doc = serde_json::json!({
+            "image": a.image.display().to_string(),
+            "geometry": g,
+            "rotational": p.rotational,
+            "nr_zones": geo.nr_zones(),
+        });
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        outln!("{what}");
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! WRITE_ZEROES, with util-linux fallocate's option names, and say how it was done
 //! and how long it took.
 
+use crate::out::{self, outln};
 use crate::{CliError, image, parse};
 use clap::Args;
 use std::path::PathBuf;
@@ -205,6 +206,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         ))
     })?;
     flushed.map_err(|s| CliError(format!("{name}: commit: {}: {s}", s.errno_name())))?;
+    out::done(format!("zeroed {} bytes at byte offset {} of {name}", a.length, a.offset));
     let (zeroing_s, commit_s) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
     let file_method = report.device_method.map_or("zero buffers (ordinary writes)", |m| m.name());
     if a.json {
@@ -225,7 +227,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
             "probe": probe,
             "backend": backend,
         });
-        println!("{doc}");
+        outln!("{doc}");
         return Ok(());
     }
     let how = match report.method {
@@ -233,7 +235,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         ZeroingMethod::WriteZeroes => format!("written as zeroes ({file_method})"),
         ZeroingMethod::ZeroBuffers => "written as zero buffers (the image has no WRITE_ZEROES)".to_string(),
     };
-    println!(
+    outln!(
         "{name}: {} ({} bytes) at offset {} zeroed: {how}, in {:.6} s + commit {:.6} s",
         format_bytes_exact(a.length),
         a.length,
@@ -242,13 +244,13 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         commit_s
     );
     if a.verbose {
-        println!("  method:                          {}", report.method.name());
-        println!("  write_zeroes_max_bytes:          {}", u64::from(geo.max_write_zeroes_sectors()) * SECTOR_SIZE);
-        println!("  write_zeroes_unmap_max_hw_bytes: {}", u64::from(geo.max_hw_wzeroes_unmap_sectors()) * SECTOR_SIZE);
-        println!("  write_zeroes_unmap_max_bytes:    {unmap_attr}");
-        println!("  nounmap:                         {}", u8::from(nounmap));
-        println!("  probe:                           {probe}");
-        println!("  I/O driver:                      {backend}");
+        outln!("  method:                          {}", report.method.name());
+        outln!("  write_zeroes_max_bytes:          {}", u64::from(geo.max_write_zeroes_sectors()) * SECTOR_SIZE);
+        outln!("  write_zeroes_unmap_max_hw_bytes: {}", u64::from(geo.max_hw_wzeroes_unmap_sectors()) * SECTOR_SIZE);
+        outln!("  write_zeroes_unmap_max_bytes:    {unmap_attr}");
+        outln!("  nounmap:                         {}", u8::from(nounmap));
+        outln!("  probe:                           {probe}");
+        outln!("  I/O driver:                      {backend}");
     }
     Ok(())
 }

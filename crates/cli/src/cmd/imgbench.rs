@@ -3,6 +3,7 @@
 //! wall-clock time.
 
 use crate::jobargs::{BenchArgs, OutputFormat, choose_policy, engine_config, job_spec};
+use crate::out::{self, errln, out, outln};
 use crate::{CliError, fio_out, image};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -37,16 +38,20 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let qd = job.iodepth.saturating_mul(job.numjobs).clamp(1, 1024);
     let engine = EngineConfig { queue_depth: qd, ..engine_config(a, policy) };
     let rt = img.start(engine, backend)?;
-    eprintln!("zblk: {}: I/O with {}", path.display(), rt.backend());
+    errln!("zblk: {}: I/O with {}", path.display(), rt.backend());
     let name = path.display().to_string();
     let report = run_jobs(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting)
         .map_err(|e| CliError(format!("{e}")));
     rt.close().map_err(CliError::msg)?;
     let report = report?;
+    let written: u64 = report.jobs.iter().map(|j| j.write.io_bytes).sum();
+    if written > 0 {
+        out::done(format!("the benchmark wrote {written} bytes to {name}"));
+    }
     if a.json || a.output_format == Some(OutputFormat::Json) {
-        println!("{}", json_report(&report, &geo));
+        outln!("{}", json_report(&report, &geo));
     } else {
-        print!("{}", text(&report, &geo));
+        out!("{}", text(&report, &geo));
     }
     // As fio: a run where I/Os failed is a failed run, whatever was measured.
     let failed: u64 = report.jobs.iter().map(|j| j.errors).sum();

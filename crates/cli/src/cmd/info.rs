@@ -2,6 +2,7 @@
 //! of the kernel's `/sys/block/<dev>/queue/` attributes, and its state; for a Linux
 //! zoned block device, what sysfs says and what zblk makes of it.
 
+use crate::out::outln;
 use crate::{CliError, image};
 use clap::Args;
 use serde_json::json;
@@ -93,15 +94,15 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         },
     });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(());
     }
     let z = &doc["zones"];
-    println!("{}: zblk image, format version {}", a.image.display(), zblk_dev::file::format::FORMAT_VERSION);
-    println!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
+    outln!("{}: zblk image, format version {}", a.image.display(), zblk_dev::file::format::FORMAT_VERSION);
+    outln!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
     if geo.is_zoned() {
         print_zones(&geo, z);
-        println!(
+        outln!(
             "  open / active:     {} / {} (limits {} / {}; 0 = none)",
             nr_open,
             nr_active,
@@ -113,31 +114,31 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         } else {
             format!("native, up to {} sectors", geo.max_append_sectors())
         };
-        println!("  zone append:       {append}");
+        outln!("  zone append:       {append}");
     }
-    println!("  queue attributes (/sys/block/<dev>/queue/ names):");
+    outln!("  queue attributes (/sys/block/<dev>/queue/ names):");
     if let Some(q) = doc["queue"].as_object() {
         for (k, v) in q {
             let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            println!("    {k:<31} {v}");
+            outln!("    {k:<31} {v}");
         }
     }
     if geo.max_sectors() != DEFAULT_MAX_SECTORS {
-        println!("  (max_sectors {} differs from the kernel default {DEFAULT_MAX_SECTORS})", geo.max_sectors());
+        outln!("  (max_sectors {} differs from the kernel default {DEFAULT_MAX_SECTORS})", geo.max_sectors());
     }
-    println!(
+    outln!(
         "  data region:       file offset {} ({})",
         sb.layout.data_offset,
         format_bytes_exact(sb.layout.data_offset)
     );
-    println!("  commits:           {}", img.durable_seq());
-    println!(
+    outln!("  commits:           {}", img.durable_seq());
+    outln!(
         "  zeroing:           {unmap_method} (write zeroes without NOUNMAP); pwrite-zeroes with NOUNMAP or \
          write_zeroes_unmap_max_bytes=0"
     );
-    println!("  zeroing probe:     {}", probe.detail);
-    println!("  io_uring:          {}", doc["io"]["io_uring"].as_str().unwrap_or(""));
-    println!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
+    outln!("  zeroing probe:     {}", probe.detail);
+    outln!("  io_uring:          {}", doc["io"]["io_uring"].as_str().unwrap_or(""));
+    outln!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
     Ok(())
 }
 
@@ -197,39 +198,40 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
         "zones": zones_json(&zones, nr_open as u64, nr_active as u64),
     });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(());
     }
     let z = &doc["zones"];
-    println!("{}: Linux zoned block device (host-managed)", a.image.display());
-    println!("  capacity:          {} ({} sectors)", format_bytes_exact(l.nr_sectors << 9), l.nr_sectors);
+    outln!("{}: Linux zoned block device (host-managed)", a.image.display());
+    outln!("  capacity:          {} ({} sectors)", format_bytes_exact(l.nr_sectors << 9), l.nr_sectors);
     print_zones(&geo, z);
-    println!(
+    outln!(
         "  open / active:     {nr_open} / {nr_active} (limits {} / {}; 0 = none)",
-        l.max_open_zones, l.max_active_zones
+        l.max_open_zones,
+        l.max_active_zones
     );
-    println!("  zone append:       emulated by zblk (no zone append for userspace on a block device)");
-    println!("  queue attributes (sysfs, /sys/block/<dev>/queue/):");
+    outln!("  zone append:       emulated by zblk (no zone append for userspace on a block device)");
+    outln!("  queue attributes (sysfs, /sys/block/<dev>/queue/):");
     if let Some(q) = doc["queue"].as_object() {
         for (k, v) in q {
             let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            println!("    {k:<31} {v}");
+            outln!("    {k:<31} {v}");
         }
     }
-    println!(
+    outln!(
         "  zblk:              max_sectors {}, O_DIRECT alignment {} bytes, zoned_qd1_writes {}",
         geo.max_sectors(),
         l.direct_alignment(),
         u8::from(l.rotational)
     );
-    println!("  io_uring:          {}", doc["zblk"]["io_uring"].as_str().unwrap_or(""));
+    outln!("  io_uring:          {}", doc["zblk"]["io_uring"].as_str().unwrap_or(""));
     Ok(())
 }
 
 /// The zone lines of `zblk info`, for an image or a device: the zone layout, and the
 /// zones by condition (`z`, the JSON document's `zones` object).
 fn print_zones(geo: &zblk_core::geometry::Geometry, z: &serde_json::Value) {
-    println!(
+    outln!(
         "  zones:             {} of {} ({} conventional, {} sequential write required), capacity {}",
         geo.nr_zones(),
         format_bytes_exact(geo.zone_sectors() << 9),
@@ -237,9 +239,13 @@ fn print_zones(geo: &zblk_core::geometry::Geometry, z: &serde_json::Value) {
         geo.nr_seq_zones(),
         format_bytes_exact(geo.zone_cap_sectors() << 9)
     );
-    println!(
+    outln!(
         "  zone state:        {} empty, {} implicitly open, {} explicitly open, {} closed, {} full",
-        z["empty"], z["implicit_open"], z["explicit_open"], z["closed"], z["full"]
+        z["empty"],
+        z["implicit_open"],
+        z["explicit_open"],
+        z["closed"],
+        z["full"]
     );
 }
 

@@ -13,6 +13,7 @@
 //! append limit, as the kernel refuses it.
 
 use crate::explain::explain;
+use crate::out::{self, outln};
 use crate::{CliError, image, parse};
 use clap::Args;
 use std::io::{Read, Write};
@@ -216,6 +217,15 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     let flushed = if a.flush && result.is_ok() { rt.flush() } else { Ok(()) };
     rt.close().map_err(CliError::msg)?;
     let (at, moved, crc) = result?;
+    // What took effect, said on standard error if standard output is lost.
+    match (cmd, &a.output) {
+        (IoCmd::Write, _) => out::done(format!("wrote {moved} bytes at byte offset {}", a.offset)),
+        (IoCmd::Append, _) => {
+            out::done(format!("the append landed at sector {} (byte offset {})", at.0, at.0 * SECTOR_SIZE))
+        }
+        (IoCmd::Read, Some(p)) if p.as_os_str() != "-" => out::done(format!("read {moved} bytes into {}", p.display())),
+        (IoCmd::Read, _) => {}
+    }
     flushed.map_err(|s| CliError(format!("{name}: flush: {}: {s}", s.errno_name())))?;
     if a.json {
         let doc = serde_json::json!({
@@ -226,9 +236,9 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
             "byte_offset": at.0 * SECTOR_SIZE,
             "crc32": crc,
         });
-        println!("{doc}");
+        outln!("{doc}");
     } else if cmd == IoCmd::Append {
-        println!("{}", at.0);
+        outln!("{}", at.0);
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `zblk sweep EXPERIMENT`: the published experiments, run on simulated devices,
 //! every policy side by side, with tables, plots and JSON rows.
 
+use crate::out::{self, errln, out, outln};
 use crate::plot::{Axis, Chart, Kind, Series};
 use crate::{CliError, parse, plot};
 use clap::{Args, ValueEnum};
@@ -225,21 +226,24 @@ pub fn run(a: &SweepArgs) -> Result<(), CliError> {
         }
         all_rows.extend(rows);
     }
+    for p in &plots {
+        out::done(format!("plot written: {}", p.display()));
+    }
     if let Some(b) = bar {
         b.finish_and_clear();
     }
     let wall = started.elapsed().as_secs_f64();
     let ios: u64 = all_rows.iter().map(|r| r.ios).sum();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&all_rows).map_err(CliError::msg)?);
+        outln!("{}", serde_json::to_string_pretty(&all_rows).map_err(CliError::msg)?);
     } else {
-        print!("{text}");
+        out!("{text}");
         for p in &plots {
-            println!("plot: {}", p.display());
+            outln!("plot: {}", p.display());
         }
     }
     // Wall-clock figures vary from run to run: on stderr, apart from the results.
-    eprintln!(
+    errln!(
         "simulated {ios} I/Os in {wall:.1} s of wall time: {:.0} simulated I/Os per second",
         ios as f64 / wall.max(1e-9)
     );

@@ -8,6 +8,7 @@
 //! member seeks back and forth inside what should be one sequential stream.
 
 use crate::CliError;
+use crate::out::{out, outln};
 use crate::stacksim::{build_sim, parse_stack};
 use std::fmt::Write as _;
 use zblk_core::bio::Op;
@@ -125,9 +126,9 @@ pub fn run_order(s: &Setup, order: SplitOrder, seed: u64) -> Result<Row, CliErro
 pub fn run(seed: u64, json: bool) -> Result<(), CliError> {
     let rows = [run_order(&SETUP, SplitOrder::Head, seed)?, run_order(&SETUP, SplitOrder::Tail, seed)?];
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::msg)?);
+        outln!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::msg)?);
     } else {
-        print!("{}", report(&SETUP, &rows));
+        out!("{}", report(&SETUP, &rows));
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! in the background costs a sequential writer, on the simulated SSD and on a real
 //! image file (wall-clock time).
 
+use crate::out::{out, outln};
 use crate::{CliError, parse};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -213,9 +214,9 @@ pub fn run(a: &ZeroesArgs, seed: u64, json: bool) -> Result<(), CliError> {
         for w in &writers {
             all.push(serde_json::to_value(w).map_err(CliError::msg)?);
         }
-        println!("{}", serde_json::to_string_pretty(&all).map_err(CliError::msg)?);
+        outln!("{}", serde_json::to_string_pretty(&all).map_err(CliError::msg)?);
     } else {
-        print!("{}", report(&rows, &writers));
+        out!("{}", report(&rows, &writers));
     }
     Ok(())
 }

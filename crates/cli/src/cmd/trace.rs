@@ -2,10 +2,10 @@
 //! every device printed as blkparse prints a blktrace, and per-device seek
 //! histograms.
 
+use crate::out::{self, out, outln};
 use crate::stacksim::{build_sim, parse_stack};
 use crate::{CliError, devspec, parse};
 use clap::{Args, ValueEnum};
-use std::io::Write as _;
 use zblk_core::bio::Op;
 use zblk_core::stack::{DevKind, SplitOrder, Stack, TraceEvent, TraceWriter};
 use zblk_core::units::{SECTOR_SHIFT, Sector, format_bytes_exact};
@@ -185,29 +185,25 @@ pub fn run(a: &TraceArgs) -> Result<(), CliError> {
     }
     let mut sim = build_sim(&spec, a.split_order.order(), a.seed, a.check, &mut null_model)?;
     let jobs = jobs(a, sim.stack())?;
-    let out = std::io::stdout();
-    let mut head = out.lock();
-    let _ = writeln!(
-        head,
+    outln!(
         "# zblk trace: simulated devices, virtual time (seed {}, split_order={})",
         a.seed,
         a.split_order.order().name()
     );
     for line in describe_devices(sim.stack()) {
-        let _ = writeln!(head, "# {line}");
+        outln!("# {line}");
     }
     for (d, model) in sim.model_descriptions() {
-        let _ = writeln!(head, "# {}: {model}", sim.stack().info(d).name);
+        outln!("# {}: {model}", sim.stack().info(d).name);
     }
-    drop(head);
     if !a.quiet {
         let mut writer = TraceWriter::new(sim.stack());
         let actions = a.actions.clone();
-        let mut buf = std::io::BufWriter::new(std::io::stdout());
+        let mut buf = out::Buffered::new();
         sim.set_trace_sink(Box::new(move |e: &TraceEvent| {
             let line = writer.line(e);
             if actions.contains(e.action.letter()) {
-                let _ = writeln!(buf, "{line}");
+                buf.line(format_args!("{line}"));
             }
         }));
     }
@@ -216,7 +212,7 @@ pub fn run(a: &TraceArgs) -> Result<(), CliError> {
     sim.run(&mut w);
     // Drops the sink, flushing its buffer, before the summary.
     sim.clear_trace_sink();
-    print!("{}", summary(&sim, &w, a.seek_hist));
+    out!("{}", summary(&sim, &w, a.seek_hist));
     Ok(())
 }
 

@@ -2,9 +2,9 @@
 //! model (docs/vopr.md). One line per failing seed, a summary line at the end; a
 //! failing `--seed` replay prints the shrunk trace of the operations that matter.
 
+use crate::out::outln;
 use crate::{CliError, parse};
 use clap::Args;
-use std::io::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -112,7 +112,6 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
     let next = AtomicU64::new(0);
     let summary = Mutex::new(Summary { simulated: true, ..Summary::default() });
     let started = Instant::now();
-    let out = Mutex::new(std::io::stdout());
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| {
@@ -136,8 +135,7 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
                                 v.lines().next().unwrap_or(""),
                                 replay_command(&r, a.ops, a.mutation.as_deref())
                             );
-                            let mut o = out.lock().expect("stdout lock");
-                            let _ = writeln!(o, "{line}");
+                            outln!("{line}");
                         }
                     }
                     let mut sum = summary.lock().expect("summary lock");
@@ -160,12 +158,17 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
     sum.wall_seconds = started.elapsed().as_secs_f64();
     sum.failures.sort_by_key(|r| r.seed);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&sum).map_err(CliError::msg)?);
+        outln!("{}", serde_json::to_string_pretty(&sum).map_err(CliError::msg)?);
     } else {
         let m = a.mutation.as_deref().map(|m| format!(", mutation {m}")).unwrap_or_default();
-        println!(
+        outln!(
             "vopr (simulated devices{m}): {} seeds, {} operations, {} faults injected, {} checks, {} violations, {:.1} s",
-            sum.seeds, sum.operations, sum.faults_injected, sum.checks, sum.violations, sum.wall_seconds
+            sum.seeds,
+            sum.operations,
+            sum.faults_injected,
+            sum.checks,
+            sum.violations,
+            sum.wall_seconds
         );
     }
     if sum.violations > 0 {
@@ -179,11 +182,14 @@ fn replay(seed: u64, ops: u64, mutation: Option<Mutation>, name: Option<&str>, j
     let r = vopr::run_seed(seed, ops, mutation);
     let Some(v) = r.violation.clone() else {
         if json {
-            println!("{}", serde_json::to_string_pretty(&r).map_err(CliError::msg)?);
+            outln!("{}", serde_json::to_string_pretty(&r).map_err(CliError::msg)?);
         } else {
-            println!(
+            outln!(
                 "vopr (simulated devices): seed {seed} ({}): {} operations, {} faults injected, {} checks, 0 violations",
-                r.kind, r.ops, r.faults, r.checks
+                r.kind,
+                r.ops,
+                r.faults,
+                r.checks
             );
         }
         return Ok(());
@@ -208,16 +214,16 @@ fn replay(seed: u64, ops: u64, mutation: Option<Mutation>, name: Option<&str>, j
             trace: &trace,
             replay: replay_command(&r, shrunk, name),
         };
-        println!("{}", serde_json::to_string_pretty(&f).map_err(CliError::msg)?);
+        outln!("{}", serde_json::to_string_pretty(&f).map_err(CliError::msg)?);
     } else {
-        println!("FAIL seed {seed} ({}, {} ops): {}", r.kind, r.ops, r.violation.as_deref().unwrap_or(""));
-        println!("shrunk: the first {shrunk} operations of the seed fail too: {shown}");
-        println!("replay: {}", replay_command(&r, shrunk, name));
-        println!("operations on the zones it names, and RESET_ALLs and flushes (the last {}):", trace.len());
+        outln!("FAIL seed {seed} ({}, {} ops): {}", r.kind, r.ops, r.violation.as_deref().unwrap_or(""));
+        outln!("shrunk: the first {shrunk} operations of the seed fail too: {shown}");
+        outln!("replay: {}", replay_command(&r, shrunk, name));
+        outln!("operations on the zones it names, and RESET_ALLs and flushes (the last {}):", trace.len());
         for line in &trace {
-            println!("  {line}");
+            outln!("  {line}");
         }
-        println!("(ZBLK_SIM_TRACE=1 prints every action of the replay to stderr)");
+        outln!("(ZBLK_SIM_TRACE=1 prints every action of the replay to stderr)");
     }
     Err(CliError(format!("seed {seed}: violation")))
 }
@@ -263,9 +269,11 @@ fn run_runtime(a: &VoprArgs) -> Result<(), CliError> {
         if let Some(v) = &r.violation {
             sum.violations += 1;
             if !a.json {
-                println!(
+                outln!(
                     "FAIL seed {seed} ({}, {}): {v}\n  replay: zblk vopr --runtime --seed {seed} --ops {}",
-                    r.backend, r.policy, a.ops
+                    r.backend,
+                    r.policy,
+                    a.ops
                 );
             }
             sum.failures.push(r);
@@ -274,11 +282,16 @@ fn run_runtime(a: &VoprArgs) -> Result<(), CliError> {
     let _ = std::fs::remove_dir_all(&dir);
     sum.wall_seconds = started.elapsed().as_secs_f64();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&sum).map_err(CliError::msg)?);
+        outln!("{}", serde_json::to_string_pretty(&sum).map_err(CliError::msg)?);
     } else {
-        println!(
+        outln!(
             "vopr --runtime (the real runtime over temporary images, media errors injected): {} seeds, {} I/Os, {} faults injected, {} checks, {} violations, {:.1} s",
-            sum.seeds, sum.ios, sum.faults_injected, sum.checks, sum.violations, sum.wall_seconds
+            sum.seeds,
+            sum.ios,
+            sum.faults_injected,
+            sum.checks,
+            sum.violations,
+            sum.wall_seconds
         );
     }
     if sum.violations > 0 {

@@ -3,6 +3,7 @@
 //! 512-byte sectors) and output, on a zoned image (through the engine) or a Linux
 //! zoned block device (through the kernel's zone ioctls, as blkzone).
 
+use crate::out::{self, outln};
 use crate::{CliError, image};
 use clap::Args;
 use std::path::PathBuf;
@@ -158,13 +159,13 @@ fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
     'batches: while nr_zones > 0 && offset < total {
         let batch = target.report(offset, nr_zones.min(REPORT_BATCH) as usize)?;
         if a.verbose && !a.json {
-            println!("Found {} zones from 0x{:x}", batch.len(), offset);
+            outln!("Found {} zones from 0x{:x}", batch.len(), offset);
         }
         if batch.is_empty() {
             break;
         }
         for z in &batch {
-            if z.len == 0 {
+            if z.len == 0 || out::stdout_failed() {
                 break 'batches;
             }
             if cmd == ZoneCmd::Capacity {
@@ -172,17 +173,17 @@ fn report(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
             } else if a.json {
                 shown.push(image::zone_json(z));
             } else {
-                println!("{}", image::report_line(z));
+                outln!("{}", image::report_line(z));
             }
             nr_zones -= 1;
             offset = z.start + z.len;
         }
     }
     match (cmd, a.json) {
-        (ZoneCmd::Capacity, false) => println!("0x{capacity_sum:09x}"),
-        (ZoneCmd::Capacity, true) => println!("{}", serde_json::json!({ "capacity": capacity_sum })),
+        (ZoneCmd::Capacity, false) => outln!("0x{capacity_sum:09x}"),
+        (ZoneCmd::Capacity, true) => outln!("{}", serde_json::json!({ "capacity": capacity_sum })),
         (_, true) => {
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "zones": shown })).expect("JSON"))
+            outln!("{}", serde_json::to_string_pretty(&serde_json::json!({ "zones": shown })).expect("JSON"))
         }
         _ => {}
     }
@@ -229,11 +230,12 @@ fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
         }
         Target::Image(img) => image_action(cmd, a, *img, zlen)?,
     };
+    out::done(format!("{} of {zones} zone(s) from sector {} to {end}", cmd.name(), a.offset));
     if a.json {
         let doc = serde_json::json!({ "op": cmd.name(), "from": a.offset, "to": end, "zones": zones });
-        println!("{doc}");
+        outln!("{doc}");
     } else if a.verbose {
-        println!("{name}: successful {} of zones in range from {}, to {}", cmd.name(), a.offset, end);
+        outln!("{name}: successful {} of zones in range from {}, to {}", cmd.name(), a.offset, end);
     }
     Ok(())
 }

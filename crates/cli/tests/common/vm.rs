@@ -10,6 +10,10 @@
 //! `ZBLK_REQUIRE_VM=1` (set by `scripts/test` and CI) makes the VM required: it is set
 //! up as with `ZBLK_VM=1`, and a test that cannot run fails instead of skipping.
 
+// Tests print to the test harness, which captures it (the zblk command itself
+// writes only through its output layer, src/out.rs).
+#![allow(clippy::disallowed_macros)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -14,6 +14,7 @@
 
 use super::served::{BLK_ZONE_BYTES, Done, DoneFn, Reply, Req, Served, encode_zone, outcome, report_count};
 use crate::CliError;
+use crate::out::errln;
 use slab::Slab;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -261,7 +262,7 @@ impl Pacer {
                 if writes && self.store.would_exceed(self.writing + buf.len() as u64) {
                     if !self.limit_said {
                         self.limit_said = true;
-                        eprintln!(
+                        errln!(
                             "zblk: the data limit ({} bytes held) is reached: further writes fail with ENOSPC \
                              (raise --data-limit, or serve with --no-data)",
                             self.store.bytes()

@@ -4,6 +4,7 @@
 use super::paced::{DataStore, PacedSim, SimBuilder};
 use super::served::{Done, Reply, Req, RuntimeServed, Served};
 use super::{IO_BUF_BYTES, ServeArgs, check_geometry};
+use crate::out::{self, errln};
 use crate::{CliError, devspec, image, stacksim};
 use libublk::ctrl::UblkCtrl;
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
@@ -59,11 +60,11 @@ pub(super) fn run(a: &ServeArgs) -> Result<(), CliError> {
     };
     // What the kernel sent, by operation: shows which of the block layer's operations
     // (zone append, RESET_ALL, FLUSH) a file system or a tool really issued.
-    eprintln!("zblk: {name}: requests served: {}", served_summary());
+    errln!("zblk: {name}: requests served: {}", served_summary());
     outcome?;
     closed?;
     if persistent {
-        eprintln!("zblk: {name}: stopped, every acknowledged write persisted");
+        errln!("zblk: {name}: stopped, every acknowledged write persisted");
     }
     Ok(())
 }
@@ -138,10 +139,10 @@ fn start_paced(a: &ServeArgs) -> Result<Device, CliError> {
     extra.insert("paced".into(), "wall-clock".into());
     extra.insert("models".into(), info.models.clone().into());
     if a.no_data {
-        eprintln!("zblk: --no-data: written data is not kept, every read returns zeroes");
+        errln!("zblk: --no-data: written data is not kept, every read returns zeroes");
     }
     for m in &info.models {
-        eprintln!("zblk: {m} (paced to wall-clock time)");
+        errln!("zblk: {m} (paced to wall-clock time)");
     }
     let served: Arc<dyn Served> = served;
     Ok(Device { served, owner: Owner::Paced(thread), name, persistent: false, rotational, extra })
@@ -214,11 +215,14 @@ fn serve(
             } else {
                 path
             };
-            println!("{line}");
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
+            // The device serves whether or not its name could be printed: then it is
+            // said on standard error now, and by the exit status at the end.
+            if !out::stdout(format_args!("{line}\n")) {
+                errln!("zblk: standard output could not be written: serving {line}");
+            }
+            out::done(format!("served {line}"));
             let sig = wait_signal(&set);
-            eprintln!("zblk: signal {sig}: stopping the device");
+            errln!("zblk: signal {sig}: stopping the device");
             // Removing the device makes the kernel fail its pending commands: the
             // queue threads then return, and run_target joins them.
             let _ = ctrl.kill_dev();
@@ -316,7 +320,7 @@ fn arm_eventfd(q: &UblkQueue, efd: i32, counter: *mut u64) {
         .build()
         .user_data(libublk::io::UblkIOCtx::build_user_data(0, 0, EVENTFD_TGT, true));
     if let Err(e) = q.ublk_submit_sqe_sync(sqe) {
-        eprintln!("zblk: ublk queue {}: arming its completion wake-up: {e}", q.get_qid());
+        errln!("zblk: ublk queue {}: arming its completion wake-up: {e}", q.get_qid());
     }
 }
 
@@ -328,7 +332,7 @@ fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
     // SAFETY: eventfd takes no pointer; a negative result is checked.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
-        eprintln!("zblk: ublk queue {qid}: eventfd: {}", std::io::Error::last_os_error());
+        errln!("zblk: ublk queue {qid}: eventfd: {}", std::io::Error::last_os_error());
         return;
     }
     // SAFETY: efd was just opened and is owned by nobody else.
@@ -390,7 +394,7 @@ fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
     {
         Ok(q) => q,
         Err(e) => {
-            eprintln!("zblk: ublk queue {qid}: {e}");
+            errln!("zblk: ublk queue {qid}: {e}");
             return;
         }
     };
