@@ -1,13 +1,13 @@
 //! Errors that explain: a request the engine or the device refused, told with the
-//! errno the kernel would return *and* the zone rule that refused it, re-derived
-//! from the geometry and the zone as it was just before the request (the engine's
-//! [`Status`] stays a small code on the hot path; the words are made only when a
-//! command prints a failure).
+//! errno the kernel would return *and* the zone rule that refused it. The rule comes
+//! with the refusal, from the place that decided ([`Status::rule`]: the engine's
+//! validation and plugs, the device's zone state machine); nothing is worked out
+//! again here. A status without a rule (a Linux device's errno) is told by its code.
 
-use zblk_core::bio::{Op, Status};
+use zblk_core::bio::{Op, Status, StatusCode};
 use zblk_core::geometry::Geometry;
+use zblk_core::rule::Rule;
 use zblk_core::units::Sector;
-use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 
 fn op_name(op: Op) -> &'static str {
     match op {
@@ -25,122 +25,127 @@ fn op_name(op: Op) -> &'static str {
 }
 
 /// Why `op` of `nr_sectors` at `sector` failed with `st`: the errno's name, then the
-/// rule in words. `before` is the zone holding `sector` as reported just before the
-/// request (`None` when it could not be reported).
-pub fn explain(
-    geo: &Geometry,
-    op: Op,
-    sector: Sector,
-    nr_sectors: u64,
-    before: Option<&ZoneInfo>,
-    st: Status,
-) -> String {
+/// rule in words.
+pub fn explain(geo: &Geometry, op: Op, sector: Sector, nr_sectors: u64, st: Status) -> String {
     let e = st.errno_name();
-    let generic = format!("{e}: {st}");
-    let end = sector.0.saturating_add(nr_sectors);
-    if end > geo.nr_sectors() && op != Op::ZoneResetAll {
-        return format!("{e}: sectors {}..{end} are beyond the device end ({} sectors)", sector.0, geo.nr_sectors());
-    }
-    let z = geo.zone_no(sector);
-    let zname = format!("zone {}", z.0);
+    let what = op_name(op);
+    // The zone a sector lies in, by name (only for sectors inside the device).
+    let zone = |s: Sector| format!("zone {}", geo.zone_no(s).0);
+    let zone_op = op.is_zone_mgmt();
     let lbs = u64::from(geo.lbs_bytes());
-    let zoned = geo.is_zoned();
-    let conv = zoned && geo.zone_is_conv(z);
-    let wp = |b: &ZoneInfo| format!("sector {}", b.wp.0);
-    match op {
-        Op::Write | Op::WriteZeroes | Op::Read => match st {
-            Status::Invalid if nr_sectors == 0 => format!("{e}: length 0"),
-            Status::Invalid if !geo.is_block_aligned(sector, nr_sectors) => format!(
-                "{e}: {} at sector {} of {nr_sectors} sectors is not aligned to the {lbs}-byte logical block",
-                op_name(op),
-                sector.0
-            ),
-            Status::Unaligned => match before {
-                Some(b) => format!("{e}: write at sector {} is not at {zname}'s write pointer ({})", sector.0, wp(b)),
-                None => format!("{e}: write at sector {} is not at {zname}'s write pointer", sector.0),
-            },
-            Status::ZoneFull => match before {
-                Some(b) if b.cond == ZoneCond::Full => format!("{e}: {zname} is FULL"),
-                _ => format!(
-                    "{e}: write of {nr_sectors} sectors at sector {} goes past {zname}'s capacity (it ends at sector {})",
-                    sector.0,
-                    geo.zone_start(z).0 + geo.zone_capacity(z)
-                ),
-            },
-            Status::ZoneReadOnly => format!("{e}: {zname} is READONLY"),
-            Status::ZoneOffline => format!("{e}: {zname} is OFFLINE"),
-            Status::ZoneOpenResource => format!(
-                "{e}: {zname} cannot be opened: the open zone limit is reached (zone_max_open {})",
-                geo.max_open()
-            ),
-            Status::ZoneActiveResource => format!(
-                "{e}: {zname} cannot be made active: the active zone limit is reached (zone_max_active {})",
-                geo.max_active()
-            ),
-            _ => generic,
-        },
-        Op::ZoneAppend => match st {
-            Status::Invalid if !zoned => format!("{e}: zone append on a device that is not zoned"),
-            Status::Invalid if conv => format!("{e}: zone append to conventional {zname}"),
-            Status::Invalid if !geo.is_zone_start(sector) => {
-                format!("{e}: zone append at sector {} is not a zone start", sector.0)
-            }
-            Status::Invalid if nr_sectors > u64::from(geo.append_limit_sectors()) => format!(
-                "{e}: zone append of {nr_sectors} sectors is larger than the device's zone append limit ({} sectors, \
-                 {} bytes)",
-                geo.append_limit_sectors(),
-                u64::from(geo.append_limit_sectors()) * 512
-            ),
-            Status::Invalid if nr_sectors > geo.zone_capacity(z) => format!(
-                "{e}: zone append of {nr_sectors} sectors is larger than {zname}'s capacity ({} sectors)",
-                geo.zone_capacity(z)
-            ),
-            Status::Invalid if !geo.is_block_aligned(sector, nr_sectors) => {
-                format!("{e}: zone append of {nr_sectors} sectors is not a whole number of {lbs}-byte logical blocks")
-            }
-            Status::ZoneFull => match before {
-                Some(b) if b.cond == ZoneCond::Full => format!("{e}: {zname} is FULL"),
-                Some(b) => format!(
-                    "{e}: zone append of {nr_sectors} sectors does not fit in {zname}: its write pointer is at {}, \
-                     {} sectors left",
-                    wp(b),
-                    (b.start.0 + b.capacity).saturating_sub(b.wp.0)
-                ),
-                None => format!("{e}: zone append of {nr_sectors} sectors does not fit in {zname}"),
-            },
-            Status::NotSupported => format!("{e}: the device has no zone append (and it is not emulated here)"),
-            _ => explain(geo, Op::Write, sector, nr_sectors, before, st),
-        },
-        Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish | Op::ZoneReset => {
-            let what = op_name(op);
-            match (st, before.map(|b| b.cond)) {
-                (Status::Invalid, _) if conv || before.is_some_and(|b| b.ztype == ZoneType::Conventional) => {
-                    format!("{e}: {what} of conventional {zname}")
-                }
-                (Status::Invalid, _) if !geo.is_zone_start(sector) => {
-                    format!("{e}: {what} at sector {}: not a zone start", sector.0)
-                }
-                (Status::NotSupported, _) => format!("{e}: {what}: the device is not zoned"),
-                (Status::IoErr | Status::ZoneFull, Some(c))
-                    if matches!(c, ZoneCond::Empty | ZoneCond::Full) && op == Op::ZoneClose =>
-                {
-                    format!("{e}: cannot close {zname}: it is {}", c.name())
-                }
-                (Status::ZoneFull, Some(c)) => format!("{e}: cannot {what} {zname}: it is {}", c.name()),
-                (Status::ZoneReadOnly, _) => format!("{e}: cannot {what} {zname}: it is READONLY"),
-                (Status::ZoneOffline, _) => format!("{e}: cannot {what} {zname}: it is OFFLINE"),
-                (Status::ZoneOpenResource, _) => format!(
-                    "{e}: cannot {what} {zname}: the open zone limit is reached (zone_max_open {})",
-                    geo.max_open()
-                ),
-                (Status::ZoneActiveResource, _) => format!(
-                    "{e}: cannot {what} {zname}: the active zone limit is reached (zone_max_active {})",
-                    geo.max_active()
-                ),
-                _ => generic,
-            }
+    match st.rule() {
+        Some(Rule::BeyondEnd) if op.has_range() => format!(
+            "{e}: sectors {}..{} are beyond the device end ({} sectors)",
+            sector.0,
+            sector.0.saturating_add(nr_sectors),
+            geo.nr_sectors()
+        ),
+        Some(Rule::BeyondEnd) => {
+            format!("{e}: {what} at sector {}: beyond the device end ({} sectors)", sector.0, geo.nr_sectors())
         }
-        _ => generic,
+        Some(Rule::LengthZero) => format!("{e}: length 0"),
+        Some(Rule::NotBlockAligned) if op == Op::ZoneAppend => {
+            format!("{e}: zone append of {nr_sectors} sectors is not a whole number of {lbs}-byte logical blocks")
+        }
+        Some(Rule::NotBlockAligned) => format!(
+            "{e}: {what} at sector {} of {nr_sectors} sectors is not aligned to the {lbs}-byte logical block",
+            sector.0
+        ),
+        Some(Rule::NotZoneStart) if zone_op => format!("{e}: {what} at sector {}: not a zone start", sector.0),
+        Some(Rule::NotZoneStart) => format!("{e}: {what} at sector {} is not a zone start", sector.0),
+        Some(Rule::Conventional) if zone_op => format!("{e}: {what} of conventional {}", zone(sector)),
+        Some(Rule::Conventional) => format!("{e}: {what} to conventional {}", zone(sector)),
+        Some(Rule::NotZoned) => format!("{e}: {what} on a device that is not zoned"),
+        Some(Rule::UnexpectedLength) => format!("{e}: {what} takes no length"),
+        Some(Rule::AppendOverLimit) => format!(
+            "{e}: zone append of {nr_sectors} sectors is larger than the device's zone append limit ({} sectors, {} \
+             bytes)",
+            geo.append_limit_sectors(),
+            u64::from(geo.append_limit_sectors()) * 512
+        ),
+        Some(Rule::AppendOverCapacity) => format!(
+            "{e}: zone append of {nr_sectors} sectors is larger than {}'s capacity ({} sectors)",
+            zone(sector),
+            geo.zone_capacity(geo.zone_no(sector))
+        ),
+        Some(Rule::NoZoneAppend) => format!("{e}: the device has no zone append (and it is not emulated here)"),
+        Some(Rule::DiscardSequential) => format!("{e}: discard reaches a sequential zone (reset it instead)"),
+        Some(Rule::NoWriteZeroes) => format!("{e}: the device has no write zeroes"),
+        Some(Rule::WriteZeroesOverLimit) => format!(
+            "{e}: write zeroes of {nr_sectors} sectors is larger than the device's limit ({} sectors)",
+            geo.max_write_zeroes_sectors()
+        ),
+        Some(Rule::OverMaxSectors) => format!(
+            "{e}: a request of {nr_sectors} sectors is larger than the device's max_sectors ({})",
+            geo.max_sectors()
+        ),
+        Some(Rule::CrossesZone) => {
+            format!("{e}: {what} at sector {} of {nr_sectors} sectors runs past its conventional zone", sector.0)
+        }
+        Some(Rule::NotAtWp { at, wp }) => {
+            format!("{e}: write at sector {} is not at {}'s write pointer (sector {})", at.0, zone(at), wp.0)
+        }
+        Some(Rule::ZoneFull) if zone_op => format!("{e}: cannot {what} {}: it is FULL", zone(sector)),
+        Some(Rule::ZoneFull) => format!("{e}: {} is FULL", zone(sector)),
+        Some(Rule::PastCapacity { wp }) if op == Op::ZoneAppend => {
+            let z = geo.zone_no(wp);
+            let end = geo.zone_start(z).0 + geo.zone_capacity(z);
+            format!(
+                "{e}: zone append of {nr_sectors} sectors does not fit in {}: its write pointer is at sector {}, {} \
+                 sectors left",
+                zone(wp),
+                wp.0,
+                end - wp.0
+            )
+        }
+        Some(Rule::PastCapacity { wp }) => {
+            let z = geo.zone_no(wp);
+            format!(
+                "{e}: write of {nr_sectors} sectors at sector {} goes past {}'s capacity (it ends at sector {})",
+                sector.0,
+                zone(wp),
+                geo.zone_start(z).0 + geo.zone_capacity(z)
+            )
+        }
+        Some(Rule::Transition { cond }) => format!("{e}: cannot {what} {}: it is {}", zone(sector), cond.name()),
+        None => by_code(geo, op, sector, st),
+    }
+}
+
+/// A status whose code says it all, or a device's errno.
+fn by_code(geo: &Geometry, op: Op, sector: Sector, st: Status) -> String {
+    let e = st.errno_name();
+    let what = op_name(op);
+    let zname = || match geo.is_zoned() && sector.0 < geo.nr_sectors() {
+        true => format!("zone {}", geo.zone_no(sector).0),
+        false => "the zone".to_string(),
+    };
+    let zone_op = op.is_zone_mgmt() && op != Op::ZoneResetAll;
+    match st.code() {
+        StatusCode::ZoneReadOnly if zone_op => format!("{e}: cannot {what} {}: it is READONLY", zname()),
+        StatusCode::ZoneOffline if zone_op => format!("{e}: cannot {what} {}: it is OFFLINE", zname()),
+        StatusCode::ZoneReadOnly => format!("{e}: {} is READONLY", zname()),
+        StatusCode::ZoneOffline => format!("{e}: {} is OFFLINE", zname()),
+        StatusCode::ZoneOpenResource if zone_op => {
+            format!("{e}: cannot {what} {}: the open zone limit is reached (zone_max_open {})", zname(), geo.max_open())
+        }
+        StatusCode::ZoneOpenResource => format!(
+            "{e}: {} cannot be opened: the open zone limit is reached (zone_max_open {})",
+            zname(),
+            geo.max_open()
+        ),
+        StatusCode::ZoneActiveResource if zone_op => format!(
+            "{e}: cannot {what} {}: the active zone limit is reached (zone_max_active {})",
+            zname(),
+            geo.max_active()
+        ),
+        StatusCode::ZoneActiveResource => format!(
+            "{e}: {} cannot be made active: the active zone limit is reached (zone_max_active {})",
+            zname(),
+            geo.max_active()
+        ),
+        StatusCode::NotSupported if op.is_zone_mgmt() => format!("{e}: {what}: the device is not zoned"),
+        _ => format!("{e}: {st}"),
     }
 }
 
@@ -148,6 +153,7 @@ pub fn explain(
 mod tests {
     use super::*;
     use zblk_core::geometry::GeometryParams;
+    use zblk_core::zone::ZoneCond;
 
     fn geo() -> Geometry {
         // 8 zones of 4 MiB (8192 sectors), capacity 3 MiB, zone 0 conventional,
@@ -165,52 +171,50 @@ mod tests {
         .unwrap()
     }
 
-    fn zone(n: u64, wp: u64, cond: ZoneCond) -> ZoneInfo {
-        ZoneInfo {
-            start: Sector(n * 8192),
-            len: 8192,
-            capacity: 6144,
-            wp: Sector(n * 8192 + wp),
-            ztype: ZoneType::SeqWriteRequired,
-            cond,
-        }
-    }
-
     #[test]
-    fn every_zone_rule_is_named_with_its_errno() {
+    fn every_rule_is_named_with_its_errno() {
         let g = geo();
-        let z2 = zone(2, 16, ZoneCond::ImpOpen);
+        let st = |s: Status, r: Rule| s.because(r);
         let cases: Vec<(String, &str)> = vec![
             (
-                explain(&g, Op::Write, Sector(16384 + 64), 8, Some(&z2), Status::Unaligned),
+                explain(
+                    &g,
+                    Op::Write,
+                    Sector(16448),
+                    8,
+                    st(Status::Unaligned, Rule::NotAtWp { at: Sector(16448), wp: Sector(16400) }),
+                ),
                 "EIO: write at sector 16448 is not at zone 2's write pointer (sector 16400)",
             ),
             (
-                explain(&g, Op::Write, Sector(16400), 8192, Some(&z2), Status::ZoneFull),
+                explain(
+                    &g,
+                    Op::Write,
+                    Sector(16400),
+                    8192,
+                    st(Status::ZoneFull, Rule::PastCapacity { wp: Sector(16400) }),
+                ),
                 "EIO: write of 8192 sectors at sector 16400 goes past zone 2's capacity (it ends at sector 22528)",
             ),
+            (explain(&g, Op::Write, Sector(16400), 8, st(Status::ZoneFull, Rule::ZoneFull)), "EIO: zone 2 is FULL"),
             (
-                explain(&g, Op::Write, Sector(16400), 8, Some(&zone(2, 8192, ZoneCond::Full)), Status::ZoneFull),
-                "EIO: zone 2 is FULL",
-            ),
-            (
-                explain(&g, Op::Write, Sector(16400), 1, Some(&z2), Status::Invalid),
+                explain(&g, Op::Write, Sector(16400), 1, st(Status::Invalid, Rule::NotBlockAligned)),
                 "EINVAL: write at sector 16400 of 1 sectors is not aligned to the 4096-byte logical block",
             ),
             (
-                explain(&g, Op::Read, Sector(65528), 16, None, Status::Invalid),
+                explain(&g, Op::Read, Sector(65528), 16, st(Status::Invalid, Rule::BeyondEnd)),
                 "EINVAL: sectors 65528..65544 are beyond the device end (65536 sectors)",
             ),
             (
-                explain(&g, Op::ZoneAppend, Sector(16392), 8, Some(&z2), Status::Invalid),
+                explain(&g, Op::ZoneAppend, Sector(16392), 8, st(Status::Invalid, Rule::NotZoneStart)),
                 "EINVAL: zone append at sector 16392 is not a zone start",
             ),
             (
-                explain(&g, Op::ZoneAppend, Sector(0), 8, None, Status::Invalid),
+                explain(&g, Op::ZoneAppend, Sector(0), 8, st(Status::Invalid, Rule::Conventional)),
                 "EINVAL: zone append to conventional zone 0",
             ),
             (
-                explain(&g, Op::ZoneAppend, Sector(16384), 256, Some(&z2), Status::Invalid),
+                explain(&g, Op::ZoneAppend, Sector(16384), 256, st(Status::Invalid, Rule::AppendOverLimit)),
                 "EINVAL: zone append of 256 sectors is larger than the device's zone append limit (128 sectors, 65536 bytes)",
             ),
             (
@@ -219,23 +223,19 @@ mod tests {
                     Op::ZoneAppend,
                     Sector(16384),
                     128,
-                    Some(&zone(2, 6100, ZoneCond::ImpOpen)),
-                    Status::ZoneFull,
+                    st(Status::ZoneFull, Rule::PastCapacity { wp: Sector(22484) }),
                 ),
                 "EIO: zone append of 128 sectors does not fit in zone 2: its write pointer is at sector 22484, 44 sectors left",
             ),
             (
-                explain(&g, Op::ZoneClose, Sector(16384), 0, Some(&zone(2, 0, ZoneCond::Empty)), Status::IoErr),
+                explain(
+                    &g,
+                    Op::ZoneClose,
+                    Sector(16384),
+                    0,
+                    st(Status::IoErr, Rule::Transition { cond: ZoneCond::Empty }),
+                ),
                 "EIO: cannot close zone 2: it is EMPTY",
-            ),
-            (
-                explain(&g, Op::ZoneOpen, Sector(16384), 0, Some(&zone(2, 8192, ZoneCond::Full)), Status::ZoneFull),
-                "EIO: cannot open zone 2: it is FULL",
-            ),
-            (explain(&g, Op::ZoneFinish, Sector(0), 0, None, Status::Invalid), "EINVAL: finish of conventional zone 0"),
-            (
-                explain(&g, Op::ZoneOpen, Sector(16392), 0, Some(&z2), Status::Invalid),
-                "EINVAL: open at sector 16392: not a zone start",
             ),
             (
                 explain(
@@ -243,16 +243,27 @@ mod tests {
                     Op::ZoneOpen,
                     Sector(16384),
                     0,
-                    Some(&zone(2, 0, ZoneCond::Empty)),
-                    Status::ZoneOpenResource,
+                    st(Status::ZoneFull, Rule::Transition { cond: ZoneCond::Full }),
                 ),
+                "EIO: cannot open zone 2: it is FULL",
+            ),
+            (
+                explain(&g, Op::ZoneFinish, Sector(0), 0, st(Status::Invalid, Rule::Conventional)),
+                "EINVAL: finish of conventional zone 0",
+            ),
+            (
+                explain(&g, Op::ZoneOpen, Sector(16392), 0, st(Status::Invalid, Rule::NotZoneStart)),
+                "EINVAL: open at sector 16392: not a zone start",
+            ),
+            (
+                explain(&g, Op::ZoneOpen, Sector(16384), 0, Status::ZoneOpenResource),
                 "ETOOMANYREFS: cannot open zone 2: the open zone limit is reached (zone_max_open 2)",
             ),
             (
-                explain(&g, Op::Write, Sector(16384), 8, Some(&zone(2, 0, ZoneCond::Empty)), Status::ZoneOpenResource),
+                explain(&g, Op::Write, Sector(16384), 8, Status::ZoneOpenResource),
                 "ETOOMANYREFS: zone 2 cannot be opened: the open zone limit is reached (zone_max_open 2)",
             ),
-            (explain(&g, Op::Write, Sector(16384), 8, None, Status::IoErr), "EIO: I/O error"),
+            (explain(&g, Op::Write, Sector(16384), 8, Status::IoErr), "EIO: I/O error"),
         ];
         for (got, want) in cases {
             assert_eq!(got, want);

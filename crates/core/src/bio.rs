@@ -9,6 +9,7 @@
 //! (`user_data`) and where its data sits in the BIO (`bio_offset`); the driver, which
 //! owns the buffers, moves the bytes (see `docs/ARCHITECTURE.md`, "Who owns buffers").
 
+use crate::rule::Rule;
 use crate::units::Sector;
 use std::fmt;
 
@@ -322,70 +323,140 @@ impl BioAccount {
     }
 }
 
-/// Why an I/O failed: the kernel's `blk_status_t` values, with the causes a zoned
-/// device distinguishes spelled out. Each maps to the errno a user sees.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize)]
+/// The class of a failure: the kernel's `blk_status_t` values, with the causes a
+/// zoned device distinguishes spelled out. Each maps to the errno a user sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub enum StatusCode {
     /// A generic I/O error (BLK_STS_IOERR), e.g. an injected media error.
-    #[error("I/O error")]
     IoErr,
     /// A write to a sequential zone that does not start at its write pointer
     /// (SCSI "unaligned write command", NVMe "zone invalid write").
-    #[error("unaligned write")]
     Unaligned,
     /// A write to a FULL zone, or one that would go past the zone capacity.
-    #[error("zone is full")]
     ZoneFull,
     /// The zone is READONLY.
-    #[error("zone is read-only")]
     ZoneReadOnly,
     /// The zone is OFFLINE.
-    #[error("zone is offline")]
     ZoneOffline,
     /// No zone can be opened: the open limit is reached and no implicitly open zone
     /// can be closed (BLK_STS_ZONE_OPEN_RESOURCE).
-    #[error("too many open zones")]
     ZoneOpenResource,
     /// The active zone limit is reached (BLK_STS_ZONE_ACTIVE_RESOURCE).
-    #[error("too many active zones")]
     ZoneActiveResource,
     /// The request itself is wrong: out of range, misaligned to the block size, wrong
     /// operation for the zone type, an append too large or crossing a zone.
-    #[error("invalid request")]
     Invalid,
     /// The device does not support the operation (BLK_STS_NOTSUPP).
-    #[error("operation not supported")]
     NotSupported,
     /// A plugged write that could not be issued: an earlier write to its zone failed,
     /// or the zone was reset or finished while the write waited in the plug.
-    #[error("aborted: zone write pointer changed")]
     Aborted,
     /// The host lost track of the zone's write pointer after a write error and has
     /// not re-synchronised it yet (the kernel's BLK_ZONE_WPLUG_NEED_WP_UPDATE).
-    #[error("zone write pointer needs an update (report the zone)")]
     NeedWpUpdate,
     /// Too many BIOs are queued in the core (BLK_STS_AGAIN).
-    #[error("too many queued I/Os, try again")]
     Again,
 }
 
+impl StatusCode {
+    /// What the failure is, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            StatusCode::IoErr => "I/O error",
+            StatusCode::Unaligned => "unaligned write",
+            StatusCode::ZoneFull => "zone is full",
+            StatusCode::ZoneReadOnly => "zone is read-only",
+            StatusCode::ZoneOffline => "zone is offline",
+            StatusCode::ZoneOpenResource => "too many open zones",
+            StatusCode::ZoneActiveResource => "too many active zones",
+            StatusCode::Invalid => "invalid request",
+            StatusCode::NotSupported => "operation not supported",
+            StatusCode::Aborted => "aborted: zone write pointer changed",
+            StatusCode::NeedWpUpdate => "zone write pointer needs an update (report the zone)",
+            StatusCode::Again => "too many queued I/Os, try again",
+        }
+    }
+}
+
+/// Why an I/O failed: its [`StatusCode`] (what the kernel's user sees, as an errno)
+/// and, where the place that decided knows it, the [`Rule`] that refused it (what
+/// the user is told: see [`crate::rule`]).
+///
+/// Statuses compare, hash and print (`{:?}`) by their code alone: the rule is what
+/// a message says, not part of the outcome. The constants carry the codes' names
+/// (`Status::Unaligned`), as the kernel's `BLK_STS_*` do.
+#[derive(Clone, Copy)]
+pub struct Status {
+    code: StatusCode,
+    rule: Option<Rule>,
+}
+
+#[allow(non_upper_case_globals)]
 impl Status {
+    /// See [`StatusCode::IoErr`].
+    pub const IoErr: Status = Status::of(StatusCode::IoErr);
+    /// See [`StatusCode::Unaligned`].
+    pub const Unaligned: Status = Status::of(StatusCode::Unaligned);
+    /// See [`StatusCode::ZoneFull`].
+    pub const ZoneFull: Status = Status::of(StatusCode::ZoneFull);
+    /// See [`StatusCode::ZoneReadOnly`].
+    pub const ZoneReadOnly: Status = Status::of(StatusCode::ZoneReadOnly);
+    /// See [`StatusCode::ZoneOffline`].
+    pub const ZoneOffline: Status = Status::of(StatusCode::ZoneOffline);
+    /// See [`StatusCode::ZoneOpenResource`].
+    pub const ZoneOpenResource: Status = Status::of(StatusCode::ZoneOpenResource);
+    /// See [`StatusCode::ZoneActiveResource`].
+    pub const ZoneActiveResource: Status = Status::of(StatusCode::ZoneActiveResource);
+    /// See [`StatusCode::Invalid`].
+    pub const Invalid: Status = Status::of(StatusCode::Invalid);
+    /// See [`StatusCode::NotSupported`].
+    pub const NotSupported: Status = Status::of(StatusCode::NotSupported);
+    /// See [`StatusCode::Aborted`].
+    pub const Aborted: Status = Status::of(StatusCode::Aborted);
+    /// See [`StatusCode::NeedWpUpdate`].
+    pub const NeedWpUpdate: Status = Status::of(StatusCode::NeedWpUpdate);
+    /// See [`StatusCode::Again`].
+    pub const Again: Status = Status::of(StatusCode::Again);
+}
+
+impl Status {
+    /// A status of `code` with no rule named.
+    pub const fn of(code: StatusCode) -> Status {
+        Status { code, rule: None }
+    }
+
+    /// The same status, refused by `rule`.
+    #[must_use]
+    pub const fn because(self, rule: Rule) -> Status {
+        Status { code: self.code, rule: Some(rule) }
+    }
+
+    /// Its class.
+    pub fn code(self) -> StatusCode {
+        self.code
+    }
+
+    /// The rule that refused the request, if the place that decided named it.
+    pub fn rule(self) -> Option<Rule> {
+        self.rule
+    }
+
     /// The Linux errno a user sees for this status.
     pub fn errno(self) -> i32 {
-        match self {
-            Status::IoErr
-            | Status::Unaligned
-            | Status::ZoneFull
-            | Status::ZoneReadOnly
-            | Status::ZoneOffline
-            | Status::Aborted
-            | Status::NeedWpUpdate => 5, // EIO
-            Status::ZoneOpenResource => 109,  // ETOOMANYREFS
-            Status::ZoneActiveResource => 75, // EOVERFLOW
-            Status::Invalid => 22,            // EINVAL
-            Status::NotSupported => 95,       // EOPNOTSUPP
-            Status::Again => 11,              // EAGAIN
+        match self.code {
+            StatusCode::IoErr
+            | StatusCode::Unaligned
+            | StatusCode::ZoneFull
+            | StatusCode::ZoneReadOnly
+            | StatusCode::ZoneOffline
+            | StatusCode::Aborted
+            | StatusCode::NeedWpUpdate => 5, // EIO
+            StatusCode::ZoneOpenResource => 109,  // ETOOMANYREFS
+            StatusCode::ZoneActiveResource => 75, // EOVERFLOW
+            StatusCode::Invalid => 22,            // EINVAL
+            StatusCode::NotSupported => 95,       // EOPNOTSUPP
+            StatusCode::Again => 11,              // EAGAIN
         }
     }
 
@@ -419,6 +490,46 @@ impl Status {
     ];
 }
 
+impl PartialEq for Status {
+    fn eq(&self, other: &Status) -> bool {
+        self.code == other.code
+    }
+}
+
+impl Eq for Status {}
+
+impl std::hash::Hash for Status {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.code.hash(h);
+    }
+}
+
+impl fmt::Debug for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.code, f)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code.describe())
+    }
+}
+
+impl std::error::Error for Status {}
+
+impl serde::Serialize for Status {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.code.serialize(s)
+    }
+}
+
+impl From<StatusCode> for Status {
+    fn from(code: StatusCode) -> Status {
+        Status::of(code)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +545,16 @@ mod tests {
             assert!(!s.errno_name().is_empty());
             assert!(!s.to_string().is_empty());
         }
+    }
+
+    #[test]
+    fn a_status_compares_by_its_code_and_carries_its_rule() {
+        let refused = Status::Unaligned.because(Rule::NotAtWp { at: Sector(16), wp: Sector(8) });
+        assert_eq!(refused, Status::Unaligned);
+        assert_ne!(refused, Status::ZoneFull);
+        assert_eq!(refused.rule(), Some(Rule::NotAtWp { at: Sector(16), wp: Sector(8) }));
+        assert_eq!(Status::Unaligned.rule(), None);
+        assert_eq!(format!("{refused:?} {refused}"), "Unaligned unaligned write");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! - [`zone`]: the device side's zone state machine, which every emulated device
 //!   shares and which checks independently of the host's plugs.
 //! - [`corebench`]: the engine alone under a minimal driver, to measure what it costs.
-//! - [`geometry`], [`bio`], [`units`], [`params`], [`split`]: the vocabulary.
+//! - [`geometry`], [`bio`], [`units`], [`params`], [`split`]: the vocabulary;
+//!   [`rule`]: the rule that refused a request, carried in its status.
 //!
 //! Nothing here touches the operating system: the crate has no OS dependency, and
 //! every driver (the simulator, the threaded runtime) builds on it.
@@ -21,12 +22,14 @@ pub mod fuzzing;
 pub mod geometry;
 pub mod mutation;
 pub mod params;
+pub mod rule;
 pub mod split;
 pub mod stack;
 pub mod units;
 pub mod zone;
 
-pub use bio::{Bio, BioFlags, Completion, Op, ReqId, Request, Status};
+pub use bio::{Bio, BioFlags, Completion, Op, ReqId, Request, Status, StatusCode};
 pub use geometry::{Geometry, GeometryError, GeometryParams};
+pub use rule::Rule;
 pub use units::{Sector, ZoneNo};
 pub use zone::{ZoneCond, ZoneInfo, ZoneSet, ZoneType};

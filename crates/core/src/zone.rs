@@ -11,6 +11,7 @@
 
 use crate::bio::Status;
 use crate::geometry::Geometry;
+use crate::rule::Rule;
 use crate::units::{Sector, ZoneNo};
 use std::fmt;
 
@@ -320,9 +321,11 @@ impl ZoneSet {
     }
 
     fn check_range(&self, sector: Sector, nr_sectors: u64) -> Result<(), Status> {
-        let end = sector.0.checked_add(nr_sectors).ok_or(Status::Invalid)?;
-        if end > self.geo.nr_sectors() || !self.geo.is_block_aligned(sector, nr_sectors) {
-            return Err(Status::Invalid);
+        if sector.0.checked_add(nr_sectors).is_none_or(|end| end > self.geo.nr_sectors()) {
+            return Err(Status::Invalid.because(Rule::BeyondEnd));
+        }
+        if !self.geo.is_block_aligned(sector, nr_sectors) {
+            return Err(Status::Invalid.because(Rule::NotBlockAligned));
         }
         Ok(())
     }
@@ -334,35 +337,38 @@ impl ZoneSet {
         let n = u64::from(nr_sectors);
         self.check_range(sector, n)?;
         if n == 0 {
-            return Err(Status::Invalid);
+            return Err(Status::Invalid.because(Rule::LengthZero));
         }
         let z = self.geo.zone_no(sector);
         let zone = self.zones[z.idx()];
         if zone.ztype == ZoneType::Conventional {
             // A conventional write must stay in its zone; an append needs a WP.
-            if append || sector + n > zone.start + zone.len {
-                return Err(Status::Invalid);
+            if append {
+                return Err(Status::Invalid.because(Rule::Conventional));
+            }
+            if sector + n > zone.start + zone.len {
+                return Err(Status::Invalid.because(Rule::CrossesZone));
             }
             return Ok(sector);
         }
         match zone.cond {
-            ZoneCond::Full => return Err(Status::ZoneFull),
+            ZoneCond::Full => return Err(Status::ZoneFull.because(Rule::ZoneFull)),
             ZoneCond::ReadOnly => return Err(Status::ZoneReadOnly),
             ZoneCond::Offline => return Err(Status::ZoneOffline),
             _ => {}
         }
         let at = if append {
             if sector != zone.start {
-                return Err(Status::Invalid);
+                return Err(Status::Invalid.because(Rule::NotZoneStart));
             }
             zone.wp
         } else if sector != zone.wp {
-            return Err(Status::Unaligned);
+            return Err(Status::Unaligned.because(Rule::NotAtWp { at: sector, wp: zone.wp }));
         } else {
             sector
         };
         if at + n > zone.start + zone.capacity {
-            return Err(Status::ZoneFull);
+            return Err(Status::ZoneFull.because(Rule::PastCapacity { wp: zone.wp }));
         }
         if matches!(zone.cond, ZoneCond::Empty | ZoneCond::Closed) {
             self.check_zone_resources(z)?;
@@ -455,7 +461,7 @@ impl ZoneSet {
     fn seq_zone(&self, z: ZoneNo) -> Result<ZoneInfo, Status> {
         let zone = self.zones[z.idx()];
         match (zone.ztype, zone.cond) {
-            (ZoneType::Conventional, _) => Err(Status::Invalid),
+            (ZoneType::Conventional, _) => Err(Status::Invalid.because(Rule::Conventional)),
             (_, ZoneCond::ReadOnly) => Err(Status::ZoneReadOnly),
             (_, ZoneCond::Offline) => Err(Status::ZoneOffline),
             _ => Ok(zone),
@@ -473,7 +479,7 @@ impl ZoneSet {
                 self.check_zone_resources(z)?;
                 self.nr_closed -= 1;
             }
-            _ => return Err(Status::ZoneFull),
+            c => return Err(Status::ZoneFull.because(Rule::Transition { cond: c })),
         }
         self.zones[z.idx()].cond = ZoneCond::ExpOpen;
         self.nr_exp_open += 1;
@@ -488,7 +494,7 @@ impl ZoneSet {
             ZoneCond::Closed => return Ok(()),
             ZoneCond::ImpOpen => self.nr_imp_open -= 1,
             ZoneCond::ExpOpen => self.nr_exp_open -= 1,
-            _ => return Err(Status::IoErr),
+            c => return Err(Status::IoErr.because(Rule::Transition { cond: c })),
         }
         let zone = &mut self.zones[z.idx()];
         if zone.wp == zone.start {
@@ -578,7 +584,7 @@ impl ZoneSet {
             return Ok(());
         }
         if !self.geo.is_zone_start(sector) {
-            return Err(Status::Invalid);
+            return Err(Status::Invalid.because(Rule::NotZoneStart));
         }
         let z = self.geo.zone_no(sector);
         match op {
@@ -775,6 +781,26 @@ mod tests {
         assert_eq!(s.zone(ZoneNo(1)).cond, ZoneCond::Closed);
         // a third zone: active limit reached, nothing can be closed to help
         assert_eq!(s.write(Sector(3 * Z), 8, false), Err(Status::ZoneActiveResource));
+    }
+
+    #[test]
+    fn a_refusal_names_the_rule_the_zone_set_applied() {
+        let mut s = set(0, 0);
+        s.write(Sector(Z), 8, false).unwrap();
+        let rule = |r: Result<Sector, Status>| r.unwrap_err().rule();
+        assert_eq!(
+            rule(s.write(Sector(Z + 16), 8, false)),
+            Some(Rule::NotAtWp { at: Sector(Z + 16), wp: Sector(Z + 8) })
+        );
+        assert_eq!(rule(s.write(Sector(Z + 8), CAP as u32, false)), Some(Rule::PastCapacity { wp: Sector(Z + 8) }));
+        assert_eq!(rule(s.write(Sector(Z + 8), 8, true)), Some(Rule::NotZoneStart));
+        assert_eq!(rule(s.write(Sector(Z - 8), 16, false)), Some(Rule::CrossesZone));
+        assert_eq!(rule(s.write(Sector(8 * Z), 8, false)), Some(Rule::BeyondEnd));
+        assert_eq!(s.close_zone(ZoneNo(2)).unwrap_err().rule(), Some(Rule::Transition { cond: ZoneCond::Empty }));
+        s.finish_zone(ZoneNo(2)).unwrap();
+        assert_eq!(s.open_zone(ZoneNo(2)).unwrap_err().rule(), Some(Rule::Transition { cond: ZoneCond::Full }));
+        assert_eq!(rule(s.write(Sector(2 * Z), 8, false)), Some(Rule::ZoneFull));
+        assert_eq!(s.reset_zone(ZoneNo(0)).unwrap_err().rule(), Some(Rule::Conventional));
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub mod zeroing;
 
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
 use crate::error::DeviceError;
-use crate::{IoBuf, check_discard, check_range, check_write_zeroes, zero_past};
+use crate::{IoBuf, check_append, check_discard, check_range, check_write_zeroes, zero_past};
 use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table, TableRead};
 use media::{FileMedia, Media};
 use std::fs::{File, OpenOptions};
@@ -733,11 +733,8 @@ impl FileImage {
     fn accept_write(&self, req: &Request) -> Result<Sector, Status> {
         check_range(&self.geo, req)?;
         let append = req.op == Op::ZoneAppend;
-        if append && self.geo.max_append_sectors() == 0 {
-            return Err(Status::NotSupported);
-        }
-        if append && req.nr_sectors > self.geo.max_append_sectors() {
-            return Err(Status::Invalid);
+        if append {
+            check_append(&self.geo, req)?;
         }
         let mut guard = self.lock_state();
         let st = &mut *guard;

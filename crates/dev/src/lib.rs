@@ -20,6 +20,7 @@ pub mod mem;
 
 use zblk_core::bio::{Request, Status};
 use zblk_core::geometry::Geometry;
+use zblk_core::rule::Rule;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneInfo;
 
@@ -74,19 +75,34 @@ pub trait BlockDevice {
 /// inside the device, aligned to the logical block size; EINVAL otherwise.
 pub(crate) fn check_range(geo: &Geometry, req: &Request) -> Result<(), Status> {
     let n = u64::from(req.nr_sectors);
-    let end = req.sector.0.checked_add(n).ok_or(Status::Invalid)?;
-    if n == 0 || end > geo.nr_sectors() || !geo.is_block_aligned(req.sector, n) {
-        return Err(Status::Invalid);
-    }
-    Ok(())
+    let rule = if n == 0 {
+        Rule::LengthZero
+    } else if req.sector.0.checked_add(n).is_none_or(|end| end > geo.nr_sectors()) {
+        Rule::BeyondEnd
+    } else if !geo.is_block_aligned(req.sector, n) {
+        Rule::NotBlockAligned
+    } else {
+        return Ok(());
+    };
+    Err(Status::Invalid.because(rule))
 }
 
 /// The device-side check of a WRITE_ZEROES: EOPNOTSUPP on a device without it
 /// (`write_zeroes_max_bytes` 0), EINVAL above its limit.
 pub(crate) fn check_write_zeroes(geo: &Geometry, req: &Request) -> Result<(), Status> {
     match geo.max_write_zeroes_sectors() {
-        0 => Err(Status::NotSupported),
-        max if req.nr_sectors > max => Err(Status::Invalid),
+        0 => Err(Status::NotSupported.because(Rule::NoWriteZeroes)),
+        max if req.nr_sectors > max => Err(Status::Invalid.because(Rule::WriteZeroesOverLimit)),
+        _ => Ok(()),
+    }
+}
+
+/// The device-side check of a native ZONE_APPEND: EOPNOTSUPP on a device without
+/// one (`zone_append_max_bytes` 0), EINVAL above its limit.
+pub(crate) fn check_append(geo: &Geometry, req: &Request) -> Result<(), Status> {
+    match geo.max_append_sectors() {
+        0 => Err(Status::NotSupported.because(Rule::NoZoneAppend)),
+        max if req.nr_sectors > max => Err(Status::Invalid.because(Rule::AppendOverLimit)),
         _ => Ok(()),
     }
 }
@@ -96,7 +112,7 @@ pub(crate) fn check_write_zeroes(geo: &Geometry, req: &Request) -> Result<(), St
 pub(crate) fn check_discard(geo: &Geometry, req: &Request) -> Result<(), Status> {
     check_range(geo, req)?;
     if geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(req.end() - 1)) {
-        return Err(Status::Invalid);
+        return Err(Status::Invalid.because(Rule::DiscardSequential));
     }
     Ok(())
 }

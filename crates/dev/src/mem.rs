@@ -3,7 +3,7 @@
 //! `memory_backed=0`, for benchmarks), with or without native zone append (the
 //! geometry's `max_append_sectors`).
 
-use super::{BlockDevice, DeviceZeroing, IoBuf, check_discard, check_range, check_write_zeroes};
+use super::{BlockDevice, DeviceZeroing, IoBuf, check_append, check_discard, check_range, check_write_zeroes};
 use std::collections::BTreeMap;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
@@ -143,11 +143,8 @@ impl MemDevice {
 
     fn write(&mut self, req: &Request, buf: IoBuf<'_>, append: bool) -> Result<Sector, Status> {
         check_range(&self.geo, req)?;
-        if append && self.geo.max_append_sectors() == 0 {
-            return Err(Status::NotSupported);
-        }
-        if append && req.nr_sectors > self.geo.max_append_sectors() {
-            return Err(Status::Invalid);
+        if append {
+            check_append(&self.geo, req)?;
         }
         let at = match self.zones.as_mut() {
             Some(z) => z.write(req.sector, req.nr_sectors, append)?,

@@ -933,7 +933,7 @@ impl Runtime {
                     Ok(_) => done += u64::from(n),
                     // The device lost WRITE_ZEROES between the check and the
                     // submission (it never does today): fall back for the rest.
-                    Err(Status::NotSupported) if !flags.no_fallback => {
+                    Err(e) if e == Status::NotSupported && !flags.no_fallback => {
                         return self.write_zero_buffers(sector + done, nr_sectors - done).map(|_| ZeroingReport {
                             method: ZeroingMethod::ZeroBuffers,
                             device_method: None,

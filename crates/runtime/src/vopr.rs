@@ -617,7 +617,7 @@ fn manage_zones(
             Ok(()) => {}
             // FINISH of an EMPTY or CLOSED zone takes resources (null_blk's
             // null_check_zone_resources()).
-            Err(e) if op == Op::ZoneFinish && matches!(e, Status::ZoneActiveResource | Status::ZoneOpenResource) => {
+            Err(e) if op == Op::ZoneFinish && [Status::ZoneActiveResource, Status::ZoneOpenResource].contains(&e) => {
                 continue;
             }
             Err(e) => return Err(format!("{op} of zone {z}: {e:?}")),

@@ -186,7 +186,7 @@ impl Checker {
                 self.writes_out.remove(&z);
             }
             self.zone_writes_out -= 1;
-            if self.policy.plugs() && matches!(result, Err(Status::Unaligned) | Err(Status::ZoneFull)) {
+            if self.policy.plugs() && (result == Err(Status::Unaligned) || result == Err(Status::ZoneFull)) {
                 self.fail(format!("device refused plugged write {req:?}: {:?}", result.unwrap_err()));
             }
         }

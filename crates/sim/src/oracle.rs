@@ -793,7 +793,7 @@ impl HostOracle {
 
     fn judge(&self, rec: &HostBio, result: Result<Sector, Status>) -> Result<(), String> {
         let bio = rec.bio.expect("a recorded BIO");
-        let refused_as_invalid = matches!(result, Err(Status::Invalid | Status::NotSupported));
+        let refused_as_invalid = result == Err(Status::Invalid) || result == Err(Status::NotSupported);
         if !rec.valid {
             return if refused_as_invalid {
                 Ok(())

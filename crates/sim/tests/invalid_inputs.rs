@@ -7,7 +7,7 @@ use common::base_params as base;
 use zblk_core::engine::{Action, Engine, EngineConfig};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::params::DeviceParams;
-use zblk_core::{Bio, BioFlags, Op, Sector, Status};
+use zblk_core::{Bio, BioFlags, Op, Rule, Sector, Status};
 use zblk_sim::{JobSpec, Rw, ZoneMode};
 
 #[test]
@@ -127,30 +127,64 @@ fn bio_refusals_have_kernel_statuses_and_never_reach_the_device() {
     let geo = Geometry::new(&GeometryParams { lbs_bytes: 4096, ..base() }).unwrap();
     let zone = geo.zone_sectors();
     let cases = [
-        ("read past the end", Bio::read(Sector(geo.nr_sectors() - 8), 16, 0), Status::Invalid),
-        ("read far past the end", Bio::read(Sector(u64::MAX - 4), 8, 0), Status::Invalid),
-        ("misaligned start", Bio::read(Sector(1), 8, 0), Status::Invalid),
-        ("misaligned length", Bio::read(Sector(0), 4, 0), Status::Invalid),
-        ("zero length write", Bio::write(Sector(zone), 0, 0), Status::Invalid),
-        ("append to a conventional zone", Bio::append(Sector(0), 8, 0), Status::Invalid),
-        ("append not at a zone start", Bio::append(Sector(zone + 8), 8, 0), Status::Invalid),
-        ("append above the limit", Bio::append(Sector(zone), 72, 0), Status::Invalid),
-        ("append past the zone", Bio::append(Sector(zone), (zone + 8) as u32, 0), Status::Invalid),
-        ("reset not at a zone start", Bio::zone_op(Op::ZoneReset, Sector(zone + 8), 0), Status::Invalid),
-        ("reset of a conventional zone", Bio::zone_op(Op::ZoneReset, Sector(0), 0), Status::Invalid),
-        ("finish past the end", Bio::zone_op(Op::ZoneFinish, Sector(geo.nr_sectors()), 0), Status::Invalid),
-        ("flush with data", Bio { nr_sectors: 8, ..Bio::flush(0) }, Status::Invalid),
+        ("read past the end", Bio::read(Sector(geo.nr_sectors() - 8), 16, 0), Status::Invalid, Rule::BeyondEnd),
+        ("read far past the end", Bio::read(Sector(u64::MAX - 4), 8, 0), Status::Invalid, Rule::BeyondEnd),
+        ("misaligned start", Bio::read(Sector(1), 8, 0), Status::Invalid, Rule::NotBlockAligned),
+        ("misaligned length", Bio::read(Sector(0), 4, 0), Status::Invalid, Rule::NotBlockAligned),
+        ("zero length write", Bio::write(Sector(zone), 0, 0), Status::Invalid, Rule::LengthZero),
+        ("append to a conventional zone", Bio::append(Sector(0), 8, 0), Status::Invalid, Rule::Conventional),
+        ("append not at a zone start", Bio::append(Sector(zone + 8), 8, 0), Status::Invalid, Rule::NotZoneStart),
+        ("append above the limit", Bio::append(Sector(zone), 72, 0), Status::Invalid, Rule::AppendOverLimit),
+        (
+            "append past the zone",
+            Bio::append(Sector(zone), (zone + 8) as u32, 0),
+            Status::Invalid,
+            Rule::AppendOverLimit,
+        ),
+        (
+            "reset not at a zone start",
+            Bio::zone_op(Op::ZoneReset, Sector(zone + 8), 0),
+            Status::Invalid,
+            Rule::NotZoneStart,
+        ),
+        (
+            "reset of a conventional zone",
+            Bio::zone_op(Op::ZoneReset, Sector(0), 0),
+            Status::Invalid,
+            Rule::Conventional,
+        ),
+        (
+            "finish past the end",
+            Bio::zone_op(Op::ZoneFinish, Sector(geo.nr_sectors()), 0),
+            Status::Invalid,
+            Rule::BeyondEnd,
+        ),
+        ("flush with data", Bio { nr_sectors: 8, ..Bio::flush(0) }, Status::Invalid, Rule::UnexpectedLength),
         (
             "zone op with a length",
             Bio { nr_sectors: 8, ..Bio::zone_op(Op::ZoneOpen, Sector(zone), 0) },
             Status::Invalid,
+            Rule::UnexpectedLength,
         ),
-        ("discard of a sequential zone", Bio { op: Op::Discard, ..Bio::write(Sector(zone), 8, 0) }, Status::Invalid),
-        ("unaligned write", Bio::write(Sector(zone + 8), 8, 0), Status::Unaligned),
+        (
+            "discard of a sequential zone",
+            Bio { op: Op::Discard, ..Bio::write(Sector(zone), 8, 0) },
+            Status::Invalid,
+            Rule::DiscardSequential,
+        ),
+        (
+            "unaligned write",
+            Bio::write(Sector(zone + 8), 8, 0),
+            Status::Unaligned,
+            Rule::NotAtWp { at: Sector(zone + 8), wp: Sector(zone) },
+        ),
     ];
-    for (what, bio, status) in cases {
+    for (what, bio, status, rule) in cases {
         let mut e = Engine::new_empty(&geo, EngineConfig::default());
-        assert_eq!(refusal(&mut e, bio), Some(status), "{what}");
+        let got = refusal(&mut e, bio);
+        assert_eq!(got, Some(status), "{what}");
+        // The refusal names the rule the engine applied, for the message.
+        assert_eq!(got.and_then(Status::rule), Some(rule), "{what}");
         assert_eq!(status.errno_name(), if status == Status::Unaligned { "EIO" } else { "EINVAL" });
     }
     // Zone operations on a regular device are not supported.
@@ -162,6 +196,41 @@ fn bio_refusals_have_kernel_statuses_and_never_reach_the_device() {
     // A flag does not make an invalid BIO valid.
     let mut e = Engine::new_empty(&geo, EngineConfig::default());
     assert_eq!(refusal(&mut e, Bio::read(Sector(1), 8, 0).with_flags(BioFlags::FUA)), Some(Status::Invalid));
+}
+
+/// Submits `bio`, completes every request it issues with success, and returns its
+/// result.
+fn through(engine: &mut Engine, bio: Bio) -> Result<Sector, Status> {
+    engine.submit(bio);
+    let mut result = None;
+    while let Some(a) = engine.poll_action() {
+        match a {
+            Action::Issue(r) => engine.complete(r.id, Ok(r.sector)),
+            Action::Complete(c) => result = Some(c.result),
+            _ => {}
+        }
+    }
+    result.expect("the BIO completed")
+}
+
+#[test]
+fn host_refusals_name_the_rule_with_the_plugs_write_pointer() {
+    // Zones of 1 MiB, 768 KiB writable: a write past the capacity stays in its zone.
+    let geo = Geometry::new(&GeometryParams { zone_capacity_bytes: 768 << 10, max_sectors: 2048, ..base() }).unwrap();
+    let (zone, cap) = (geo.zone_sectors(), geo.zone_capacity(zblk_core::ZoneNo(1)));
+    let mut e = Engine::new_empty(&geo, EngineConfig::default());
+    assert_eq!(through(&mut e, Bio::write(Sector(zone), 8, 0)), Ok(Sector(zone)));
+    let rule = |r: Result<Sector, Status>| r.err().and_then(Status::rule);
+    let wp = Sector(zone + 8);
+    assert_eq!(
+        rule(through(&mut e, Bio::write(Sector(zone + 16), 8, 0))),
+        Some(Rule::NotAtWp { at: Sector(zone + 16), wp })
+    );
+    assert_eq!(rule(through(&mut e, Bio::write(wp, cap as u32, 0))), Some(Rule::PastCapacity { wp }));
+    // An emulated append that does not fit: what is left of the zone ends at wp.
+    assert_eq!(rule(through(&mut e, Bio::append(Sector(zone), (cap - 4) as u32, 0))), Some(Rule::PastCapacity { wp }));
+    assert_eq!(through(&mut e, Bio::zone_op(Op::ZoneFinish, Sector(zone), 0)), Ok(Sector(zone)));
+    assert_eq!(rule(through(&mut e, Bio::write(wp, 8, 0))), Some(Rule::ZoneFull));
 }
 
 #[test]

@@ -7,10 +7,12 @@ use crate::{CliError, image, parse};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use zblk_core::bio::Status;
+use zblk_core::bio::{Status, StatusCode};
 use zblk_core::engine::{EngineConfig, ZeroingMethod};
+use zblk_core::geometry::Geometry;
+use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
-use zblk_runtime::{Backend, Runtime, ZeroingFlags};
+use zblk_runtime::{Backend, ZeroingFlags};
 
 const ABOUT: &str = "\
 Zeroes a range of an image as fallocate(1) zeroes a range of a block device. \
@@ -124,24 +126,28 @@ fn parse_set(text: &str) -> Result<(String, u64), CliError> {
     Ok((name.to_string(), v))
 }
 
-/// What went wrong, in words: the errno, the status and, for the zoned refusals, why.
-fn explain(rt: &Runtime, offset: u64, status: Status) -> String {
+/// What went wrong, in words: the errno, the status and, for the zoned refusals, the
+/// rule that refused the range (carried in the status from where it was decided).
+fn explain(geo: &Geometry, status: Status) -> String {
     let base = format!("{}: {status}", status.errno_name());
-    let sector = Sector(offset / SECTOR_SIZE);
-    let zone = rt.report_zone(sector).ok();
-    match (status, zone) {
-        (Status::Unaligned, Some(z)) => format!(
+    match (status.rule(), status.code()) {
+        (Some(Rule::NotAtWp { at, wp }), _) => format!(
             "{base}: on a sequential zone the range must start at the zone's write pointer, byte {} (sector {}); \
-             it starts at byte {offset}",
-            z.wp.0 * SECTOR_SIZE,
-            z.wp.0
+             it starts at byte {}",
+            wp.0 * SECTOR_SIZE,
+            wp.0,
+            at.0 * SECTOR_SIZE
         ),
-        (Status::ZoneFull, Some(z)) => format!(
-            "{base}: the range runs past the capacity of a zone ({} from byte {}) or into a full zone",
-            format_bytes_exact(z.capacity * SECTOR_SIZE),
-            z.start.0 * SECTOR_SIZE
-        ),
-        (Status::ZoneOpenResource | Status::ZoneActiveResource, _) => {
+        (Some(Rule::PastCapacity { wp }), _) => {
+            let z = geo.zone_no(wp);
+            format!(
+                "{base}: the range runs past the capacity of a zone ({} from byte {})",
+                format_bytes_exact(geo.zone_capacity(z) * SECTOR_SIZE),
+                geo.zone_start(z).0 * SECTOR_SIZE
+            )
+        }
+        (Some(Rule::ZoneFull), _) => format!("{base}: the range runs into a full zone"),
+        (_, StatusCode::ZoneOpenResource | StatusCode::ZoneActiveResource) => {
             format!("{base}: the range needs a zone opened beyond the image's open or active zone limit")
         }
         _ => base,
@@ -194,7 +200,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
     let t1 = Instant::now();
     let flushed = if result.is_ok() { rt.flush() } else { Ok(()) };
     let t2 = Instant::now();
-    let failure = result.as_ref().err().map(|&s| explain(&rt, a.offset, s));
+    let failure = result.as_ref().err().map(|&s| explain(&geo, s));
     let backend = rt.backend().to_string();
     rt.close().map_err(CliError::msg)?;
     let report = result.map_err(|_| {

@@ -18,11 +18,12 @@ use crate::{CliError, image, parse};
 use clap::Args;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use zblk_core::bio::{BioFlags, Op, Status};
+use zblk_core::bio::{BioFlags, Op, Status, StatusCode};
 use zblk_core::engine::EngineConfig;
 use zblk_core::geometry::Geometry;
+use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
-use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
+use zblk_core::zone::{ZoneInfo, ZoneType};
 use zblk_runtime::{AlignedBuf, Backend, Runtime};
 
 /// A single I/O.
@@ -300,10 +301,10 @@ impl Io<'_> {
 
     /// The cause of a failed request, in words: the zone rule, or what the device
     /// knows of an EIO (the file system's ENOSPC or EFBIG under an image).
-    fn cause(&self, op: Op, pos: u64, n: u64, before: Option<&ZoneInfo>, st: Status) -> String {
-        match (st, self.rt.device().last_error()) {
-            (Status::IoErr, Some(why)) => why,
-            _ => explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, before, st),
+    fn cause(&self, op: Op, pos: u64, n: u64, st: Status) -> String {
+        match (st.code(), st.rule(), self.rt.device().last_error()) {
+            (StatusCode::IoErr, None, Some(why)) => why,
+            _ => explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, st),
         }
     }
 
@@ -383,37 +384,41 @@ impl Io<'_> {
                 );
                 return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos.max(1) - 1))));
             }
-            let before = self.zone_at(pos);
             let sector = Sector(pos / SECTOR_SIZE);
             if let Err(st) = self.rt.write_at_flags(sector, &buf[..got], flags) {
-                // What of this chunk landed: on a sequential zone, what the write
-                // pointer moved past the chunk's start (the pieces before the one
-                // that failed), if the chunk started at the write pointer.
-                let after = self.zone_at(pos);
-                let part = match (before, after) {
-                    (Some(b), Some(z)) if b.ztype != ZoneType::Conventional && b.wp == sector => {
-                        (z.wp.min(z.start + z.capacity).0 * SECTOR_SIZE).saturating_sub(pos).min(got as u64)
+                // What of this chunk landed: the pieces before the one refused. The
+                // rule says where they ended when the write ran into the capacity;
+                // otherwise the write pointer tells, unless the chunk was refused
+                // for not starting there.
+                let part = match (st.rule(), self.zone_at(pos)) {
+                    (Some(Rule::PastCapacity { wp }), _) => (wp.0 * SECTOR_SIZE).saturating_sub(pos),
+                    (Some(Rule::NotAtWp { .. } | Rule::ZoneFull), _) => 0,
+                    (_, Some(z)) if z.ztype != ZoneType::Conventional => {
+                        (z.wp.min(z.start + z.capacity).0 * SECTOR_SIZE).saturating_sub(pos)
                     }
                     _ => 0,
+                }
+                .min(got as u64);
+                let z = self.geo.is_zoned().then(|| self.geo.zone_no(sector));
+                let zone_start = z.map_or(0, |z| self.geo.zone_start(z).0 * SECTOR_SIZE);
+                let past_capacity = match st.rule() {
+                    Some(Rule::PastCapacity { .. }) => true,
+                    // A zone this command's earlier chunks filled: the whole write
+                    // went past its capacity.
+                    Some(Rule::ZoneFull) => self.offset < pos && zone_start < pos,
+                    _ => false,
                 };
-                let why = match before {
-                    // The write ran into the zone's capacity (this chunk, or the
-                    // command's earlier ones, filled it): the rule broken is the
-                    // whole write's.
-                    Some(b)
-                        if st == Status::ZoneFull
-                            && b.ztype != ZoneType::Conventional
-                            && (b.cond != ZoneCond::Full || (self.offset < pos && b.start.0 * SECTOR_SIZE < pos)) =>
-                    {
+                let why = match z {
+                    Some(z) if past_capacity => {
+                        let cap = self.geo.zone_capacity(z) * SECTOR_SIZE;
                         format!(
-                            "EIO: the write goes past zone {}'s capacity ({} bytes: its writable part ends at byte \
+                            "EIO: the write goes past zone {}'s capacity ({cap} bytes: its writable part ends at byte \
                              offset {})",
-                            self.geo.zone_no(b.start).0,
-                            b.capacity * SECTOR_SIZE,
-                            (b.start.0 + b.capacity) * SECTOR_SIZE
+                            z.0,
+                            zone_start + cap
                         )
                     }
-                    _ => self.cause(Op::Write, pos, got as u64, before.as_ref(), st),
+                    _ => self.cause(Op::Write, pos, got as u64, st),
                 };
                 return Err(self.fail(len, &format!("{why}; {}{}", landed(done + part), self.wp_now(pos))));
             }
@@ -428,9 +433,8 @@ impl Io<'_> {
     /// One zone append; returns the sector it landed at.
     fn append(&self, data: &[u8], flags: BioFlags) -> Result<Sector, CliError> {
         let buf = AlignedBuf::from_slice(data);
-        let before = self.zone_at(self.offset);
         self.rt.append_flags(Sector(self.offset / SECTOR_SIZE), &buf, flags).map_err(|st| {
-            let why = self.cause(Op::ZoneAppend, self.offset, data.len() as u64, before.as_ref(), st);
+            let why = self.cause(Op::ZoneAppend, self.offset, data.len() as u64, st);
             self.fail(Some(data.len() as u64), &why)
         })
     }
@@ -456,9 +460,8 @@ impl Io<'_> {
         while done < len {
             let n = (len - done).min(CHUNK) as usize;
             let pos = self.offset + done;
-            let before = self.zone_at(pos);
             if let Err(st) = self.rt.read_at(Sector(pos / SECTOR_SIZE), &mut buf[..n]) {
-                let why = self.cause(Op::Read, pos, n as u64, before.as_ref(), st);
+                let why = self.cause(Op::Read, pos, n as u64, st);
                 return Err(self.fail(Some(len), &format!("{why}; read {done} of {len} bytes")));
             }
             crc.update(&buf[..n]);

@@ -254,9 +254,10 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
     let zone_range = geo.zone_no(Sector(a.offset)).0..=geo.zone_no(Sector(end - 1)).0;
     let skip_conv = cmd == ZoneCmd::Reset && zone_range.clone().any(|z| !geo.zone_is_conv(ZoneNo(z)));
     let mut done: Vec<ZoneNo> = Vec::new();
-    let result = if cmd == ZoneCmd::Reset && a.offset == 0 && zlen == total {
+    let reset_all = cmd == ZoneCmd::Reset && a.offset == 0 && zlen == total;
+    let result = if reset_all {
         // As the kernel: a reset of the whole device is one RESET_ALL.
-        let r = rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, None, s));
+        let r = rt.zone_op(Op::ZoneResetAll, Sector::ZERO).map_err(|s| (Sector::ZERO, s));
         if r.is_ok() {
             done.extend((geo.nr_conv()..geo.nr_zones()).map(ZoneNo));
         }
@@ -268,10 +269,8 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
                 continue;
             }
             let s = geo.zone_start(z);
-            // The zone as it was, for the message if the device refuses.
-            let before = rt.report_zone(s).ok();
             if let Err(st) = rt.zone_op(cmd.op(), s) {
-                r = Err((s, before, st));
+                r = Err((s, st));
                 break;
             }
             done.push(z);
@@ -279,10 +278,9 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
         r
     };
     rt.close().map_err(CliError::msg)?;
-    result.map_err(|(at, before, st)| {
-        let op =
-            if cmd == ZoneCmd::Reset && at == Sector::ZERO && before.is_none() { Op::ZoneResetAll } else { cmd.op() };
-        let why = crate::explain::explain(&geo, op, at, 0, before.as_ref(), st);
+    result.map_err(|(at, st)| {
+        let op = if reset_all { Op::ZoneResetAll } else { cmd.op() };
+        let why = crate::explain::explain(&geo, op, at, 0, st);
         // What took effect before the refusal is said with it.
         let before_it = match (done.first(), done.last()) {
             (Some(f), Some(l)) => format!(

@@ -17,6 +17,7 @@
 use super::Queue;
 use super::bios::{FragId, FragState, Kind};
 use crate::bio::{Op, Status};
+use crate::rule::Rule;
 use crate::units::ZoneNo;
 use slab::Slab;
 use std::collections::VecDeque;
@@ -325,12 +326,13 @@ impl Queue {
         let cap = plug.capacity;
         let frag = &self.frags[f];
         let n = u64::from(frag.nr_sectors);
+        let wp = self.geo.zone_start(z) + plug.wp_offset;
         let check = if plug.wp_offset >= cap {
-            Err(Status::ZoneFull)
+            Err(Status::ZoneFull.because(Rule::ZoneFull))
         } else if !frag.append && self.geo.offset_in_zone(frag.sector) != plug.wp_offset {
-            Err(Status::Unaligned)
+            Err(Status::Unaligned.because(Rule::NotAtWp { at: frag.sector, wp }))
         } else if plug.wp_offset + n > cap {
-            Err(Status::ZoneFull)
+            Err(Status::ZoneFull.because(Rule::PastCapacity { wp }))
         } else {
             Ok(())
         };

@@ -14,6 +14,7 @@ use super::policy::Policy;
 use super::{Engine, Queue};
 use crate::bio::{Bio, BioFlags, Op, Status};
 use crate::geometry::Geometry;
+use crate::rule::Rule;
 
 impl Engine {
     /// Submits a BIO. Its completion arrives as an [`super::Action::Complete`], never
@@ -108,7 +109,7 @@ impl Engine {
             let f = self.q.new_frag(b, bio, 0, bio.nr_sectors, Kind::ZoneWrite);
             if passthrough {
                 // Without a plug there is no write pointer to emulate the append at.
-                self.q.end_frag(f, Err(Status::NotSupported));
+                self.q.end_frag(f, Err(Status::NotSupported.because(Rule::NoZoneAppend)));
                 return;
             }
             self.q.stats.emulated_appends += 1;
@@ -213,41 +214,56 @@ impl Queue {
 /// Checks a BIO against a device geometry, as `submit_bio_noacct()` and
 /// `blk_check_zone_append()` do: what [`Engine::validate`] checks, for callers that
 /// submit to a device without an engine of its own (a stacked, bio-based device).
+/// A refusal names its [`Rule`].
 pub fn validate_bio(geo: &Geometry, bio: &Bio) -> Result<(), Status> {
+    let invalid = |rule| Err(Status::Invalid.because(rule));
     if bio.op == Op::Flush {
-        return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
+        return if bio.nr_sectors == 0 { Ok(()) } else { invalid(Rule::UnexpectedLength) };
     }
     if bio.op.is_zone_mgmt() || bio.op == Op::ZoneAppend {
         if !geo.is_zoned() {
-            return Err(Status::NotSupported);
+            return Err(Status::NotSupported.because(Rule::NotZoned));
         }
         if bio.op == Op::ZoneResetAll {
             return Ok(());
         }
-        if !geo.is_zone_start(bio.sector) || geo.zone_is_conv(geo.zone_no(bio.sector)) {
-            return Err(Status::Invalid);
+        if bio.sector.0 >= geo.nr_sectors() {
+            return invalid(Rule::BeyondEnd);
+        }
+        if geo.zone_is_conv(geo.zone_no(bio.sector)) {
+            return invalid(Rule::Conventional);
+        }
+        if !geo.is_zone_start(bio.sector) {
+            return invalid(Rule::NotZoneStart);
         }
     }
     if bio.op.is_zone_mgmt() {
-        return if bio.nr_sectors == 0 { Ok(()) } else { Err(Status::Invalid) };
+        return if bio.nr_sectors == 0 { Ok(()) } else { invalid(Rule::UnexpectedLength) };
     }
     let n = u64::from(bio.nr_sectors);
-    let in_range = bio.sector.0.checked_add(n).is_some_and(|end| end <= geo.nr_sectors());
-    if n == 0 || !in_range || !geo.is_block_aligned(bio.sector, n) {
-        return Err(Status::Invalid);
+    if n == 0 {
+        return invalid(Rule::LengthZero);
+    }
+    if bio.sector.0.checked_add(n).is_none_or(|end| end > geo.nr_sectors()) {
+        return invalid(Rule::BeyondEnd);
+    }
+    if !geo.is_block_aligned(bio.sector, n) {
+        return invalid(Rule::NotBlockAligned);
     }
     if bio.op == Op::ZoneAppend {
-        let z = geo.zone_no(bio.sector);
-        if bio.nr_sectors > geo.append_limit_sectors() || n > geo.zone_capacity(z) {
-            return Err(Status::Invalid);
+        if bio.nr_sectors > geo.append_limit_sectors() {
+            return invalid(Rule::AppendOverLimit);
+        }
+        if n > geo.zone_capacity(geo.zone_no(bio.sector)) {
+            return invalid(Rule::AppendOverCapacity);
         }
     }
     if bio.op == Op::Discard && geo.is_zoned() && !geo.zone_is_conv(geo.zone_no(bio.end() - 1)) {
-        return Err(Status::Invalid);
+        return invalid(Rule::DiscardSequential);
     }
     if bio.op == Op::WriteZeroes && geo.max_write_zeroes_sectors() == 0 {
         // As submit_bio_noacct(): the caller falls back to writing zero buffers.
-        return Err(Status::NotSupported);
+        return Err(Status::NotSupported.because(Rule::NoWriteZeroes));
     }
     Ok(())
 }
