@@ -1024,6 +1024,8 @@ impl Runtime {
             while !core.bios.is_empty() {
                 core = shared.idle.wait(core).unwrap_or_else(|p| p.into_inner());
             }
+            // Idle: the engine's invariants cost O(plugs) here.
+            core.engine.check_invariants();
         }
         shared.stopping.store(true, Ordering::Release);
         for _ in 0..self.workers {

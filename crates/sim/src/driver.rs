@@ -386,6 +386,10 @@ impl Sim {
     /// Turns checks off (see [`SimChecks`]).
     pub fn set_checks(&mut self, checks: SimChecks) {
         self.checks = checks;
+        // Without them, the engines do not check themselves either.
+        for i in 0..self.disks.len() {
+            self.stack.engine_mut(self.disks[i].dev).set_self_check(checks.engine_invariants);
+        }
         if let Some(h) = &mut self.host {
             h.check_flush = checks.host_flush;
         }
@@ -424,6 +428,7 @@ impl Sim {
             let engine = self.stack.engine_mut(d.dev);
             let (geo, cfg) = (engine.geometry().clone(), *engine.config());
             *engine = Engine::new(&geo, cfg, &zones);
+            engine.set_self_check(self.checks.engine_invariants);
         }
         self.engines_touched = true;
         if let Some(mut host) = self.host.take() {

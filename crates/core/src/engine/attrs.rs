@@ -95,6 +95,7 @@ impl Engine {
         }
         self.q.freeze = Some(policy);
         self.maybe_unfreeze();
+        self.after_input();
     }
 
     /// The queue attribute `write_zeroes_unmap_max_bytes`: how large a WRITE_ZEROES
@@ -164,7 +165,7 @@ impl Engine {
         }
         let held: Vec<Bio> = self.q.frozen.drain(..).collect();
         for bio in held {
-            self.submit(bio);
+            self.enter(bio);
         }
     }
 }
@@ -175,7 +176,9 @@ impl Queue {
     fn forget_plugs(&mut self) {
         for p in self.plugs.ids() {
             let z = self.plugs[p].zone;
-            self.cond[z.idx()] = CondCache::Unknown;
+            if !matches!(self.cond[z.idx()], CondCache::ReadOnly | CondCache::Offline) {
+                self.cond[z.idx()] = CondCache::Unknown;
+            }
             self.plugs.remove(p);
         }
     }

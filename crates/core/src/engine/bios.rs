@@ -17,6 +17,13 @@ use slab::Slab;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct BioId(usize);
 
+impl BioId {
+    /// The slot number, for tables indexed by BIO.
+    pub fn idx(self) -> usize {
+        self.0
+    }
+}
+
 /// A fragment of a BIO: what becomes one request. Ordered by slot (the default is
 /// the lowest, slot 0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -110,6 +117,11 @@ impl BioTable {
     /// Whether no BIO is inside the engine.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// Every BIO and its pieces outstanding, for checks.
+    pub fn iter(&self) -> impl Iterator<Item = (BioId, u32)> + '_ {
+        self.slots.iter().map(|(i, b)| (BioId(i), b.remaining()))
     }
 
     /// The submitter's token of BIO `b`.

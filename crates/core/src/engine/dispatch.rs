@@ -100,6 +100,11 @@ impl Engine {
     ///
     /// Panics on an id that is not on the device: that is a driver bug.
     pub fn complete(&mut self, id: ReqId, result: Result<Sector, Status>) {
+        self.request_completed(id, result);
+        self.after_input();
+    }
+
+    fn request_completed(&mut self, id: ReqId, result: Result<Sector, Status>) {
         let done = self.q.request_done(id, result);
         let failed = result.is_err();
         match done.kind {

@@ -212,6 +212,10 @@ pub(crate) struct Queue {
     /// The last anticipation token handed out (kept across policy switches, so that
     /// a stale timer never matches a new anticipation).
     anticipation_token: u64,
+    /// The engine checks its invariants itself (`check.rs`).
+    pub self_check: bool,
+    /// Inputs since the engine last checked its invariants.
+    pub inputs_unchecked: u64,
     pub actions: VecDeque<Action>,
     pub stats: EngineStats,
 }
@@ -253,6 +257,8 @@ impl Engine {
             freeze: None,
             frozen: VecDeque::new(),
             anticipation_token: 0,
+            self_check: true,
+            inputs_unchecked: 0,
             actions: VecDeque::new(),
             stats: EngineStats::default(),
         };
@@ -273,7 +279,7 @@ impl Engine {
                 _ if !cfg.policy.plugs() => CondCache::Empty,
                 _ => {
                     q.plugs.insert(zno, info.wp.since(info.start), q.geo.zone_capacity(zno));
-                    CondCache::Empty // the plug describes the zone
+                    CondCache::Plugged
                 }
             };
             q.cond.push(c);
@@ -360,6 +366,7 @@ impl Engine {
             self.q.try_barrier();
         }
         self.unfreeze_if_drained();
+        self.after_input();
     }
 
     /// Something of plug `p` changed (an operation joined it or completed, its write

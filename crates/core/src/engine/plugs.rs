@@ -80,6 +80,8 @@ impl Plug {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CondCache {
     NotWp,
+    /// The zone has a plug, which describes it.
+    Plugged,
     Empty,
     Full,
     /// Not known: a native zone append or a failed zone operation moved the write
@@ -213,9 +215,11 @@ impl Queue {
             CondCache::ReadOnly => return Err(Status::ZoneReadOnly),
             CondCache::Offline => return Err(Status::ZoneOffline),
             CondCache::NotWp => unreachable!("plug for conventional zone {z}"),
+            CondCache::Plugged => unreachable!("zone {z} is plugged without a plug"),
         };
         let p = self.plugs.insert(z, wp_offset, cap);
         self.plugs[p].need_wp_update = !known;
+        self.cond[z.idx()] = CondCache::Plugged;
         Ok(p)
     }
 
@@ -430,7 +434,11 @@ impl Queue {
     fn release_idle(&mut self, p: PlugId) {
         let plug = &self.plugs[p];
         let z = plug.zone;
-        let c = if plug.need_wp_update {
+        let c = if matches!(self.cond[z.idx()], CondCache::ReadOnly | CondCache::Offline) {
+            // Learnt from a report while the plug was in use: nothing will be
+            // written there again.
+            self.cond[z.idx()]
+        } else if plug.need_wp_update {
             CondCache::Unknown
         } else if plug.wp_offset == 0 {
             CondCache::Empty

@@ -52,7 +52,7 @@ impl Queue {
                     o if o >= cap => CondCache::Full,
                     o => {
                         self.plugs.insert(z, o, cap);
-                        CondCache::Empty // the plug describes the zone
+                        CondCache::Plugged
                     }
                 };
             }
@@ -67,6 +67,11 @@ impl Engine {
     /// host knows nothing of is learnt. A report is ignored where it may be older
     /// than an operation on the device, and never overrides what the host knows.
     pub fn zone_report(&mut self, info: &ZoneInfo) {
+        self.learn_report(info);
+        self.after_input();
+    }
+
+    fn learn_report(&mut self, info: &ZoneInfo) {
         let q = &mut self.q;
         if !q.geo.is_zoned() || info.ztype == ZoneType::Conventional {
             return;
@@ -121,5 +126,6 @@ impl Engine {
             self.after_plug_change(p);
         }
         self.unfreeze_if_drained();
+        self.after_input();
     }
 }

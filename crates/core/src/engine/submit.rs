@@ -20,6 +20,13 @@ impl Engine {
     /// Submits a BIO. Its completion arrives as an [`super::Action::Complete`], never
     /// synchronously, even when it is refused at once.
     pub fn submit(&mut self, bio: Bio) {
+        self.enter(bio);
+        self.after_input();
+    }
+
+    /// [`Engine::submit`] without the check after it (a frozen queue lets its held
+    /// BIOs in through here).
+    pub(super) fn enter(&mut self, bio: Bio) {
         let q = &mut self.q;
         if q.freeze.is_some() {
             // The queue is frozen for an attribute change: hold new BIOs until it is

@@ -140,9 +140,14 @@ impl<C: Choice> Policy for SingleIssuer<C> {
     }
 
     fn check(&self, q: &Queue) {
-        for (p, plug) in q.plugs.iter() {
-            assert_eq!(plug.listed, self.list.contains(&p), "zone {}: listed flag", plug.zone);
+        // Every listed plug carries the flag, once; as many plugs carry it.
+        let mut seen = rustc_hash::FxHashSet::default();
+        for &p in &self.list {
+            assert!(q.plugs[p].listed, "zone {}: on the list, not flagged listed", q.plugs[p].zone);
+            assert!(seen.insert(p), "zone {}: listed twice", q.plugs[p].zone);
         }
+        let flagged = q.plugs.iter().filter(|(_, plug)| plug.listed).count();
+        assert_eq!(flagged, self.list.len(), "plugs flagged listed, not all on the list");
         assert!(q.plugs.ops_out <= 1, "single issuer with {} zone writes out", q.plugs.ops_out);
         self.choice.check(q);
     }
