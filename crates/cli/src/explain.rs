@@ -82,8 +82,8 @@ pub fn explain(geo: &Geometry, op: Op, sector: Sector, nr_sectors: u64, st: Stat
         Some(Rule::CrossesZone) => {
             format!("{e}: {what} at sector {} of {nr_sectors} sectors runs past its conventional zone", sector.0)
         }
-        Some(Rule::NotAtWp { at, wp }) => {
-            format!("{e}: write at sector {} is not at {}'s write pointer (sector {})", at.0, zone(at), wp.0)
+        Some(Rule::NotAtWp { wp }) => {
+            format!("{e}: write at sector {} is not at {}'s write pointer (sector {})", sector.0, zone(wp), wp.0)
         }
         Some(Rule::ZoneFull) if zone_op => format!("{e}: cannot {what} {}: it is FULL", zone(sector)),
         Some(Rule::ZoneFull) => format!("{e}: {} is FULL", zone(sector)),
@@ -177,13 +177,7 @@ mod tests {
         let st = |s: Status, r: Rule| s.because(r);
         let cases: Vec<(String, &str)> = vec![
             (
-                explain(
-                    &g,
-                    Op::Write,
-                    Sector(16448),
-                    8,
-                    st(Status::Unaligned, Rule::NotAtWp { at: Sector(16448), wp: Sector(16400) }),
-                ),
+                explain(&g, Op::Write, Sector(16448), 8, st(Status::Unaligned, Rule::NotAtWp { wp: Sector(16400) })),
                 "EIO: write at sector 16448 is not at zone 2's write pointer (sector 16400)",
             ),
             (

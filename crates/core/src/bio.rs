@@ -360,6 +360,22 @@ pub enum StatusCode {
 }
 
 impl StatusCode {
+    /// Every code, in the order of their values.
+    pub const ALL: [StatusCode; 12] = [
+        StatusCode::IoErr,
+        StatusCode::Unaligned,
+        StatusCode::ZoneFull,
+        StatusCode::ZoneReadOnly,
+        StatusCode::ZoneOffline,
+        StatusCode::ZoneOpenResource,
+        StatusCode::ZoneActiveResource,
+        StatusCode::Invalid,
+        StatusCode::NotSupported,
+        StatusCode::Aborted,
+        StatusCode::NeedWpUpdate,
+        StatusCode::Again,
+    ];
+
     /// What the failure is, in words.
     pub fn describe(self) -> &'static str {
         match self {
@@ -386,11 +402,15 @@ impl StatusCode {
 /// Statuses compare, hash and print (`{:?}`) by their code alone: the rule is what
 /// a message says, not part of the outcome. The constants carry the codes' names
 /// (`Status::Unaligned`), as the kernel's `BLK_STS_*` do.
+///
+/// Eight bytes, so that a request's `Result<Sector, Status>` stays two words on the
+/// completion path: the code, the rule and its write pointer are packed (see
+/// [`crate::rule::Rule::pack`]).
 #[derive(Clone, Copy)]
-pub struct Status {
-    code: StatusCode,
-    rule: Option<Rule>,
-}
+pub struct Status(u64);
+
+/// Bits of [`Status`] that hold the code; the rule has the rest.
+const CODE_BITS: u32 = 4;
 
 #[allow(non_upper_case_globals)]
 impl Status {
@@ -423,28 +443,28 @@ impl Status {
 impl Status {
     /// A status of `code` with no rule named.
     pub const fn of(code: StatusCode) -> Status {
-        Status { code, rule: None }
+        Status(code as u64)
     }
 
     /// The same status, refused by `rule`.
     #[must_use]
-    pub const fn because(self, rule: Rule) -> Status {
-        Status { code: self.code, rule: Some(rule) }
+    pub fn because(self, rule: Rule) -> Status {
+        Status((self.0 & ((1 << CODE_BITS) - 1)) | rule.pack() << CODE_BITS)
     }
 
     /// Its class.
     pub fn code(self) -> StatusCode {
-        self.code
+        StatusCode::ALL[(self.0 & ((1 << CODE_BITS) - 1)) as usize]
     }
 
     /// The rule that refused the request, if the place that decided named it.
     pub fn rule(self) -> Option<Rule> {
-        self.rule
+        Rule::unpack(self.0 >> CODE_BITS)
     }
 
     /// The Linux errno a user sees for this status.
     pub fn errno(self) -> i32 {
-        match self.code {
+        match self.code() {
             StatusCode::IoErr
             | StatusCode::Unaligned
             | StatusCode::ZoneFull
@@ -492,7 +512,7 @@ impl Status {
 
 impl PartialEq for Status {
     fn eq(&self, other: &Status) -> bool {
-        self.code == other.code
+        self.code() == other.code()
     }
 }
 
@@ -500,19 +520,19 @@ impl Eq for Status {}
 
 impl std::hash::Hash for Status {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.code.hash(h);
+        self.code().hash(h);
     }
 }
 
 impl fmt::Debug for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.code, f)
+        fmt::Debug::fmt(&self.code(), f)
     }
 }
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code.describe())
+        f.write_str(self.code().describe())
     }
 }
 
@@ -520,7 +540,7 @@ impl std::error::Error for Status {}
 
 impl serde::Serialize for Status {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.code.serialize(s)
+        self.code().serialize(s)
     }
 }
 
@@ -549,10 +569,18 @@ mod tests {
 
     #[test]
     fn a_status_compares_by_its_code_and_carries_its_rule() {
-        let refused = Status::Unaligned.because(Rule::NotAtWp { at: Sector(16), wp: Sector(8) });
+        let refused = Status::Unaligned.because(Rule::NotAtWp { wp: Sector(8) });
         assert_eq!(refused, Status::Unaligned);
         assert_ne!(refused, Status::ZoneFull);
-        assert_eq!(refused.rule(), Some(Rule::NotAtWp { at: Sector(16), wp: Sector(8) }));
+        assert_eq!(refused.rule(), Some(Rule::NotAtWp { wp: Sector(8) }));
+        assert_eq!(std::mem::size_of::<Result<Sector, Status>>(), 16, "two words on the completion path");
+        for (i, c) in StatusCode::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i);
+            for r in Rule::EVERY {
+                assert_eq!(Status::of(c).because(r).code(), c);
+                assert_eq!(Status::of(c).because(r).rule(), Some(r), "{c:?} {r:?}");
+            }
+        }
         assert_eq!(Status::Unaligned.rule(), None);
         assert_eq!(format!("{refused:?} {refused}"), "Unaligned unaligned write");
     }

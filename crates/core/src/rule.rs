@@ -45,11 +45,11 @@ pub enum Rule {
     OverMaxSectors,
     /// A write to a conventional zone that runs into the next zone.
     CrossesZone,
-    /// A write to a sequential zone at `at`, not at its write pointer `wp` (the
-    /// plug's `wp_offset` when the host refused it, the zone's when the device did).
+    /// A write to a sequential zone not at its write pointer `wp` (the plug's
+    /// `wp_offset` when the host refused it, the zone's when the device did). The
+    /// write started where its request did: the first piece of a BIO, since a
+    /// plug checks the pieces after it against the write pointer the first moved.
     NotAtWp {
-        /// Where the write was to start.
-        at: Sector,
         /// The write pointer.
         wp: Sector,
     },
@@ -69,3 +69,100 @@ pub enum Rule {
         cond: ZoneCond,
     },
 }
+
+/// Sectors a packed rule can name: a [`crate::bio::Status`] is eight bytes, and a
+/// geometry is at most this large (`Geometry::new` refuses more: 2 EiB).
+pub const MAX_PACKED_SECTORS: u64 = 1 << 52;
+
+impl Rule {
+    /// One of each rule, for tests.
+    pub const EVERY: [Rule; 19] = [
+        Rule::LengthZero,
+        Rule::NotBlockAligned,
+        Rule::BeyondEnd,
+        Rule::NotZoneStart,
+        Rule::Conventional,
+        Rule::NotZoned,
+        Rule::UnexpectedLength,
+        Rule::AppendOverLimit,
+        Rule::AppendOverCapacity,
+        Rule::NoZoneAppend,
+        Rule::DiscardSequential,
+        Rule::NoWriteZeroes,
+        Rule::WriteZeroesOverLimit,
+        Rule::OverMaxSectors,
+        Rule::CrossesZone,
+        Rule::NotAtWp { wp: Sector(MAX_PACKED_SECTORS - 1) },
+        Rule::ZoneFull,
+        Rule::PastCapacity { wp: Sector(12345) },
+        Rule::Transition { cond: ZoneCond::Offline },
+    ];
+
+    /// The rule in 60 bits: its number (1 up; 0 is no rule) in the low 5, a zone
+    /// condition in the next 3, a write pointer in the top 52.
+    pub(crate) fn pack(self) -> u64 {
+        let (tag, cond, wp): (u64, u64, u64) = match self {
+            Rule::LengthZero => (1, 0, 0),
+            Rule::NotBlockAligned => (2, 0, 0),
+            Rule::BeyondEnd => (3, 0, 0),
+            Rule::NotZoneStart => (4, 0, 0),
+            Rule::Conventional => (5, 0, 0),
+            Rule::NotZoned => (6, 0, 0),
+            Rule::UnexpectedLength => (7, 0, 0),
+            Rule::AppendOverLimit => (8, 0, 0),
+            Rule::AppendOverCapacity => (9, 0, 0),
+            Rule::NoZoneAppend => (10, 0, 0),
+            Rule::DiscardSequential => (11, 0, 0),
+            Rule::NoWriteZeroes => (12, 0, 0),
+            Rule::WriteZeroesOverLimit => (13, 0, 0),
+            Rule::OverMaxSectors => (14, 0, 0),
+            Rule::CrossesZone => (15, 0, 0),
+            Rule::NotAtWp { wp } => (16, 0, wp.0),
+            Rule::ZoneFull => (17, 0, 0),
+            Rule::PastCapacity { wp } => (18, 0, wp.0),
+            Rule::Transition { cond } => (19, CONDS.iter().position(|&c| c == cond).expect("a condition") as u64, 0),
+        };
+        assert!(wp < MAX_PACKED_SECTORS, "write pointer {wp} past what a geometry holds");
+        tag | cond << 5 | wp << 8
+    }
+
+    /// The rule [`Rule::pack`] packed, or `None` for no rule.
+    pub(crate) fn unpack(bits: u64) -> Option<Rule> {
+        let wp = Sector(bits >> 8);
+        Some(match bits & 0x1f {
+            0 => return None,
+            1 => Rule::LengthZero,
+            2 => Rule::NotBlockAligned,
+            3 => Rule::BeyondEnd,
+            4 => Rule::NotZoneStart,
+            5 => Rule::Conventional,
+            6 => Rule::NotZoned,
+            7 => Rule::UnexpectedLength,
+            8 => Rule::AppendOverLimit,
+            9 => Rule::AppendOverCapacity,
+            10 => Rule::NoZoneAppend,
+            11 => Rule::DiscardSequential,
+            12 => Rule::NoWriteZeroes,
+            13 => Rule::WriteZeroesOverLimit,
+            14 => Rule::OverMaxSectors,
+            15 => Rule::CrossesZone,
+            16 => Rule::NotAtWp { wp },
+            17 => Rule::ZoneFull,
+            18 => Rule::PastCapacity { wp },
+            19 => Rule::Transition { cond: CONDS[((bits >> 5) & 7) as usize] },
+            t => unreachable!("rule number {t}"),
+        })
+    }
+}
+
+/// The zone conditions, by their 3-bit number in a packed rule.
+const CONDS: [ZoneCond; 8] = [
+    ZoneCond::NotWp,
+    ZoneCond::Empty,
+    ZoneCond::ImpOpen,
+    ZoneCond::ExpOpen,
+    ZoneCond::Closed,
+    ZoneCond::Full,
+    ZoneCond::ReadOnly,
+    ZoneCond::Offline,
+];

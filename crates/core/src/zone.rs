@@ -363,7 +363,7 @@ impl ZoneSet {
             }
             zone.wp
         } else if sector != zone.wp {
-            return Err(Status::Unaligned.because(Rule::NotAtWp { at: sector, wp: zone.wp }));
+            return Err(Status::Unaligned.because(Rule::NotAtWp { wp: zone.wp }));
         } else {
             sector
         };
@@ -788,10 +788,7 @@ mod tests {
         let mut s = set(0, 0);
         s.write(Sector(Z), 8, false).unwrap();
         let rule = |r: Result<Sector, Status>| r.unwrap_err().rule();
-        assert_eq!(
-            rule(s.write(Sector(Z + 16), 8, false)),
-            Some(Rule::NotAtWp { at: Sector(Z + 16), wp: Sector(Z + 8) })
-        );
+        assert_eq!(rule(s.write(Sector(Z + 16), 8, false)), Some(Rule::NotAtWp { wp: Sector(Z + 8) }));
         assert_eq!(rule(s.write(Sector(Z + 8), CAP as u32, false)), Some(Rule::PastCapacity { wp: Sector(Z + 8) }));
         assert_eq!(rule(s.write(Sector(Z + 8), 8, true)), Some(Rule::NotZoneStart));
         assert_eq!(rule(s.write(Sector(Z - 8), 16, false)), Some(Rule::CrossesZone));

@@ -128,15 +128,14 @@ fn parse_set(text: &str) -> Result<(String, u64), CliError> {
 
 /// What went wrong, in words: the errno, the status and, for the zoned refusals, the
 /// rule that refused the range (carried in the status from where it was decided).
-fn explain(geo: &Geometry, status: Status) -> String {
+fn explain(geo: &Geometry, offset: u64, status: Status) -> String {
     let base = format!("{}: {status}", status.errno_name());
     match (status.rule(), status.code()) {
-        (Some(Rule::NotAtWp { at, wp }), _) => format!(
+        (Some(Rule::NotAtWp { wp }), _) => format!(
             "{base}: on a sequential zone the range must start at the zone's write pointer, byte {} (sector {}); \
-             it starts at byte {}",
+             it starts at byte {offset}",
             wp.0 * SECTOR_SIZE,
             wp.0,
-            at.0 * SECTOR_SIZE
         ),
         (Some(Rule::PastCapacity { wp }), _) => {
             let z = geo.zone_no(wp);
@@ -200,7 +199,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
     let t1 = Instant::now();
     let flushed = if result.is_ok() { rt.flush() } else { Ok(()) };
     let t2 = Instant::now();
-    let failure = result.as_ref().err().map(|&s| explain(&geo, s));
+    let failure = result.as_ref().err().map(|&s| explain(&geo, a.offset, s));
     let backend = rt.backend().to_string();
     rt.close().map_err(CliError::msg)?;
     let report = result.map_err(|_| {

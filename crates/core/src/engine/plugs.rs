@@ -334,7 +334,7 @@ impl Queue {
         let check = if plug.wp_offset >= cap {
             Err(Status::ZoneFull.because(Rule::ZoneFull))
         } else if !frag.append && self.geo.offset_in_zone(frag.sector) != plug.wp_offset {
-            Err(Status::Unaligned.because(Rule::NotAtWp { at: frag.sector, wp }))
+            Err(Status::Unaligned.because(Rule::NotAtWp { wp }))
         } else if plug.wp_offset + n > cap {
             Err(Status::ZoneFull.because(Rule::PastCapacity { wp }))
         } else {
