@@ -38,14 +38,9 @@ fn json_summary_and_replay() {
     assert!(stdout(&a).contains("seed 43 (stack)"), "{}", stdout(&a));
 }
 
+#[cfg(feature = "mutations")]
 #[test]
 fn a_planted_bug_fails_with_the_seed_replay_and_shrunk_trace() {
-    if !zblk_core::mutation::AVAILABLE {
-        println!(
-            "SKIPPED a_planted_bug_fails_with_the_seed_replay_and_shrunk_trace: needs --features zblk-cli/mutations (scripts/test builds with it)"
-        );
-        return;
-    }
     let o = zblk(&["vopr", "--seeds", "3", "--mutation", "flush-ack-early"]);
     assert!(!o.status.success());
     let out = stdout(&o);

@@ -9,9 +9,10 @@
 //! acknowledged extent must tile its zone, read back with its own pattern, and
 //! survive a close and reopen. Seeded: `ZBLK_SEED` replays a run's choices.
 
+mod common;
+
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
-use std::io::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -63,10 +64,8 @@ fn stress(backend: Backend, secs: f64) {
     let cfg = RuntimeConfig { backend, ..RuntimeConfig::default() };
     let rt = match Runtime::start(img, cfg) {
         Ok(rt) => rt,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "SKIPPED stress ({backend:?}): {e}");
-            return;
-        }
+        Err(e) if backend == Backend::IoUring => return common::io_uring_missing("stress (io_uring)", e),
+        Err(e) => panic!("the {backend:?} driver does not start: {e}"),
     };
     eprintln!("stress: {} threads, {} zones, {secs}s, seed {seed}, {}", THREADS, ZONES, rt.backend());
     let zones: Vec<Mutex<ZoneState>> = (0..ZONES).map(|_| Mutex::new(ZoneState { next_off: 0, full: false })).collect();

@@ -1,8 +1,9 @@
 //! Seeded random simulation with the checker on after every step: random devices,
 //! random engine settings, random operations with faults; and the same on random
 //! striped and linear stacks. A failure names its seed; replay one with
-//! `ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --exact replay`
-//! (a device) or `... -- --exact replay_stack` (a stack).
+//! `ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay`
+//! (a device) or `... -- --ignored --exact replay_stack` (a stack): the replays are
+//! ignored in a normal run, where they would have nothing to replay.
 
 use std::collections::BTreeMap;
 use zblk_sim::random::{RandomReport, run_random, run_random_stack};
@@ -59,7 +60,7 @@ fn run_seeds(first: u64, n: u64, ops: u64, run: fn(u64, u64) -> RandomReport, re
 fn random_operations_with_checker() {
     let (first, n) = seeds();
     let ops = ops();
-    let replay = "ZBLK_SEED={seed} ZBLK_OPS={ops} cargo test --release -p zblk-sim --test random_sim -- --exact replay";
+    let replay = "ZBLK_SEED={seed} ZBLK_OPS={ops} cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay";
     let Totals { outcomes, checks, .. } = run_seeds(first, n, ops, run_random, replay);
     eprintln!("{n} seeds x {ops} ops: {checks} checks; outcomes {outcomes:?}");
     // The runs must have exercised the paths they claim to: successes, refused
@@ -69,13 +70,18 @@ fn random_operations_with_checker() {
     }
 }
 
+/// The seed to replay: `ZBLK_SEED`, which a replay cannot do without.
+fn replay_seed() -> u64 {
+    env("ZBLK_SEED").expect("a replay needs ZBLK_SEED=<seed> (the failure printed the whole command)")
+}
+
 #[test]
+#[ignore = "replays one seed: ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay"]
 fn replay() {
-    if let Some(seed) = env("ZBLK_SEED") {
-        eprintln!("{:#?}", zblk_sim::random::random_config(seed));
-        let report = run_random(seed, ops());
-        eprintln!("{report:#?}");
-    }
+    let seed = replay_seed();
+    eprintln!("{:#?}", zblk_sim::random::random_config(seed));
+    let report = run_random(seed, ops());
+    eprintln!("{report:#?}");
 }
 
 #[test]
@@ -87,7 +93,7 @@ fn same_seed_same_run() {
 #[test]
 fn random_stacks_with_checker() {
     let (first, n, ops) = stack_seeds();
-    let replay = "ZBLK_SEED={seed} ZBLK_STACK_OPS={ops} cargo test --release -p zblk-sim --test random_sim -- --exact replay_stack";
+    let replay = "ZBLK_SEED={seed} ZBLK_STACK_OPS={ops} cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay_stack";
     let Totals { outcomes, checks, faults } = run_seeds(first, n, ops, run_random_stack, replay);
     eprintln!("{n} stacks x {ops} ops: {checks} checks, {faults} faults; outcomes {outcomes:?}");
     for needed in ["ok", "Unaligned", "Invalid", "NotSupported", "IoErr"] {
@@ -97,16 +103,16 @@ fn random_stacks_with_checker() {
 }
 
 #[test]
+#[ignore = "replays one seed: ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay_stack"]
 fn replay_stack() {
-    if let Some(seed) = env("ZBLK_SEED") {
-        let r = zblk_sim::random::random_stack(seed);
-        for (_, info) in r.built.stack.devices() {
-            eprintln!("{info:?}");
-        }
-        eprintln!("{:#?}\n{:#?}", r.built.disks, r.cfg);
-        let report = run_random_stack(seed, stack_seeds().2);
-        eprintln!("{report:#?}");
+    let seed = replay_seed();
+    let r = zblk_sim::random::random_stack(seed);
+    for (_, info) in r.built.stack.devices() {
+        eprintln!("{info:?}");
     }
+    eprintln!("{:#?}\n{:#?}", r.built.disks, r.cfg);
+    let report = run_random_stack(seed, stack_seeds().2);
+    eprintln!("{report:#?}");
 }
 
 #[test]
