@@ -109,6 +109,12 @@ impl BioFlags {
         self.0 & other.0 == other.0
     }
 
+    /// These flags less those of `other`.
+    #[must_use]
+    pub fn without(self, other: BioFlags) -> BioFlags {
+        BioFlags(self.0 & !other.0)
+    }
+
     /// The raw bits.
     pub fn bits(self) -> u8 {
         self.0

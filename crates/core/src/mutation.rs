@@ -28,11 +28,26 @@ pub enum Mutation {
     FlushAckEarly,
     /// RESET_ALL goes to the device without waiting for the zone writes out.
     ResetAllNoWait,
+    /// A BIO is split one logical block past `max_sectors`: a piece larger than the
+    /// device takes.
+    PieceOverMaxSectors,
+    /// WRITE_ZEROES is split at `max_sectors` instead of its own limit
+    /// (`write_zeroes_max_bytes`), which may be smaller.
+    WriteZeroesOverLimit,
+    /// A WRITE_ZEROES request loses its BIO's NOUNMAP: the device may unmap what
+    /// the user asked to have written as zeroes.
+    NounmapDropped,
+    /// `write_zeroes_unmap_max_bytes` 0 (unmap disabled, or a device that cannot)
+    /// no longer adds NOUNMAP to WRITE_ZEROES.
+    NounmapNotForced,
+    /// A successful RESET or FINISH after a write error leaves the zone's write
+    /// pointer unknown (NEED_WP_UPDATE) instead of setting it.
+    RecoveryIgnoresReset,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -41,6 +56,11 @@ impl Mutation {
         Mutation::SplitRemainderTail,
         Mutation::FlushAckEarly,
         Mutation::ResetAllNoWait,
+        Mutation::PieceOverMaxSectors,
+        Mutation::WriteZeroesOverLimit,
+        Mutation::NounmapDropped,
+        Mutation::NounmapNotForced,
+        Mutation::RecoveryIgnoresReset,
     ];
 
     /// Its name on the command line.
@@ -54,6 +74,11 @@ impl Mutation {
             Mutation::SplitRemainderTail => "split-remainder-tail",
             Mutation::FlushAckEarly => "flush-ack-early",
             Mutation::ResetAllNoWait => "reset-all-no-wait",
+            Mutation::PieceOverMaxSectors => "piece-over-max-sectors",
+            Mutation::WriteZeroesOverLimit => "write-zeroes-over-limit",
+            Mutation::NounmapDropped => "nounmap-dropped",
+            Mutation::NounmapNotForced => "nounmap-not-forced",
+            Mutation::RecoveryIgnoresReset => "recovery-ignores-reset",
         }
     }
 

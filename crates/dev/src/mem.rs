@@ -7,6 +7,7 @@ use super::{BlockDevice, DeviceZeroing, IoBuf, check_append, check_discard, chec
 use std::collections::BTreeMap;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
+use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::{ZoneInfo, ZoneSet};
 
@@ -227,6 +228,11 @@ impl BlockDevice for MemDevice {
     }
 
     fn execute(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        if matches!(req.op, Op::Read | Op::Write) && req.nr_sectors > self.geo.max_sectors() {
+            // As a real device refuses a command above its transfer limit (NVMe's
+            // MDTS, SCSI's maximum transfer length): the host must split.
+            return Err(Status::Invalid.because(Rule::OverMaxSectors));
+        }
         match req.op {
             Op::Read => self.read(req, buf),
             Op::Write => self.write(req, buf, false),
@@ -293,6 +299,26 @@ mod tests {
         // reset drops the data
         d.execute(&req(Op::ZoneReset, 2048, 0), IoBuf::None).unwrap();
         assert_eq!(d.resident_bytes(), 0);
+    }
+
+    #[test]
+    fn a_read_or_write_above_max_sectors_is_refused_as_a_real_device_does() {
+        let g = Geometry::new(&GeometryParams {
+            capacity_bytes: 4 << 20,
+            zone_size_bytes: 1 << 20,
+            nr_conv: 1,
+            max_sectors: 16,
+            ..GeometryParams::default()
+        })
+        .unwrap();
+        let mut d = MemDevice::new(&g, true);
+        let data = vec![1; 17 * 512];
+        let r = d.execute(&req(Op::Write, 2048, 17), IoBuf::Write(&data));
+        assert_eq!(r, Err(Status::Invalid));
+        assert_eq!(r.unwrap_err().rule(), Some(Rule::OverMaxSectors));
+        let mut out = vec![0; 17 * 512];
+        assert_eq!(d.execute(&req(Op::Read, 0, 17), IoBuf::Read(&mut out)), Err(Status::Invalid));
+        assert_eq!(d.execute(&req(Op::Write, 2048, 16), IoBuf::Write(&data[..16 * 512])), Ok(Sector(2048)));
     }
 
     #[test]

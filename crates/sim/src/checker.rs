@@ -16,7 +16,7 @@
 
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use zblk_core::bio::{Op, Request, Status};
+use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::engine::{Engine, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
@@ -57,6 +57,9 @@ pub struct Checker {
     appends: FxHashMap<ZoneNo, Vec<(u64, u64)>>,
     /// Checks made, for the report.
     pub checks: u64,
+    /// A failed check is a violation (off only to show what the other checks catch
+    /// without the checker; it still follows the run).
+    pub enabled: bool,
     /// Executions so far: each request the device executed has a number.
     exec_seq: u64,
     /// Sector → the number of the last execution that changed it.
@@ -88,6 +91,7 @@ impl Checker {
             failed: vec![false; geo.nr_zones() as usize],
             appends: FxHashMap::default(),
             checks: 0,
+            enabled: true,
             exec_seq: 0,
             touched: FxHashMap::default(),
             reset_seq: vec![0; geo.nr_zones() as usize],
@@ -95,8 +99,10 @@ impl Checker {
         }
     }
 
-    fn fail(&self, what: String) -> ! {
-        panic!("checker violation (seed {}): {what}", self.seed);
+    fn fail(&self, what: String) {
+        if self.enabled {
+            panic!("checker violation (seed {}): {what}", self.seed);
+        }
     }
 
     fn seq_zone(&self, sector: Sector) -> Option<ZoneNo> {
@@ -136,10 +142,13 @@ impl Checker {
     }
 
     /// The engine issued `req` to the device, under issue policy `policy` (which
-    /// changes when `zoned_qd1_writes` is written).
-    pub fn on_issue(&mut self, req: &Request, policy: IssuePolicy) {
+    /// changes when `zoned_qd1_writes` is written), for a BIO submitted with
+    /// `bio_flags` while the engine's `write_zeroes_unmap_max_bytes` was 0
+    /// (`unmap_disabled`) or not.
+    pub fn on_issue(&mut self, req: &Request, policy: IssuePolicy, bio_flags: BioFlags, unmap_disabled: bool) {
         self.checks += 1;
         self.policy = policy;
+        self.check_request(req, bio_flags, unmap_disabled);
         if let Some(z) = self.plugged_write_zone(req) {
             let n = self.writes_out.entry(z).or_insert(0);
             *n += 1;
@@ -150,6 +159,42 @@ impl Checker {
             }
             if policy.single_issuer() && total > 1 {
                 self.fail(format!("{total} zone writes in flight under the single issuer ({})", policy.name()));
+            }
+        }
+    }
+
+    /// A request against the device's advertised limits and flags: no READ or WRITE
+    /// above `max_sectors`, no native append above the zone append limit, no
+    /// WRITE_ZEROES above `write_zeroes_max_bytes`, no write across a zone boundary
+    /// (`chunk_sectors`); a WRITE_ZEROES carries NOUNMAP exactly when its BIO did or
+    /// unmap is disabled (`write_zeroes_unmap_max_bytes` 0: the device may not
+    /// deallocate).
+    fn check_request(&mut self, req: &Request, bio_flags: BioFlags, unmap_disabled: bool) {
+        let g = &self.geo;
+        let limit = match req.op {
+            Op::Read | Op::Write => Some(("max_sectors", g.max_sectors())),
+            Op::ZoneAppend => Some(("zone_append_max_sectors", g.max_append_sectors())),
+            Op::WriteZeroes => Some(("write_zeroes_max_sectors", g.max_write_zeroes_sectors())),
+            _ => None,
+        };
+        if let Some((name, max)) = limit.filter(|&(_, max)| req.nr_sectors > max) {
+            self.fail(format!("request {req:?} is larger than the device's {name} ({max})"));
+        }
+        let writes = matches!(req.op, Op::Write | Op::WriteZeroes | Op::ZoneAppend);
+        if writes && g.is_zoned() && req.nr_sectors > 0 && req.end().0 <= g.nr_sectors() {
+            let (first, last) = (g.zone_no(req.sector), g.zone_no(req.end() - 1));
+            if first != last {
+                self.fail(format!("request {req:?} crosses from zone {first} into zone {last}"));
+            }
+        }
+        if req.op == Op::WriteZeroes {
+            let want = bio_flags.contains(BioFlags::NOUNMAP) || unmap_disabled;
+            if req.flags.contains(BioFlags::NOUNMAP) != want {
+                self.fail(format!(
+                    "request {req:?} {} NOUNMAP, its BIO had {bio_flags:?} and unmap is {}",
+                    if want { "lacks" } else { "carries" },
+                    if unmap_disabled { "disabled" } else { "allowed" }
+                ));
             }
         }
     }
@@ -456,11 +501,11 @@ impl Checker {
             self.fail(format!("append reported at {at}+{nr_sectors}, outside zone {z}"));
         }
         let list = self.appends.entry(z).or_default();
-        if let Some(&(x, y)) = list.iter().find(|&&(x, y)| a < y && x < b) {
-            let seed = self.seed;
-            panic!("checker violation (seed {seed}): append at {a}..{b} overlaps append at {x}..{y} in zone {z}");
-        }
+        let overlap = list.iter().find(|&&(x, y)| a < y && x < b).copied();
         list.push((a, b));
+        if let Some((x, y)) = overlap {
+            self.fail(format!("append at {a}..{b} overlaps append at {x}..{y} in zone {z}"));
+        }
     }
 
     /// After every step: the engine's own invariants, the device's zone accounting,

@@ -170,19 +170,42 @@ struct BioRec {
 type AckedWrite = Vec<(usize, Vec<Acked>)>;
 
 /// Checks a run can do without, to show which of the others catch a planted bug
-/// (all on by default).
+/// (all on by default). Whatever is off still follows the run (the models keep
+/// their state); only its violations are not raised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimChecks {
-    /// The engines' and the stack's own invariants.
+    /// The engines' and the stack's own invariants (the engines' checks of
+    /// themselves at idle among them).
     pub engine_invariants: bool,
+    /// The checker (`checker.rs`): requests against the device's limits and flags,
+    /// writes in flight per zone, plugs against the device, data read and written,
+    /// durability at a power loss.
+    pub checker: bool,
+    /// The reference model (`oracle.rs`): the device model and the host model.
+    pub model: bool,
     /// The host model's "a successful FLUSH reached the device".
     pub host_flush: bool,
 }
 
 impl Default for SimChecks {
     fn default() -> SimChecks {
-        SimChecks { engine_invariants: true, host_flush: true }
+        SimChecks { engine_invariants: true, checker: true, model: true, host_flush: true }
     }
+}
+
+impl SimChecks {
+    /// Only the reference model (the device and the host models) raises violations.
+    pub const MODEL_ONLY: SimChecks =
+        SimChecks { engine_invariants: false, checker: false, model: true, host_flush: true };
+    /// Only the checker raises violations.
+    pub const CHECKER_ONLY: SimChecks =
+        SimChecks { engine_invariants: false, checker: true, model: false, host_flush: false };
+    /// Only the engines' and the stack's own invariants raise violations.
+    pub const INVARIANTS_ONLY: SimChecks =
+        SimChecks { engine_invariants: true, checker: false, model: false, host_flush: false };
+    /// Everything but the engines' and the stack's own invariants.
+    pub const INDEPENDENT: SimChecks =
+        SimChecks { engine_invariants: false, checker: true, model: true, host_flush: true };
 }
 
 /// Counters of a simulation run.
@@ -307,6 +330,7 @@ impl Sim {
                 cache: cfg.faults.write_cache.then(|| WriteCache::new(&mem, oracle.as_ref())),
                 mem,
                 oracle,
+                oracle_checks: true,
                 seed: cfg.seed,
             });
         }
@@ -389,6 +413,11 @@ impl Sim {
         // Without them, the engines do not check themselves either.
         for i in 0..self.disks.len() {
             self.stack.engine_mut(self.disks[i].dev).set_self_check(checks.engine_invariants);
+            let d = &mut self.disks[i];
+            d.oracle_checks = checks.model;
+            if let Some(c) = &mut d.checker {
+                c.enabled = checks.checker;
+            }
         }
         if let Some(h) = &mut self.host {
             h.check_flush = checks.host_flush;
@@ -822,13 +851,17 @@ impl Sim {
             }
             match action {
                 StackAction::Issue { dev, req } => {
+                    let mut bio_flags = BioFlags::NONE;
                     if let Some(rec) = self.bios.get_mut(req.user_data as usize) {
                         rec.host.issued = true;
+                        bio_flags = rec.flags;
                     }
                     let i = self.disk_index(dev);
                     let d = &mut self.disks[i];
                     if let Some(c) = &mut d.checker {
-                        c.on_issue(&req, self.stack.engine(dev).expect("a disk has an engine").config().policy);
+                        let engine = self.stack.engine(dev).expect("a disk has an engine");
+                        let unmap_disabled = engine.write_zeroes_unmap_max_bytes() == 0;
+                        c.on_issue(&req, engine.config().policy, bio_flags, unmap_disabled);
                     }
                     d.model.submit(self.now_ns, &req);
                 }
@@ -876,7 +909,7 @@ impl Sim {
         if let Some(mut host) = self.host.take() {
             let verdict = host.on_complete(&rec.host, result, &mut |z| self.top_zone_wp(z));
             self.host = Some(host);
-            if let Err(e) = verdict {
+            if let (Err(e), true) = (verdict, self.checks.model) {
                 panic!("host oracle violation (seed {}): {e}", self.seed);
             }
         }
@@ -949,7 +982,8 @@ impl Sim {
         let dev = d.dev;
         if let (Some(h), Some(rec)) = (&mut self.host, self.bios.get_mut(req.user_data as usize)) {
             if result.is_err() || executed.fault {
-                h.on_device_error(&mut rec.host, executed.zone_failed);
+                let refused = if executed.fault { None } else { result.err() };
+                h.on_device_error(&mut rec.host, req, executed.zone_failed, refused);
             } else if req.op == Op::Flush {
                 rec.host.flush_executed = true;
             }

@@ -105,6 +105,8 @@ pub struct DeviceOracle {
     max_active: usize,
     max_append: u64,
     max_write_zeroes: u64,
+    /// The largest READ or WRITE the device takes (`max_hw_sectors`).
+    max_sectors: u64,
     zones: Vec<Zone>,
     /// null_blk's `imp_close_zone_no`: where the search for an implicitly open
     /// zone to close starts.
@@ -136,6 +138,7 @@ impl DeviceOracle {
             max_active: geo.max_active() as usize,
             max_append: u64::from(geo.max_append_sectors()),
             max_write_zeroes: u64::from(geo.max_write_zeroes_sectors()),
+            max_sectors: u64::from(geo.max_sectors()),
             zones,
             imp_close_next: geo.nr_conv() as usize,
         }
@@ -228,6 +231,10 @@ impl DeviceOracle {
     /// the model's state moves as the device's must.
     pub fn execute(&mut self, req: &Request) -> Result<u64, i32> {
         let (s, n) = (req.sector.0, u64::from(req.nr_sectors));
+        if matches!(req.op, Op::Read | Op::Write) && n > self.max_sectors {
+            // A command above the device's transfer limit: the host must split.
+            return Err(EINVAL);
+        }
         match req.op {
             Op::Flush => Ok(s),
             Op::Read => {
@@ -444,6 +451,10 @@ pub struct HostBio {
     disturbs: Vec<u64>,
     /// A request of it failed on a device (or timed out).
     pub dev_err: bool,
+    /// A device refused a request of it as invalid or unsupported (EINVAL,
+    /// EOPNOTSUPP), with no fault injected: a request the host must never send for
+    /// a valid BIO (beyond the device's limits, or malformed).
+    dev_refused: Option<(Request, Status)>,
     /// A request of it was issued to a device.
     pub issued: bool,
     /// A FLUSH request of it executed on a device.
@@ -695,9 +706,13 @@ impl HostOracle {
     }
 
     /// A request of BIO `rec` failed on a device, timed out, or met a fault; `failed`
-    /// says that a zone turned READONLY or OFFLINE.
-    pub fn on_device_error(&mut self, rec: &mut HostBio, failed: bool) {
+    /// says that a zone turned READONLY or OFFLINE; `refused` is the device's answer
+    /// to `req` when no fault was injected into it.
+    pub fn on_device_error(&mut self, rec: &mut HostBio, req: &Request, failed: bool, refused: Option<Status>) {
         rec.dev_err = true;
+        if let Some(s) = refused.filter(|s| matches!(s.errno(), EINVAL | EOPNOTSUPP)) {
+            rec.dev_refused.get_or_insert((*req, s));
+        }
         for &z in &rec.zones.clone() {
             self.disturb(z);
             if failed {
@@ -767,7 +782,11 @@ impl HostOracle {
             let hz = &mut self.zones[z as usize];
             hz.inflight -= 1;
             if sets_wp && result.is_ok() && !rec.dev_err && rec.disturbs[i] == hz.disturbs {
+                // A RESET or FINISH that succeeded sets the write pointer: the host
+                // knows it again, and needs no report for it (the kernel's
+                // disk_zone_wplug_set_wp_offset() clears NEED_WP_UPDATE).
                 hz.wp_set = true;
+                hz.need_report = false;
             }
             let known = self.rules.report_is_wp || hz.wp_set;
             if hz.inflight == 0 && !hz.certain && !hz.need_report && !hz.failed && known {
@@ -800,6 +819,14 @@ impl HostOracle {
             } else {
                 Err(format!("invalid {bio:?} completed with {result:?}, not EINVAL/EOPNOTSUPP"))
             };
+        }
+        if let Some((req, s)) = rec.dev_refused {
+            // A device error excuses what the host answers, but not a request the
+            // host should never have sent: the BIO was valid.
+            return Err(format!(
+                "valid {bio:?}: the device refused its request {req:?} with {} ({s:?}): beyond the device's limits or malformed",
+                s.errno_name()
+            ));
         }
         if result == Err(Status::Again) || rec.dev_err {
             return Ok(()); // the device's answer, checked by the device oracle

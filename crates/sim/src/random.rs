@@ -107,6 +107,9 @@ pub struct RandomReport {
     pub power_losses: u64,
     /// Operations submitted, by name (WRITE_ZEROES with NOUNMAP apart).
     pub op_kinds: BTreeMap<String, u64>,
+    /// What the submitter did after a failed zone write: `report`, `reset`,
+    /// `finish` or `nothing`.
+    pub after_write_errors: BTreeMap<String, u64>,
 }
 
 /// The random-operations workload.
@@ -141,6 +144,9 @@ pub struct RandomOps {
     power_loss: Option<(u32, ChaCha8Rng)>,
     /// A power loss is due: submit nothing until every BIO in flight is back.
     draining: bool,
+    /// What the submitter does after a failed zone write (report the zone, reset or
+    /// finish it, or nothing for now), drawn apart from the operations.
+    recovery: ChaCha8Rng,
 }
 
 /// One operation of a logged run: what was submitted, and how it ended.
@@ -177,6 +183,7 @@ impl RandomOps {
             log: None,
             power_loss: None,
             draining: false,
+            recovery: ChaCha8Rng::seed_from_u64(seed ^ 0x00ec_0e27),
         }
     }
 
@@ -407,6 +414,33 @@ impl RandomOps {
         self.submit(sim, bio, token);
     }
 
+    /// What a file system does after a write error in zone `z`: one time in two it
+    /// looks at the zone (with the kernel's recovery, the report the engine waits
+    /// for); one in four it resets or finishes the zone, which sets its write pointer
+    /// again without a report; one in four it does nothing for now (the next writes
+    /// there fail, or wait for the engine's own report), so that every recovery path
+    /// is walked.
+    fn after_write_error(&mut self, sim: &mut Sim, z: ZoneNo) {
+        let what = match self.recovery.random_range(0..4) {
+            0 | 1 => {
+                if self.kernel_recovery {
+                    sim.report_zone_to_engine(self.geo.zone_start(z));
+                }
+                self.resync_guess(sim, z);
+                "report"
+            }
+            2 if !self.draining && self.ops_left > 0 => {
+                let op = if self.recovery.random_bool(0.5) { Op::ZoneReset } else { Op::ZoneFinish };
+                self.guess_wp[z.idx()] = if op == Op::ZoneReset { 0 } else { self.geo.zone_capacity(z) };
+                let token = self.stamp + 1;
+                self.submit(sim, Bio::zone_op(op, self.geo.zone_start(z), 0), token);
+                if op == Op::ZoneReset { "reset" } else { "finish" }
+            }
+            _ => "nothing",
+        };
+        *self.report.after_write_errors.entry(what.to_string()).or_insert(0) += 1;
+    }
+
     fn resync_guess(&mut self, sim: &Sim, z: ZoneNo) {
         if let Ok(zone) = sim.report_zone(sim.stack().top(), z) {
             self.guess_wp[z.idx()] = zone.wp_offset().unwrap_or(zone.capacity).min(zone.capacity);
@@ -460,13 +494,9 @@ impl Workload for RandomOps {
             assert!(expected, "seed {}: invalid BIO {c:?} did not fail with EINVAL", sim.seed());
         }
         if self.geo.is_zoned() && c.result.is_err() && c.op.is_zone_write() && c.sector.0 < self.geo.nr_sectors() {
-            // As a file system after a write error: look at the zone.
             let z = self.geo.zone_no(c.sector);
             if !self.geo.zone_is_conv(z) {
-                if self.kernel_recovery {
-                    sim.report_zone_to_engine(self.geo.zone_start(z));
-                }
-                self.resync_guess(sim, z);
+                self.after_write_error(sim, z);
             }
         }
         self.fill(sim);

@@ -243,6 +243,8 @@ fn run_seed_inner(
     let stats = sim.stats();
     covered.extend(w.report().op_kinds.keys().map(|k| format!("op: {k}")));
     covered.extend(sim.faults_by_kind().keys().map(|k| format!("fault: {k}")));
+    let recovery = if kernel_recovery { "kernel recovery" } else { "report recovery" };
+    covered.extend(w.report().after_write_errors.keys().map(|k| format!("after a write error ({recovery}): {k}")));
     if w.report().qd1_switches > 0 {
         covered.insert("zoned_qd1_writes written at run time".into());
     }

@@ -1,20 +1,22 @@
 //! `zblk vopr` in CI: 2,000 seeds across the coverage with faults on and zero
-//! violations; the mutation check (each planted bug caught within its stated number
-//! of seeds); named scenarios for each fault and the recovery the kernel does; the
-//! regressions the new checks found.
+//! violations; named scenarios for each fault and the recovery the kernel does; the
+//! regressions the new checks found. The mutation check (each planted bug caught
+//! within its stated number of seeds) is `tests/mutations.rs`.
 //!
 //! `ZBLK_VOPR_SEEDS=<n>` changes the number of seeds; a failing seed is replayed by
 //! `zblk vopr --seed <seed>` (which also prints its shrunk trace).
 
+mod common;
+
+use common::{results, run, sim, zone_start};
 use std::collections::BTreeMap;
-use std::io::Write;
 use zblk_core::bio::{Bio, BioFlags, Op, Status};
 use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::mutation::Mutation;
 use zblk_core::params::DeviceParams;
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
-use zblk_sim::driver::{Sim, SimChecks, SimCompletion, SimConfig};
+use zblk_sim::driver::{Sim, SimConfig};
 use zblk_sim::faults::FaultConfig;
 use zblk_sim::faults::{Fault, TIMEOUT_NS};
 use zblk_sim::vopr::{self, SeedRun};
@@ -110,176 +112,19 @@ fn vopr_seeds_with_faults_find_no_violation_and_cover_everything() {
         "fault: timed out before executing",
         "fault: power loss",
         "volatile write cache",
+        "after a write error (kernel recovery): report",
+        "after a write error (kernel recovery): reset",
+        "after a write error (kernel recovery): finish",
+        "after a write error (kernel recovery): nothing",
+        "after a write error (report recovery): reset",
+        "after a write error (report recovery): nothing",
     ];
     for m in must {
         assert!(coverage.get(m).is_some_and(|&k| k > 0), "no seed covered '{m}'");
     }
 }
 
-/// Each planted bug and the number of seeds (from seed 1) within which vopr must
-/// catch it. Most are caught by the first seed or two; a split remainder put at the
-/// tail matters only on stacks whose BIOs split twice (one seed in four is a
-/// stack, few of them split that way).
-const MUTATION_BOUNDS: [(Mutation, u64); 8] = [
-    (Mutation::TwoWritesReleased, 10),
-    (Mutation::AppendSectorEarly, 20),
-    (Mutation::ActiveLimitOffByOne, 10),
-    (Mutation::ResetKeepsPlugged, 10),
-    (Mutation::ImplicitCloseWrongZone, 40),
-    (Mutation::SplitRemainderTail, 400),
-    (Mutation::FlushAckEarly, 10),
-    (Mutation::ResetAllNoWait, 10),
-];
-
-#[test]
-fn mutation_check_every_planted_bug_is_caught() {
-    if !zblk_core::mutation::AVAILABLE {
-        let _ = writeln!(
-            std::io::stdout(),
-            "SKIPPED mutation_check_every_planted_bug_is_caught: build with --features zblk-sim/mutations (scripts/test does)"
-        );
-        return;
-    }
-    for (m, bound) in MUTATION_BOUNDS {
-        let caught = (1..=bound).find_map(|seed| {
-            let r = vopr::run_seed(seed, vopr::DEFAULT_OPS, Some(m));
-            r.violation.map(|v| (seed, v))
-        });
-        let Some((seed, v)) = caught else {
-            panic!("mutation {} not caught within {bound} seeds", m.name());
-        };
-        let kind = vopr::violation_kind(&v);
-        println!(
-            "{:<28} caught at seed {seed:>4} (bound {bound}) by {kind}: {}",
-            m.name(),
-            v.lines().next().unwrap_or("")
-        );
-    }
-    // Without a planted bug, the seeds that caught them pass.
-    for seed in 1..=10 {
-        assert_eq!(vopr::run_seed(seed, vopr::DEFAULT_OPS, None).violation, None, "seed {seed} without mutation");
-    }
-}
-
-/// The first seed (from 1, within `bound`) at which `m` is caught with only
-/// `checks` on, and the kind of check that caught it.
-fn first_catch(m: Mutation, bound: u64, checks: SimChecks) -> (u64, &'static str, String) {
-    let caught = (1..=bound).find_map(|seed| {
-        let r = vopr::run_seed_checked(seed, vopr::DEFAULT_OPS, Some(m), checks);
-        r.violation.map(|v| (seed, vopr::violation_kind(&v), v))
-    });
-    caught.unwrap_or_else(|| panic!("mutation {} not caught within {bound} seeds with {checks:?}", m.name()))
-}
-
-#[test]
-fn flush_ack_early_is_caught_by_the_durability_check_at_a_power_loss() {
-    if !zblk_core::mutation::AVAILABLE {
-        let _ = writeln!(
-            std::io::stdout(),
-            "SKIPPED flush_ack_early_is_caught_by_the_durability_check_at_a_power_loss: build with --features zblk-sim/mutations"
-        );
-        return;
-    }
-    // Without the host model's "a successful FLUSH reached the device", a FLUSH
-    // acknowledged early shows as writes it made durable lost at a power loss.
-    let checks = SimChecks { host_flush: false, ..SimChecks::default() };
-    let (seed, kind, v) = first_catch(Mutation::FlushAckEarly, FLUSH_ACK_EARLY_DATA_BOUND, checks);
-    println!("flush-ack-early without the host FLUSH check: caught at seed {seed} by {kind}: {v}");
-    assert_eq!(kind, "durability", "seed {seed}: {v}");
-}
-
-#[test]
-fn flush_ack_early_loses_a_flushed_write_at_a_power_loss() {
-    #[cfg(feature = "mutations")]
-    {
-        // A write, a FLUSH acknowledged without reaching the device, then the power
-        // fails before the cache destaged anything: the write is gone, and the
-        // checker says so.
-        let mut device = DeviceParams::default();
-        device.apply("size=16,zone_size=1,zone_nr_conv=1,zone_append_max_sectors=0,memory_backed=1").expect("params");
-        let cfg = SimConfig {
-            check: true,
-            faults: FaultConfig { write_cache: true, ..FaultConfig::default() },
-            ..SimConfig::new(device, 1)
-        };
-        let mut s = Sim::new(&cfg).expect("device");
-        s.set_checks(SimChecks { host_flush: false, ..SimChecks::default() });
-        let z = zone_start(&s, 1);
-        zblk_core::mutation::set(Some(Mutation::FlushAckEarly));
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run(&mut s, &[Bio::write(z, 8, 0)]);
-            run(&mut s, &[Bio::flush(0)]);
-            s.power_loss_losing_the_caches();
-        }));
-        zblk_core::mutation::set(None);
-        let payload = caught.expect_err("a FLUSH acknowledged early lost a write at the power loss, unseen");
-        let v = payload.downcast_ref::<String>().cloned().unwrap_or_default();
-        assert_eq!(vopr::violation_kind(&v), "durability", "{v}");
-    }
-    #[cfg(not(feature = "mutations"))]
-    let _ = writeln!(
-        std::io::stdout(),
-        "SKIPPED flush_ack_early_loses_a_flushed_write_at_a_power_loss: build with --features zblk-sim/mutations"
-    );
-}
-
-#[test]
-fn reset_all_no_wait_is_caught_by_an_independent_check() {
-    if !zblk_core::mutation::AVAILABLE {
-        let _ = writeln!(
-            std::io::stdout(),
-            "SKIPPED reset_all_no_wait_is_caught_by_an_independent_check: build with --features zblk-sim/mutations"
-        );
-        return;
-    }
-    // With every check on, the engine's own invariant sees it first; without the
-    // engine's and the stack's invariants, the checker or an oracle must.
-    let (seed, kind, v) = first_catch(Mutation::ResetAllNoWait, 10, SimChecks::default());
-    println!("reset-all-no-wait: caught at seed {seed} by {kind}: {v}");
-    let checks = SimChecks { engine_invariants: false, ..SimChecks::default() };
-    let (seed, kind, v) = first_catch(Mutation::ResetAllNoWait, RESET_ALL_NO_WAIT_INDEPENDENT_BOUND, checks);
-    println!("reset-all-no-wait without the engine's invariants: caught at seed {seed} by {kind}: {v}");
-    assert!(matches!(kind, "checker" | "device oracle" | "host oracle" | "durability"), "seed {seed}: {kind}: {v}");
-}
-
-/// Seeds within which the durability check alone catches `flush-ack-early`.
-const FLUSH_ACK_EARLY_DATA_BOUND: u64 = 100;
-/// Seeds within which the checker or an oracle catches `reset-all-no-wait`.
-const RESET_ALL_NO_WAIT_INDEPENDENT_BOUND: u64 = 60;
-
 // ---- Scenarios: each fault and the recovery the kernel does ----
-
-/// A fresh zoned memory-backed null device (1 MiB zones, 1 conventional, no
-/// native append), checker and oracles on, no random faults.
-fn sim(policy: IssuePolicy, recovery: WpRecovery) -> Sim {
-    let mut device = DeviceParams::default();
-    device.apply("size=16,zone_size=1,zone_nr_conv=1,zone_append_max_sectors=0,memory_backed=1").expect("params");
-    let cfg = SimConfig {
-        engine: EngineConfig { policy, wp_recovery: recovery, ..EngineConfig::default() },
-        check: true,
-        ..SimConfig::new(device, 1)
-    };
-    Sim::new(&cfg).expect("device")
-}
-
-fn zone_start(sim: &Sim, z: u32) -> Sector {
-    sim.device_geometry().zone_start(ZoneNo(z))
-}
-
-/// Submits `bios` at once (tokens 0, 1, ...) and runs until idle.
-fn run(sim: &mut Sim, bios: &[Bio]) -> Vec<SimCompletion> {
-    for (i, b) in bios.iter().enumerate() {
-        sim.submit(*b, i as u64, 1000 + i as u64);
-    }
-    sim.run_until_idle();
-    let mut c = sim.take_completions();
-    c.sort_by_key(|c| c.token);
-    c
-}
-
-fn results(c: &[SimCompletion]) -> Vec<Result<Sector, Status>> {
-    c.iter().map(|c| c.result).collect()
-}
 
 #[test]
 fn failed_write_aborts_the_queued_writes_then_the_write_pointer_is_reread() {
@@ -310,6 +155,28 @@ fn kernel_recovery_refuses_writes_until_the_zone_is_reported() {
     s.report_zone_to_engine(z);
     let c = run(&mut s, &[Bio::write(z, 8, 0)]);
     assert_eq!(results(&c), [Ok(z)]);
+}
+
+#[test]
+fn a_reset_or_finish_after_a_write_error_sets_the_write_pointer_without_a_report() {
+    // The kernel's recovery: after a write error, writes fail until the zone is
+    // reported, or until a RESET or FINISH sets its write pointer again (the
+    // kernel's disk_zone_wplug_set_wp_offset()); the host model then knows it too,
+    // and a write at the new write pointer must succeed.
+    for op in [Op::ZoneReset, Op::ZoneFinish] {
+        let mut s = sim(IssuePolicy::Zwp, WpRecovery::Kernel);
+        let (z, cap) = (zone_start(&s, 2), s.device_geometry().zone_capacity(ZoneNo(2)));
+        s.force_fault(Fault::PartialWrite(8));
+        let c = run(&mut s, &[Bio::write(z, 16, 0)]);
+        assert_eq!(results(&c), [Err(Status::IoErr)]);
+        let c = run(&mut s, &[Bio::write(z + 8, 8, 0)]);
+        assert_eq!(results(&c), [Err(Status::NeedWpUpdate)], "{op}: no write before the zone is known again");
+        let c = run(&mut s, &[Bio::zone_op(op, z, 0)]);
+        assert_eq!(results(&c), [Ok(z)], "{op}");
+        let c = run(&mut s, &[Bio::write(z, 8, 0)]);
+        let want = if op == Op::ZoneReset { Ok(z) } else { Err(Status::ZoneFull) };
+        assert_eq!(results(&c), [want], "{op}: the write pointer is {}", if op == Op::ZoneReset { 0 } else { cap });
+    }
 }
 
 #[test]

@@ -405,7 +405,9 @@ impl Queue {
                 let plug = &mut self.plugs[p];
                 let cap = plug.capacity;
                 plug.wp_offset = if op == Op::ZoneReset { 0 } else { cap };
-                plug.need_wp_update = false;
+                if !crate::mutation::on(crate::mutation::Mutation::RecoveryIgnoresReset) {
+                    plug.need_wp_update = false;
+                }
             }
             _ => {}
         }

@@ -87,7 +87,11 @@ impl Engine {
     fn submit_ranged(&mut self, b: BioId, bio: &Bio) {
         let q = &mut self.q;
         let plugged = bio.op.is_zone_write() && q.geo.is_zoned() && q.cfg.policy.plugs();
-        let limits = if bio.op == Op::WriteZeroes { q.wz_limits } else { q.limits };
+        let wz_limits = !crate::mutation::on(crate::mutation::Mutation::WriteZeroesOverLimit);
+        let mut limits = if bio.op == Op::WriteZeroes && wz_limits { q.wz_limits } else { q.limits };
+        if crate::mutation::on(crate::mutation::Mutation::PieceOverMaxSectors) {
+            limits.max_sectors += limits.lbs_sectors;
+        }
         if !limits.needs_split(bio.sector, bio.nr_sectors) {
             return self.submit_piece(b, bio, 0, bio.nr_sectors, plugged);
         }
@@ -207,9 +211,18 @@ impl Queue {
     fn new_frag(&mut self, b: BioId, bio: &Bio, bio_offset: u32, nr_sectors: u32, kind: Kind) -> FragId {
         self.bios.get(b);
         let mut flags = bio.flags;
-        if bio.op == Op::WriteZeroes && self.wzeroes_unmap_sectors == 0 {
+        if bio.op == Op::WriteZeroes
+            && self.wzeroes_unmap_sectors == 0
+            && !crate::mutation::on(crate::mutation::Mutation::NounmapNotForced)
+        {
             // Unmap is disabled (or the device cannot): the device must write zeroes.
             flags = flags | BioFlags::NOUNMAP;
+        }
+        if bio.op == Op::WriteZeroes
+            && self.wzeroes_unmap_sectors != 0
+            && crate::mutation::on(crate::mutation::Mutation::NounmapDropped)
+        {
+            flags = flags.without(BioFlags::NOUNMAP);
         }
         let sector = bio.sector + u64::from(bio_offset);
         let f = self.frags.insert(b, bio.op, kind, sector, nr_sectors, bio_offset, flags);

@@ -6,8 +6,10 @@
 
 use zblk_core::engine::{Action, Engine, EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::geometry::{Geometry, GeometryParams};
+use zblk_core::params::DeviceParams;
 use zblk_core::{Bio, Completion, Request, Sector, Status, ZoneNo};
 use zblk_dev::{BlockDevice, IoBuf, MemDevice};
+use zblk_sim::driver::{Sim, SimCompletion, SimConfig};
 
 pub struct Harness {
     pub engine: Engine,
@@ -155,4 +157,38 @@ impl Harness {
         let zone = self.dev.zones().unwrap().zone(ZoneNo(z));
         zone.wp.since(zone.start)
     }
+}
+
+// ---- Scenarios on the simulator (checker and oracles on) ----
+
+/// A fresh zoned memory-backed null device (1 MiB zones, 1 conventional, no
+/// native append), checker and oracles on, no random faults.
+pub fn sim(policy: IssuePolicy, recovery: WpRecovery) -> Sim {
+    let mut device = DeviceParams::default();
+    device.apply("size=16,zone_size=1,zone_nr_conv=1,zone_append_max_sectors=0,memory_backed=1").expect("params");
+    let cfg = SimConfig {
+        engine: EngineConfig { policy, wp_recovery: recovery, ..EngineConfig::default() },
+        check: true,
+        ..SimConfig::new(device, 1)
+    };
+    Sim::new(&cfg).expect("device")
+}
+
+pub fn zone_start(sim: &Sim, z: u32) -> Sector {
+    sim.device_geometry().zone_start(ZoneNo(z))
+}
+
+/// Submits `bios` at once (tokens 0, 1, ...) and runs until idle.
+pub fn run(sim: &mut Sim, bios: &[Bio]) -> Vec<SimCompletion> {
+    for (i, b) in bios.iter().enumerate() {
+        sim.submit(*b, i as u64, 1000 + i as u64);
+    }
+    sim.run_until_idle();
+    let mut c = sim.take_completions();
+    c.sort_by_key(|c| c.token);
+    c
+}
+
+pub fn results(c: &[SimCompletion]) -> Vec<Result<Sector, Status>> {
+    c.iter().map(|c| c.result).collect()
 }
