@@ -169,20 +169,27 @@ fn say_lost_stdout(e: &io::Error, done: &[String]) {
     }
 }
 
+/// At the end of a command: when standard output was lost, says on standard error
+/// what took effect. Returns whether any output was lost, and whether something took
+/// effect.
+fn settle() -> (bool, bool) {
+    let (stdout, done) = {
+        let mut st = state();
+        (st.stdout.take(), std::mem::take(&mut st.done))
+    };
+    if let Some(e) = &stdout {
+        say_lost_stdout(e, &done);
+    }
+    (stdout.is_some() || state().stderr.is_some(), !done.is_empty())
+}
+
 /// The exit status of a command that returned `result`, after saying its error.
 pub fn exit(result: Result<(), CliError>) -> ExitCode {
     if let Err(e) = &result {
         errln!("zblk: {e}");
     }
-    let (stdout, stderr, done) = {
-        let mut st = state();
-        (st.stdout.take(), st.stderr.is_some(), std::mem::take(&mut st.done))
-    };
-    if let Some(e) = &stdout {
-        say_lost_stdout(e, &done);
-    }
-    let lost = stdout.is_some() || stderr || state().stderr.is_some();
-    match (result, lost, done.is_empty()) {
+    let (lost, done) = settle();
+    match (result, lost, !done) {
         (Err(_), ..) => ExitCode::FAILURE,
         (Ok(()), false, _) => ExitCode::SUCCESS,
         (Ok(()), true, true) => ExitCode::FAILURE,
@@ -197,14 +204,7 @@ pub const OPERATIONAL: u8 = 8;
 /// `check`'s exit status: `code` (e2fsck's), with [`OPERATIONAL`] added when what it
 /// printed could not be written.
 pub fn exit_check(code: u8) -> ExitCode {
-    let (stdout, stderr, done) = {
-        let mut st = state();
-        (st.stdout.take(), st.stderr.is_some(), std::mem::take(&mut st.done))
-    };
-    if let Some(e) = &stdout {
-        say_lost_stdout(e, &done);
-    }
-    let lost = stdout.is_some() || stderr || state().stderr.is_some();
+    let (lost, _) = settle();
     ExitCode::from(if lost { code | OPERATIONAL } else { code })
 }
 

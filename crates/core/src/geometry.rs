@@ -120,7 +120,7 @@ impl Geometry {
         let nr_sectors = p.capacity_bytes >> SECTOR_SHIFT;
         if nr_sectors > crate::rule::MAX_PACKED_SECTORS {
             // A refusal names a write pointer in a status of eight bytes.
-            return Err(refuse("size", format!("at most 2 EiB ({} sectors)", crate::rule::MAX_PACKED_SECTORS)));
+            return Err(refuse("size", format!("at most 1 EiB ({} sectors)", crate::rule::MAX_PACKED_SECTORS)));
         }
         if p.max_sectors == 0 || u64::from(p.max_sectors) % lbs_sectors != 0 {
             return Err(refuse(

@@ -71,8 +71,8 @@ pub enum Rule {
 }
 
 /// Sectors a packed rule can name: a [`crate::bio::Status`] is eight bytes, and a
-/// geometry is at most this large (`Geometry::new` refuses more: 2 EiB).
-pub const MAX_PACKED_SECTORS: u64 = 1 << 52;
+/// geometry is at most this large (`Geometry::new` refuses more: 1 EiB).
+pub const MAX_PACKED_SECTORS: u64 = 1 << 51;
 
 impl Rule {
     /// One of each rule, for tests.
@@ -99,7 +99,7 @@ impl Rule {
     ];
 
     /// The rule in 60 bits: its number (1 up; 0 is no rule) in the low 5, a zone
-    /// condition in the next 3, a write pointer in the top 52.
+    /// condition's code in the next 4, a write pointer in the top 51.
     pub(crate) fn pack(self) -> u64 {
         let (tag, cond, wp): (u64, u64, u64) = match self {
             Rule::LengthZero => (1, 0, 0),
@@ -120,15 +120,15 @@ impl Rule {
             Rule::NotAtWp { wp } => (16, 0, wp.0),
             Rule::ZoneFull => (17, 0, 0),
             Rule::PastCapacity { wp } => (18, 0, wp.0),
-            Rule::Transition { cond } => (19, CONDS.iter().position(|&c| c == cond).expect("a condition") as u64, 0),
+            Rule::Transition { cond } => (19, u64::from(cond.code()), 0),
         };
         assert!(wp < MAX_PACKED_SECTORS, "write pointer {wp} past what a geometry holds");
-        tag | cond << 5 | wp << 8
+        tag | cond << 5 | wp << 9
     }
 
     /// The rule [`Rule::pack`] packed, or `None` for no rule.
     pub(crate) fn unpack(bits: u64) -> Option<Rule> {
-        let wp = Sector(bits >> 8);
+        let wp = Sector(bits >> 9);
         Some(match bits & 0x1f {
             0 => return None,
             1 => Rule::LengthZero,
@@ -149,20 +149,8 @@ impl Rule {
             16 => Rule::NotAtWp { wp },
             17 => Rule::ZoneFull,
             18 => Rule::PastCapacity { wp },
-            19 => Rule::Transition { cond: CONDS[((bits >> 5) & 7) as usize] },
+            19 => Rule::Transition { cond: ZoneCond::of_code((bits >> 5) as u8 & 0xf).expect("a condition's code") },
             t => unreachable!("rule number {t}"),
         })
     }
 }
-
-/// The zone conditions, by their 3-bit number in a packed rule.
-const CONDS: [ZoneCond; 8] = [
-    ZoneCond::NotWp,
-    ZoneCond::Empty,
-    ZoneCond::ImpOpen,
-    ZoneCond::ExpOpen,
-    ZoneCond::Closed,
-    ZoneCond::Full,
-    ZoneCond::ReadOnly,
-    ZoneCond::Offline,
-];

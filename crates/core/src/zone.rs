@@ -90,6 +90,21 @@ impl ZoneCond {
         }
     }
 
+    /// The condition of code `code`, if one has it.
+    pub fn of_code(code: u8) -> Option<ZoneCond> {
+        Some(match code {
+            0x0 => ZoneCond::NotWp,
+            0x1 => ZoneCond::Empty,
+            0x2 => ZoneCond::ImpOpen,
+            0x3 => ZoneCond::ExpOpen,
+            0x4 => ZoneCond::Closed,
+            0xd => ZoneCond::ReadOnly,
+            0xe => ZoneCond::Full,
+            0xf => ZoneCond::Offline,
+            _ => return None,
+        })
+    }
+
     /// The short name `blkzone report` prints (`zcond:15(of)`).
     pub fn short_name(self) -> &'static str {
         ZoneCond::short_name_of(self.code())
