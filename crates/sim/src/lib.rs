@@ -5,6 +5,7 @@
 //! function of its configuration and seed.
 
 pub mod checker;
+pub mod checks;
 mod disk;
 pub mod driver;
 pub mod experiments;
