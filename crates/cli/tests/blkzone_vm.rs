@@ -55,6 +55,8 @@ $Z report $D > $S/zdev.txt; $Z capacity $D > $S/zdev-cap.txt
 $Z finish -o {z8} -c 1 $D; $Z finish -o {z8} -c 1 $I
 $Z reset -o {z7} -c 1 $D; $Z reset -o {z7} -c 1 $I
 blkzone report -c 12 $D > $S/dev2.txt; $Z report -c 12 $I > $S/img2.txt; $Z report -c 12 $D > $S/zdev2.txt
+blkzone reset -o {end} $D 2>$S/dev-end.err && echo 0 > $S/dev-end.rc || echo $? > $S/dev-end.rc
+$Z reset -o {end} $I 2>$S/img-end.err && echo 0 > $S/img-end.rc || echo $? > $S/img-end.rc
 "#,
         img = img.display(),
         share = share.display(),
@@ -72,6 +74,7 @@ blkzone report -c 12 $D > $S/dev2.txt; $Z report -c 12 $I > $S/img2.txt; $Z repo
         z3 = zone(3),
         l2 = zone(2),
         l4 = zone(4),
+        end = 1 << 21,
     );
     std::fs::write(share.join("guest.sh"), guest).unwrap();
     let guest_sh = share.join("guest.sh").display().to_string();
@@ -93,6 +96,13 @@ blkzone report -c 12 $D > $S/dev2.txt; $Z report -c 12 $I > $S/img2.txt; $Z repo
         }
         assert_eq!(il.len(), dl.len(), "zblk ({img}) and blkzone ({dev}) print different numbers of lines");
     }
+    // A zone command at the device's end acts on no zone: the kernel refuses
+    // blkzone's empty range with EINVAL, and zblk refuses it on an image.
+    let read = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_default();
+    assert_ne!(read("dev-end.rc").trim(), "0", "blkzone reset at the end: {}", read("dev-end.err"));
+    assert!(read("dev-end.err").contains("Invalid argument"), "{}", read("dev-end.err"));
+    assert_ne!(read("img-end.rc").trim(), "0", "zblk reset at the end: {}", read("img-end.err"));
+    assert!(read("img-end.err").contains("EINVAL: no zone to reset"), "{}", read("img-end.err"));
     let dev = std::fs::read_to_string(share.join("dev.txt")).unwrap();
     let head: Vec<&str> = dev.lines().take(10).collect();
     eprintln!(
