@@ -30,10 +30,12 @@
 
 pub mod bench;
 
+mod local;
 mod uring;
 pub mod vopr;
 pub mod zeroing;
 
+pub use local::LocalIo;
 pub use zblk_dev::buf::{AlignedBuf, Buffer};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -195,6 +197,9 @@ struct BioCtx {
 struct Core {
     engine: Engine,
     bios: Slab<BioCtx>,
+    /// Threads waiting on [`Shared::idle`]: it is signalled only when some wait (a
+    /// condition variable's signal is a system call even with no one to wake).
+    idle_waiters: usize,
 }
 
 enum Job {
@@ -316,7 +321,7 @@ impl Shared {
                     }
                 }
             }
-            if core.bios.is_empty() {
+            if core.bios.is_empty() && core.idle_waiters > 0 {
                 self.idle.notify_all();
             }
             drop(core);
@@ -324,8 +329,9 @@ impl Shared {
             let mut queued = false;
             for (req, buf) in issues.drain(..) {
                 match self.start(req, buf) {
-                    Ok(on_ring) => queued |= on_ring,
-                    Err(status) => results.push((req.id, Err(status))),
+                    Started::Ring => queued = true,
+                    Started::Local | Started::Worker => {}
+                    Started::Done(r) => results.push((req.id, r)),
                 }
             }
             if let (true, Some(u)) = (queued, &self.uring) {
@@ -359,23 +365,74 @@ impl Shared {
         }
     }
 
-    /// Device-side checks, then the request goes to the ring (returns true) or to a
-    /// worker (false). An error is the request's result.
-    fn start(&self, req: Request, buf: Option<RawBuf>) -> Result<bool, Status> {
-        let plan = self.device.prepare(&req)?;
-        if let (Some(u), Plan::Transfer(t), Some(b)) = (&self.uring, plan, buf) {
+    /// Device-side checks, then the request goes to a ring (the calling thread's own,
+    /// [`local`], or the runtime's), is carried out here (a device that works in
+    /// memory), or goes to a worker.
+    fn start(&self, req: Request, buf: Option<RawBuf>) -> Started {
+        let plan = match self.device.prepare(&req) {
+            Ok(plan) => plan,
+            Err(status) => return Started::Done(Err(status)),
+        };
+        if let (Plan::Transfer(t), Some(b)) = (plan, buf) {
             let direct = match self.direct {
                 Some((fd, a)) if (b.ptr as u64) % a == 0 && (b.len as u64) % a == 0 && t.offset % a == 0 => Some(fd),
                 _ => None,
             };
             if let Some(fd) = direct.or(self.buffered) {
-                u.push_rw(Box::new(Inflight { req, t, ptr: b.ptr, len: b.len, fd }));
-                return Ok(true);
+                let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd }) {
+                    None => return Started::Local,
+                    Some(r) => r,
+                };
+                if let Some(u) = &self.uring {
+                    u.push_rw(Box::new(r));
+                    return Started::Ring;
+                }
             }
+        }
+        if self.device.inline() {
+            // SAFETY: as in worker_loop: the request's part of its BIO's buffer.
+            return Started::Done(self.device.perform(&req, plan, unsafe { iobuf(req.op, buf) }));
         }
         let sent = self.jobs.send(Job::Run { req, plan, buf });
         assert!(sent.is_ok(), "worker threads gone while requests are issued");
-        Ok(false)
+        Started::Worker
+    }
+
+    /// Ends a transfer a ring carried: a short one is finished synchronously, a read
+    /// zeroed past the write pointer, and the device records the outcome.
+    fn finish_transfer(&self, r: &Inflight, res: i32) -> Result<Sector, Status> {
+        let io = transfer_result(r, res);
+        if !r.t.write {
+            // SAFETY: the request's part of its BIO's buffer, as in worker_loop.
+            zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
+        }
+        self.device.finish(&r.req, r.t, io)
+    }
+}
+
+/// Where [`Shared::start`] sent a request.
+enum Started {
+    /// On the runtime's ring: submitted when the batch ends.
+    Ring,
+    /// On the calling thread's ring ([`local`]).
+    Local,
+    /// To a worker thread.
+    Worker,
+    /// Already over (refused, or carried out here): its result.
+    Done(Result<Sector, Status>),
+}
+
+/// The data of a request as a device takes it.
+///
+/// # Safety
+/// `buf` must be the request's part of its BIO's buffer, valid and used by nobody
+/// else until the request completes.
+unsafe fn iobuf<'a>(op: Op, buf: Option<RawBuf>) -> IoBuf<'a> {
+    // SAFETY: the caller's guarantee.
+    match (buf, op) {
+        (Some(b), Op::Read) => IoBuf::Read(unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }),
+        (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
+        (None, _) => IoBuf::None,
     }
 }
 
@@ -416,12 +473,7 @@ fn worker_loop(sh: Arc<Shared>, rx: Receiver<Job>) {
     while let Ok(Job::Run { req, plan, buf }) = rx.recv() {
         // SAFETY: the buffer is the request's part of its BIO's buffer, valid and
         // untouched by anyone else until the BIO completes (after this request).
-        let iobuf = match (buf, req.op) {
-            (Some(b), Op::Read) => IoBuf::Read(unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }),
-            (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
-            (None, _) => IoBuf::None,
-        };
-        let r = sh.device.perform(&req, plan, iobuf);
+        let r = sh.device.perform(&req, plan, unsafe { iobuf(req.op, buf) });
         results.push((req.id, r));
         sh.complete_many(&mut results);
     }
@@ -444,12 +496,7 @@ fn completion_loop(sh: Arc<Shared>) {
             }
             // SAFETY: every other token is a request pushed by push_rw, reaped once.
             let r = unsafe { uring::take(token) };
-            let io = transfer_result(&r, res);
-            if !r.t.write {
-                // SAFETY: the request's part of its BIO's buffer, as in worker_loop.
-                zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
-            }
-            results.push((r.req.id, sh.device.finish(&r.req, r.t, io)));
+            results.push((r.req.id, sh.finish_transfer(&r, res)));
         }
         if !results.is_empty() {
             sh.complete_many(&mut results);
@@ -489,8 +536,9 @@ fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
 /// The I/O driver in words: io_uring or threads, and how data moves (`direct`: the
 /// alignment of the device's `O_DIRECT` descriptor; `buffered`: it has a page cache
 /// one for the rest).
-fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize) -> String {
+fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, inline: bool) -> String {
     let data = match (direct, buffered) {
+        (None, false) if inline => return "inline on the submitting thread (the device works in memory)".to_string(),
         (Some(a), true) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
         (Some(a), false) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O bounced by workers)"),
         (Some(a), _) => format!("O_DIRECT (aligned to {a} bytes)"),
@@ -579,6 +627,12 @@ impl Io {
         Io { op: Op::WriteZeroes, sector, nr_sectors, flags: BioFlags::NONE, buf: None }
     }
 
+    /// Deallocate `nr_sectors` at `sector` (DISCARD: only conventional zones and
+    /// regular devices take it).
+    pub fn discard(sector: Sector, nr_sectors: u32) -> Io {
+        Io { op: Op::Discard, sector, nr_sectors, flags: BioFlags::NONE, buf: None }
+    }
+
     /// A zone management operation on the zone starting at `zone_start` (any sector
     /// for RESET_ALL).
     pub fn zone(op: Op, zone_start: Sector) -> Io {
@@ -589,6 +643,19 @@ impl Io {
     /// Make every completed write durable.
     pub fn flush() -> Io {
         Io { op: Op::Flush, sector: Sector::ZERO, nr_sectors: 0, flags: BioFlags::NONE, buf: None }
+    }
+
+    /// The same I/O on the first `bytes` of its buffer, for a buffer kept at its
+    /// largest size and reused for I/Os of every length (a server's per-request
+    /// buffer). A length past the buffer, or no whole number of sectors, makes a
+    /// zero-sector BIO, which the engine refuses with EINVAL.
+    pub fn with_len(mut self, bytes: usize) -> Io {
+        let fits = self.buf.as_ref().is_some_and(|b| bytes <= b.as_slice().len());
+        self.nr_sectors = match u32::try_from(bytes as u64 >> SECTOR_SHIFT) {
+            Ok(n) if fits && bytes as u64 % SECTOR_SIZE == 0 => n,
+            _ => 0,
+        };
+        self
     }
 
     /// The same I/O with `flags` added (FUA, PREFLUSH).
@@ -721,11 +788,14 @@ impl Runtime {
             Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
         };
         let workers = match (cfg.workers, &uring) {
+            // Every request runs on its submitting thread: none to hand over.
+            (0, _) if device.inline() => 0,
             (0, Some(_)) => 4,
             (0, None) => cfg.engine.queue_depth.clamp(1, 64) as usize,
             (n, _) => n,
         };
-        let description = describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers);
+        let description =
+            describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers, device.inline());
         let description = match (&uring, cfg.backend, has_fds) {
             (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
             _ => description,
@@ -735,7 +805,7 @@ impl Runtime {
         let shared = Arc::new(Shared {
             device,
             geo,
-            core: Mutex::new(Core { engine, bios: Slab::new() }),
+            core: Mutex::new(Core { engine, bios: Slab::new(), idle_waiters: 0 }),
             idle: Condvar::new(),
             uring,
             jobs: tx,
@@ -1021,9 +1091,11 @@ impl Runtime {
         let shared = self.shared.take()?;
         {
             let mut core = shared.lock_core();
+            core.idle_waiters += 1;
             while !core.bios.is_empty() {
                 core = shared.idle.wait(core).unwrap_or_else(|p| p.into_inner());
             }
+            core.idle_waiters -= 1;
         }
         shared.stopping.store(true, Ordering::Release);
         for _ in 0..self.workers {
