@@ -146,6 +146,41 @@ impl DataLimit {
     }
 }
 
+/// What a server that recovers a device (its last server died) knows of the writes
+/// the kernel gives it again: the kernel's zone write plugging had at most one write
+/// per zone in flight, and the image recorded the write pointer of what completed. So
+/// the first write of a zone that ends exactly at the zone's write pointer when the
+/// server started is that write given again, whose data the image already holds: it
+/// is acknowledged without writing once the image's bytes are read back equal to it
+/// (anything else, a different write behind the write pointer, fails as ever).
+#[derive(Debug)]
+pub struct Replay {
+    /// Per zone: its write pointer at the start, until the zone's first request.
+    wps: std::sync::Mutex<Vec<Option<Sector>>>,
+    said: AtomicBool,
+}
+
+impl Replay {
+    /// The zones as the device reports them when the server starts.
+    pub fn new(zones: &[ZoneInfo]) -> Replay {
+        use zblk_core::zone::ZoneType;
+        let wps = zones.iter().map(|z| (z.ztype != ZoneType::Conventional && z.wp > z.start).then_some(z.wp)).collect();
+        Replay { wps: std::sync::Mutex::new(wps), said: AtomicBool::new(false) }
+    }
+
+    /// The write pointer zone `z` had at the start if this is the zone's first
+    /// request since, and it wrote there.
+    fn first(&self, z: ZoneNo) -> Option<Sector> {
+        let mut wps = self.wps.lock().unwrap_or_else(|p| p.into_inner());
+        wps.get_mut(z.0 as usize).and_then(Option::take)
+    }
+
+    /// Forgets every zone's window (RESET_ALL).
+    fn forget(&self) {
+        self.wps.lock().unwrap_or_else(|p| p.into_inner()).fill(None);
+    }
+}
+
 /// The image, Linux zoned device or memory device through zblk's runtime: many
 /// requests in flight per queue, each completed from the runtime's completion path,
 /// or on the queue's thread when the queue carries the runtime's transfers on its
@@ -154,13 +189,55 @@ pub struct RuntimeServed {
     sub: Submitter,
     geo: Geometry,
     limit: Option<DataLimit>,
+    replay: Option<Replay>,
 }
 
 impl RuntimeServed {
     /// Serves through `sub` a device of geometry `geo`, its written data bounded by
     /// `limit` (a memory device).
     pub fn new(sub: Submitter, geo: Geometry, limit: Option<DataLimit>) -> RuntimeServed {
-        RuntimeServed { sub, geo, limit }
+        RuntimeServed { sub, geo, limit, replay: None }
+    }
+
+    /// The same, serving a device recovered from a server that died: the writes
+    /// the kernel gives again are acknowledged as [`Replay`] says.
+    pub fn recovering(mut self, replay: Replay) -> RuntimeServed {
+        self.replay = Some(replay);
+        self
+    }
+
+    /// Whether `op` at `sector` is a write given again after the last server died,
+    /// whose data the image holds (as [`Replay`] says): the zone's first request
+    /// since the start, ending at its write pointer then.
+    fn replayed(&self, op: Op, sector: Sector, nr_sectors: u32) -> bool {
+        let Some(replay) = &self.replay else { return false };
+        if op == Op::ZoneResetAll {
+            replay.forget();
+            return false;
+        }
+        if !op.has_range() && !op.is_zone_mgmt() || sector.0 >= self.geo.nr_sectors() {
+            return false;
+        }
+        let wp = replay.first(self.geo.zone_no(sector));
+        op == Op::Write && wp.is_some_and(|wp| sector < wp && sector + u64::from(nr_sectors) == wp)
+    }
+
+    /// Acknowledges the write given again once the device's bytes are read back equal
+    /// to its data; fails it as a write behind the write pointer otherwise.
+    fn acknowledge_replayed(&self, sector: Sector, len: usize, buf: AlignedBuf, done: DoneFn) {
+        let said = self.replay.as_ref().is_some_and(|r| r.said.swap(true, Ordering::Relaxed));
+        self.sub.submit(Io::read(sector, AlignedBuf::zeroed(len)), move |d: IoDone| {
+            let same = d.result.is_ok() && matches!(&d.buf, Some(Buffer::Aligned(r)) if r[..] == buf[..len]);
+            if same && !said {
+                say(&format!(
+                    "the write at sector {} that was in flight when the last server died is in the image: \
+                     acknowledged without writing it again (said once)",
+                    sector.0
+                ));
+            }
+            let result = if same { Ok(Done::Bytes(len as i32)) } else { Err(Status::Unaligned.errno()) };
+            done(Reply { result, buf, copy_out: 0 });
+        });
     }
 
     fn report(&self, first: u32, nr_zones: usize, mut buf: AlignedBuf, done: DoneFn) {
@@ -198,6 +275,9 @@ impl Served for RuntimeServed {
         };
         if matches!(op, Op::Write | Op::ZoneAppend) && self.limit.as_ref().is_some_and(|l| l.refuses(op, sector, len)) {
             return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: 0 });
+        }
+        if self.replayed(op, sector, nr_sectors) {
+            return self.acknowledge_replayed(sector, len, buf, done);
         }
         // The buffer travels with a data I/O; the others leave it here until done.
         let (io, spare) = match op {

@@ -81,6 +81,15 @@ pub struct ServeArgs {
     /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", "data": ...}).
     #[arg(long)]
     pub json: bool,
+    /// Add the device recoverable (images and Linux devices): if this server dies
+    /// (SIGKILL, a crash) the kernel keeps /dev/ublkbN, holds the I/O sent to it, and
+    /// gives what was in flight again to the server `zblk serve --recover N` starts.
+    #[arg(long, conflicts_with_all = ["dev", "stack", "recover"])]
+    pub recoverable: bool,
+    /// Serve recoverable device N (/dev/ublkbN), whose server died, from the same
+    /// image: the I/O the kernel held goes on. Its queues and depth are the device's.
+    #[arg(long, value_name = "N", conflicts_with_all = ["dev", "stack"], requires = "image")]
+    pub recover: Option<u32>,
 }
 
 fn parse_limit(text: &str) -> Result<u64, String> {
@@ -147,8 +156,8 @@ mod with_ublk {
     use zblk_core::stack::{SplitOrder, StackConfig};
     use zblk_dev::{Locked, MemDevice};
     use zblk_runtime::{Backend, Runtime, RuntimeConfig};
-    use zblk_serve::ublk::{Ready, ServeConfig, served_summary};
-    use zblk_serve::{DataLimit, DataStore, PacedSim, RuntimeServed, Served, SimBuilder, check_geometry};
+    use zblk_serve::ublk::{Ready, Recovery, ServeConfig, served_summary};
+    use zblk_serve::{DataLimit, DataStore, PacedSim, Replay, RuntimeServed, Served, SimBuilder, check_geometry};
     use zblk_sim::presets::ModelParams;
     use zblk_sim::{Sim, SimConfig, StackSimConfig, null_model};
 
@@ -187,7 +196,12 @@ mod with_ublk {
         let signals = block_signals();
         let dev = start_device(a)?;
         let Device { served, owner, name, persistent, rotational, extra } = dev;
-        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational };
+        let recovery = match (a.recoverable, a.recover) {
+            (_, Some(n)) => Recovery::Recover(n),
+            (true, None) => Recovery::Recoverable,
+            (false, None) => Recovery::None,
+        };
+        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery };
         let json = a.json;
         let shown = name.clone();
         let outcome = zblk_serve::ublk::serve(&cfg, served, move |ready: &Ready| {
@@ -249,10 +263,16 @@ mod with_ublk {
         let rotational = target.rotational();
         let policy = a.policy.unwrap_or_else(|| target.default_policy());
         let rt = target.start(EngineConfig { policy, ..EngineConfig::default() }, Backend::Auto)?;
-        let served: Arc<dyn Served> = Arc::new(RuntimeServed::new(rt.submitter(), rt.geometry().clone(), None));
+        let mut served = RuntimeServed::new(rt.submitter(), rt.geometry().clone(), None);
+        if a.recover.is_some() {
+            let zones = rt.report_zones().map_err(|s| CliError(format!("{}: zone report: {s}", path.display())))?;
+            served = served.recovering(Replay::new(&zones));
+        }
+        let served: Arc<dyn Served> = Arc::new(served);
         let mut extra = serde_json::Map::new();
         extra.insert("data".into(), "image".into());
         extra.insert("policy".into(), policy.name().into());
+        extra.insert("recoverable".into(), (a.recoverable || a.recover.is_some()).into());
         Ok(Device {
             served,
             owner: Owner::Runtime(rt),

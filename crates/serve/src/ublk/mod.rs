@@ -28,6 +28,95 @@ pub struct ServeConfig {
     pub depth: u16,
     /// The kernel sees a rotational disk (`queue/rotational`).
     pub rotational: bool,
+    /// What becomes of the device if the server dies.
+    pub recovery: Recovery,
+}
+
+/// A server that dies (SIGKILL, a crash) without stopping its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// The kernel removes the device and fails its I/O.
+    None,
+    /// The device is added recoverable (`UBLK_F_USER_RECOVERY` with
+    /// `UBLK_F_USER_RECOVERY_REISSUE`): if the server dies, the kernel keeps
+    /// `/dev/ublkbN`, holds the I/O sent meanwhile, and gives what was in flight again
+    /// to the next server, which [`Recovery::Recover`] starts.
+    Recoverable,
+    /// Serves recoverable device `N`, left quiesced by a server that died: its queues
+    /// and depth are the device's, its geometry must be the served device's.
+    Recover(u32),
+}
+
+/// The control flags of a zoned ublk device served by zblk.
+fn ctrl_flags(recoverable: bool) -> u64 {
+    let recovery = sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE;
+    u64::from(sys::UBLK_F_USER_COPY | sys::UBLK_F_ZONED | if recoverable { recovery } else { 0 })
+}
+
+/// The control of the device to serve: a new one, or recoverable device `id` taken
+/// over after its server died.
+fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
+    let builder = libublk::ctrl::UblkCtrlBuilder::default().name("zblk").io_buf_bytes(IO_BUF_BYTES);
+    let Recovery::Recover(id) = cfg.recovery else {
+        return builder
+            .nr_queues(cfg.queues)
+            .depth(cfg.depth)
+            .ctrl_flags(ctrl_flags(cfg.recovery == Recovery::Recoverable))
+            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+            .build()
+            .map_err(|e| ublk_error("adding the ublk device", e));
+    };
+    let dev = format!("/dev/ublkb{id}");
+    let old = UblkCtrl::new_simple(id as i32).map_err(|e| ublk_error(&format!("{dev}: reading its state"), e))?;
+    let info = old.dev_info();
+    if info.flags & u64::from(sys::UBLK_F_USER_RECOVERY) == 0 {
+        return Err(ServeError(format!(
+            "{dev} was not added recoverable (zblk serve --recoverable): it cannot be recovered"
+        )));
+    }
+    if info.state != sys::UBLK_S_DEV_QUIESCED as u16 {
+        let state = match u32::from(info.state) {
+            sys::UBLK_S_DEV_LIVE => "live: its server is running",
+            sys::UBLK_S_DEV_DEAD => "stopped",
+            _ => "not quiesced",
+        };
+        return Err(ServeError(format!("{dev} is {state}: only a device whose server died can be recovered")));
+    }
+    let mut params = sys::ublk_params::default();
+    old.get_params(&mut params).map_err(|e| ublk_error(&format!("{dev}: reading its parameters"), e))?;
+    let (b, z) = (params.basic, params.zoned);
+    let lbs_shift = geo.lbs_bytes().trailing_zeros() as u8;
+    if b.dev_sectors != geo.nr_sectors()
+        || u64::from(b.chunk_sectors) != geo.zone_sectors()
+        || b.logical_bs_shift != lbs_shift
+        || z.max_open_zones != geo.max_open()
+        || z.max_active_zones != geo.max_active()
+    {
+        return Err(ServeError(format!(
+            "{dev} has another geometry ({} sectors, zones of {} sectors, {}-byte blocks, max open {}, max active              {}) than the device to serve ({} sectors, zones of {} sectors, {}-byte blocks, max open {}, max active {})",
+            b.dev_sectors,
+            b.chunk_sectors,
+            1u32 << b.logical_bs_shift,
+            z.max_open_zones,
+            z.max_active_zones,
+            geo.nr_sectors(),
+            geo.zone_sectors(),
+            geo.lbs_bytes(),
+            geo.max_open(),
+            geo.max_active()
+        )));
+    }
+    old.start_user_recover().map_err(|e| ublk_error(&format!("{dev}: starting its recovery"), e))?;
+    libublk::ctrl::UblkCtrlBuilder::default()
+        .name("zblk")
+        .id(id as i32)
+        .nr_queues(info.nr_hw_queues)
+        .depth(info.queue_depth)
+        .io_buf_bytes(IO_BUF_BYTES)
+        .ctrl_flags(ctrl_flags(true))
+        .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+        .build()
+        .map_err(|e| ublk_error(&format!("{dev}: recovering"), e))
 }
 
 /// The device the kernel made, once it is ready.
@@ -49,15 +138,7 @@ pub fn serve(
 ) -> Result<(), ServeError> {
     let geo = served.geometry().clone();
     crate::check_geometry(&geo)?;
-    let ctrl = libublk::ctrl::UblkCtrlBuilder::default()
-        .name("zblk")
-        .nr_queues(cfg.queues)
-        .depth(cfg.depth)
-        .io_buf_bytes(IO_BUF_BYTES)
-        .ctrl_flags(u64::from(sys::UBLK_F_USER_COPY | sys::UBLK_F_ZONED))
-        .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
-        .build()
-        .map_err(|e| ublk_error("adding the ublk device", e))?;
+    let ctrl = control(cfg, &geo)?;
     let rotational = cfg.rotational;
     let tgt_init = move |dev: &mut UblkDev| {
         set_params(dev, &geo, rotational);

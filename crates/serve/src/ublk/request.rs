@@ -31,16 +31,24 @@ const OPS: [(u32, &str); 12] = [
 /// Requests received per operation of [`OPS`], and one more slot for any other.
 static SERVED: [AtomicU64; OPS.len() + 1] = [const { AtomicU64::new(0) }; OPS.len() + 1];
 
+/// WRITE_ZEROES requests the kernel sent with NOUNMAP (zeroes to be written, not
+/// deallocated: `fallocate --zero-range` on the device).
+static NOUNMAP: AtomicU64 = AtomicU64::new(0);
+
 fn count_served(op: u32) {
     let slot = OPS.iter().position(|&(o, _)| o == op).unwrap_or(OPS.len());
     SERVED[slot].fetch_add(1, Ordering::Relaxed);
 }
 
-/// `read 12, write 3, ..., other 0`: every counted operation, zeroes included, so a
-/// script can look for `zone_append 0`.
+/// `read 12, write 3, ..., write_zeroes 4 (nounmap 1), ..., other 0`: every counted
+/// operation, zeroes included, so a script can look for `zone_append 0`.
 pub fn served_summary() -> String {
     let names = OPS.iter().map(|&(_, n)| n).chain(["other"]);
-    names.zip(&SERVED).map(|(n, c)| format!("{n} {}", c.load(Ordering::Relaxed))).collect::<Vec<_>>().join(", ")
+    let each = names.zip(&SERVED).map(|(n, c)| match n {
+        "write_zeroes" => format!("{n} {} (nounmap {})", c.load(Ordering::Relaxed), NOUNMAP.load(Ordering::Relaxed)),
+        _ => format!("{n} {}", c.load(Ordering::Relaxed)),
+    });
+    each.collect::<Vec<_>>().join(", ")
 }
 
 /// The request the kernel sent on a tag, in the tag's buffer; a write's data is not
@@ -80,7 +88,12 @@ pub(super) fn decode(geo: &Geometry, iod: &sys::ublksrv_io_desc, buf: AlignedBuf
             io(op, iod.nr_sectors, flags, buf)
         }
         sys::UBLK_IO_OP_DISCARD => io(Op::Discard, iod.nr_sectors, BioFlags::NONE, buf),
-        sys::UBLK_IO_OP_WRITE_ZEROES => io(Op::WriteZeroes, iod.nr_sectors, flags, buf),
+        sys::UBLK_IO_OP_WRITE_ZEROES => {
+            if flags.contains(BioFlags::NOUNMAP) {
+                NOUNMAP.fetch_add(1, Ordering::Relaxed);
+            }
+            io(Op::WriteZeroes, iod.nr_sectors, flags, buf)
+        }
         sys::UBLK_IO_OP_FLUSH => io(Op::Flush, 0, BioFlags::NONE, buf),
         sys::UBLK_IO_OP_ZONE_OPEN => zone(Op::ZoneOpen, buf),
         sys::UBLK_IO_OP_ZONE_CLOSE => zone(Op::ZoneClose, buf),
