@@ -27,9 +27,22 @@ use zblk_core::geometry::Geometry;
 #[error("{0}")]
 pub struct ServeError(pub String);
 
-/// Largest request the server takes (the driver's `max_io_buf_bytes`): 512 KiB, the
-/// ublk library's default, so each tag's buffer stays small.
-pub const IO_BUF_BYTES: u32 = 512 * 1024;
+/// Smallest buffer of a request the server takes: 512 KiB, the ublk library's
+/// default, what a device whose `max_sectors` is smaller still gets.
+pub const MIN_IO_BUF_BYTES: u32 = 512 * 1024;
+
+/// Largest buffer of a request the server takes: 4 MiB (each tag of each queue has one;
+/// its pages are touched only as far as requests reach).
+pub const MAX_IO_BUF_BYTES: u32 = 4 << 20;
+
+/// The largest request the server takes for a device of geometry `geo` (the driver's
+/// `max_io_buf_bytes`): the device's `max_sectors`, so that the kernel splits requests
+/// where the device's own host would (a disk model's timing depends on it), within
+/// [`MIN_IO_BUF_BYTES`]..[`MAX_IO_BUF_BYTES`], in whole pages.
+pub fn io_buf_bytes(geo: &Geometry) -> u32 {
+    let want = u64::from(geo.max_sectors()) * zblk_core::units::SECTOR_SIZE;
+    want.clamp(u64::from(MIN_IO_BUF_BYTES), u64::from(MAX_IO_BUF_BYTES)).next_multiple_of(4096) as u32
+}
 
 /// Size of the kernel's `struct blk_zone`.
 pub const BLK_ZONE_BYTES: usize = 64;
@@ -71,6 +84,19 @@ mod tests {
         let mut p = zblk_core::params::DeviceParams::default();
         p.apply(&format!("zone_size={zone_size},size={size}")).unwrap();
         p.validate().unwrap()
+    }
+
+    #[test]
+    fn requests_as_large_as_the_devices_own_within_bounds() {
+        let with = |max: u32| {
+            let mut p = zblk_core::params::DeviceParams::default();
+            p.apply(&format!("zone_size=4,size=64,max_sectors={max}")).unwrap();
+            io_buf_bytes(&p.validate().unwrap())
+        };
+        assert_eq!(with(1344), 672 << 10, "an AHCI port's 672 KiB: the kernel splits 1 MiB as the disk's host");
+        assert_eq!(with(255), MIN_IO_BUF_BYTES);
+        assert_eq!(with(65535), MAX_IO_BUF_BYTES);
+        assert_eq!(with(1345) % 4096, 0, "whole pages");
     }
 
     #[test]

@@ -100,6 +100,7 @@ enum Msg {
 pub struct PacedSim {
     tx: Mutex<Sender<Msg>>,
     geo: Geometry,
+    keeps_data: bool,
 }
 
 /// What the pacing thread says about its device once it is built.
@@ -120,6 +121,7 @@ impl PacedSim {
         time_scale: u32,
     ) -> Result<(Arc<PacedSim>, PacedInfo, JoinHandle<()>), ServeError> {
         assert!(time_scale >= 1, "a time scale stretches, it never shrinks");
+        let keeps_data = store.keeps_data();
         let (tx, rx) = mpsc::channel();
         let (info_tx, info_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -154,13 +156,17 @@ impl PacedSim {
             }
         };
         let geo = info.geo.clone();
-        Ok((Arc::new(PacedSim { tx: Mutex::new(tx), geo }), info, thread))
+        Ok((Arc::new(PacedSim { tx: Mutex::new(tx), geo, keeps_data }), info, thread))
     }
 }
 
 impl Served for PacedSim {
     fn geometry(&self) -> &Geometry {
         &self.geo
+    }
+
+    fn keeps_data(&self) -> bool {
+        self.keeps_data
     }
 
     fn submit(&self, req: Req, done: DoneFn) {
@@ -184,6 +190,54 @@ struct Pending {
     done: DoneFn,
 }
 
+/// The host's turnaround, as the served device sees it: from handing back a completion
+/// that leaves nothing in flight to the arrival of the next request. At queue depth 1
+/// it is what the host (the kernel, the program, a VM) costs per request, beside the
+/// model's own time; a time scale divides it in model time.
+#[derive(Debug, Default)]
+struct Turnaround {
+    idle_since: Option<Instant>,
+    gaps_ns: Vec<u64>,
+}
+
+impl Turnaround {
+    /// Samples kept (enough for a median and a 90th percentile).
+    const MAX_SAMPLES: usize = 1 << 20;
+
+    fn idle(&mut self) {
+        self.idle_since = Some(Instant::now());
+    }
+
+    fn arrival(&mut self, idle: bool) {
+        let since = self.idle_since.take();
+        if let (true, Some(t)) = (idle, since)
+            && self.gaps_ns.len() < Self::MAX_SAMPLES
+        {
+            self.gaps_ns.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// `N requests, median X us, p90 Y us of wall time (...)`, or `None` without a
+    /// sample.
+    fn summary(&mut self, scale: u64) -> Option<String> {
+        if self.gaps_ns.is_empty() {
+            return None;
+        }
+        self.gaps_ns.sort_unstable();
+        let at = |q: f64| self.gaps_ns[((self.gaps_ns.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+        let (median, p90) = (at(0.5), at(0.9));
+        let model = match scale {
+            1 => String::new(),
+            n => format!(", {:.1} us and {:.1} us of model time at time scale {n}", median / n as f64, p90 / n as f64),
+        };
+        Some(format!(
+            "host turnaround (a completion leaving nothing in flight to the next request): {} requests, median \
+             {median:.1} us, p90 {p90:.1} us of wall time{model}",
+            self.gaps_ns.len()
+        ))
+    }
+}
+
 /// The pacing thread's state.
 struct Pacer {
     sim: Sim,
@@ -196,12 +250,23 @@ struct Pacer {
     start: Instant,
     /// Wall nanoseconds per nanosecond of the model.
     scale: u64,
+    turnaround: Turnaround,
 }
 
 impl Pacer {
     fn new(sim: Sim, store: DataStore, scale: u32) -> Pacer {
         let scale = u64::from(scale);
-        Pacer { sim, store, pending: Slab::new(), writing: 0, limit_said: false, start: Instant::now(), scale }
+        let start = Instant::now();
+        Pacer {
+            sim,
+            store,
+            pending: Slab::new(),
+            writing: 0,
+            limit_said: false,
+            start,
+            scale,
+            turnaround: Turnaround::default(),
+        }
     }
 
     /// The model's time: wall time since the start, divided by the time scale.
@@ -230,7 +295,12 @@ impl Pacer {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 // Every queue has stopped: nobody waits for what is in flight.
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    if let Some(t) = self.turnaround.summary(self.scale) {
+                        say(&t);
+                    }
+                    return;
+                }
             }
             self.sim.run_until(self.now());
             self.deliver();
@@ -243,6 +313,7 @@ impl Pacer {
 
     /// A request enters the simulation now.
     fn take(&mut self, Msg::Req(req, done): Msg) {
+        self.turnaround.arrival(self.pending.is_empty());
         let len = req.data_len();
         let (op, sector, nr_sectors, flags, buf) = match req {
             Req::Report { first, nr_zones, mut buf } => {
@@ -309,6 +380,9 @@ impl Pacer {
             }
             let (result, copy_out) = outcome(op, len, c.result.map_err(|s: Status| s));
             done(Reply { result, buf, copy_out });
+            if self.pending.is_empty() {
+                self.turnaround.idle();
+            }
         }
     }
 
@@ -453,6 +527,23 @@ mod tests {
             drop(p);
             t.join().unwrap();
         }
+    }
+
+    #[test]
+    fn the_turnaround_counts_only_gaps_with_nothing_in_flight() {
+        let mut t = Turnaround::default();
+        assert_eq!(t.summary(1), None);
+        t.idle();
+        std::thread::sleep(Duration::from_millis(2));
+        t.arrival(true);
+        // A request arriving while another is in flight is no turnaround.
+        t.idle();
+        t.arrival(false);
+        t.arrival(true);
+        assert_eq!(t.gaps_ns.len(), 1);
+        assert!(t.gaps_ns[0] >= 2_000_000, "{:?}", t.gaps_ns);
+        let s = t.summary(4).unwrap();
+        assert!(s.contains("1 requests") && s.contains("of model time at time scale 4"), "{s}");
     }
 
     #[test]

@@ -93,6 +93,12 @@ pub trait Served: Send + Sync {
     fn runtime(&self) -> Option<&Submitter> {
         None
     }
+
+    /// Whether the device keeps what is written: one that does not (a simulated
+    /// device served for its timing only) needs no write's data copied to it.
+    fn keeps_data(&self) -> bool {
+        true
+    }
 }
 
 /// A zone as the kernel's `struct blk_zone` (little-endian x86/arm layout: start, len,

@@ -11,7 +11,7 @@ mod request;
 pub use request::served_summary;
 
 use crate::served::Served;
-use crate::{IO_BUF_BYTES, ServeError};
+use crate::{ServeError, io_buf_bytes};
 use libublk::ctrl::UblkCtrl;
 use libublk::io::UblkDev;
 use libublk::{UblkFlags, sys};
@@ -56,7 +56,7 @@ fn ctrl_flags(recoverable: bool) -> u64 {
 /// The control of the device to serve: a new one, or recoverable device `id` taken
 /// over after its server died.
 fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
-    let builder = libublk::ctrl::UblkCtrlBuilder::default().name("zblk").io_buf_bytes(IO_BUF_BYTES);
+    let builder = libublk::ctrl::UblkCtrlBuilder::default().name("zblk").io_buf_bytes(io_buf_bytes(geo));
     let Recovery::Recover(id) = cfg.recovery else {
         return builder
             .nr_queues(cfg.queues)
@@ -112,7 +112,7 @@ fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
         .id(id as i32)
         .nr_queues(info.nr_hw_queues)
         .depth(info.queue_depth)
-        .io_buf_bytes(IO_BUF_BYTES)
+        .io_buf_bytes(info.max_io_buf_bytes)
         .ctrl_flags(ctrl_flags(true))
         .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
         .build()
@@ -177,7 +177,7 @@ fn ublk_error(what: &str, e: libublk::UblkError) -> ServeError {
 /// The parameters the kernel's queue limits come from.
 fn set_params(dev: &mut UblkDev, geo: &Geometry, rotational: bool) {
     let lbs_shift = geo.lbs_bytes().trailing_zeros() as u8;
-    let io_sectors = IO_BUF_BYTES / SECTOR_SIZE as u32;
+    let io_sectors = io_buf_bytes(geo) / SECTOR_SIZE as u32;
     let max_sectors = geo.max_sectors().min(io_sectors);
     let zone_sectors = geo.zone_sectors() as u32;
     // Appends the device takes natively go to it; otherwise zblk emulates them (a

@@ -15,12 +15,12 @@
 //!   simulation's completion) is posted to the queue's mailbox, whose eventfd the
 //!   ring reads to wake the thread.
 //!
-//! Each tag has a page-aligned buffer of the largest request, lent to the device while
+//! Each tag has a page-aligned buffer of the largest request (the device's
+//! `max_io_buf_bytes`), lent to the device while
 //! its request is in flight: the runtime moves an image's data through its `O_DIRECT`
 //! descriptor straight from and to it.
 
 use super::request::{copy_from_kernel, copy_report_to_kernel, copy_to_kernel, decode};
-use crate::IO_BUF_BYTES;
 use crate::served::{Done, Reply, Req, Served};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkIORes};
@@ -107,7 +107,7 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
         cdev: dev.tgt.fds[0],
         served: Arc::clone(served),
         mailbox,
-        bufs: (0..depth).map(|_| Some(AlignedBuf::zeroed(IO_BUF_BYTES as usize))).collect(),
+        bufs: (0..depth).map(|_| Some(AlignedBuf::zeroed(dev.dev_info.max_io_buf_bytes as usize))).collect(),
         kinds: vec![Kind::Data; depth],
         transfers: Slab::new(),
         fresh: Vec::new(),
@@ -172,7 +172,10 @@ impl Queue {
             Ok(req) => req,
             Err((errno, buf)) => return self.finish(q, tag, buf, Err(errno)),
         };
-        if let Req::Io { op: Op::Write | Op::ZoneAppend, nr_sectors, buf, .. } = &mut req {
+        // (A device that keeps no data needs none: its writes' data is not copied in.)
+        if let Req::Io { op: Op::Write | Op::ZoneAppend, nr_sectors, buf, .. } = &mut req
+            && self.served.keeps_data()
+        {
             let len = *nr_sectors as usize * SECTOR_SIZE as usize;
             if let Err(e) = copy_from_kernel(self.cdev, pos, &mut buf[..len]) {
                 let buf = std::mem::replace(buf, AlignedBuf::zeroed(0));

@@ -2,7 +2,6 @@
 //! [`Req`], the data copied through `/dev/ublkcN` (user copy), and the count of what
 //! the kernel sent.
 
-use crate::IO_BUF_BYTES;
 use crate::served::{Done, Req};
 use libublk::sys;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -155,19 +154,19 @@ pub(super) fn copy_report_to_kernel(cdev: i32, pos: u64, buf: &mut [u8], zones_b
     Ok(Done::Bytes(n as i32))
 }
 
-/// Pads a report of `zones_bytes` with zeroes to the longest request
-/// ([`IO_BUF_BYTES`]), hands it to `write` (which copies what the request holds) and
-/// returns the bytes copied: an error if they do not hold every zone.
+/// Pads a report of `zones_bytes` with zeroes to the longest request (the tag's
+/// buffer: the device's `max_io_buf_bytes`, which bounds the kernel's report buffer),
+/// hands it to `write` (which copies what the request holds) and returns the bytes
+/// copied: an error if they do not hold every zone.
 fn copy_report_padded(
     buf: &mut [u8],
     zones_bytes: usize,
     write: impl FnOnce(&[u8]) -> Result<usize, i32>,
 ) -> Result<usize, i32> {
-    let len = IO_BUF_BYTES as usize;
-    assert!(zones_bytes <= len && buf.len() >= len, "a report fits its tag's buffer");
+    assert!(zones_bytes <= buf.len(), "a report fits its tag's buffer");
     // The buffer may hold an earlier request's data.
-    buf[zones_bytes..len].fill(0);
-    let n = write(&buf[..len])?;
+    buf[zones_bytes..].fill(0);
+    let n = write(buf)?;
     if n < zones_bytes { Err(libc::EIO) } else { Ok(n) }
 }
 
@@ -181,9 +180,9 @@ mod tests {
         // 13 full requests) in a 512 KiB buffer, answered in a buffer holding an
         // earlier read's data.
         let zones = 5262 * crate::BLK_ZONE_BYTES;
-        let mut buf = vec![0xa5u8; IO_BUF_BYTES as usize];
+        let mut buf = vec![0xa5u8; crate::MIN_IO_BUF_BYTES as usize];
         buf[..zones].fill(1);
-        let request = IO_BUF_BYTES as usize;
+        let request = crate::MIN_IO_BUF_BYTES as usize;
         let mut sent = Vec::new();
         let n = copy_report_padded(&mut buf, zones, |d| {
             sent = d[..d.len().min(request)].to_vec();
@@ -193,7 +192,7 @@ mod tests {
         assert!(sent[..zones].iter().all(|&b| b == 1));
         assert!(sent[zones..].iter().all(|&b| b == 0), "a zero-length zone after the last one");
         // A request shorter than the longest (a report of few zones): its own bytes.
-        let mut buf = vec![0u8; IO_BUF_BYTES as usize];
+        let mut buf = vec![0u8; crate::MIN_IO_BUF_BYTES as usize];
         assert_eq!(copy_report_padded(&mut buf, 128, |d| Ok(d.len().min(4096))), Ok(4096));
         // A request that does not hold the zones: an error, not a truncated report.
         assert_eq!(copy_report_padded(&mut buf, 8192, |d| Ok(d.len().min(4096))), Err(libc::EIO));
