@@ -242,6 +242,30 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ("wait-negative", "$Z check --wait=-1 a.img", Some(2), "not a number of seconds"),
     ("directory-symlink", "mkdir d; ln -s d l.img; $Z report l.img", None, "it is a directory"),
     ("finish-conventional", "$Z finish a.img -o 0 -l 4M", None, "EINVAL: finish of conventional zone 0"),
+    (
+        "create-race",
+        "$Z create r.img --size 4G -p zone_size=4k >/dev/null 2>err & c=$!; until ls -a | grep -q '^\\.r\\.img\\.zblk-new-'; do sleep 0.01; done; $Z create r.img --size 64M -p zone_size=4M >/dev/null && $Z write r.img -o 0 -l 4096 -p 7 --flush; wait $c; s=$?; cat err >&2; [ $s = 1 ] && $Z report r.img -c 1 | grep -q 'wptr 0x000008'",
+        Some(0),
+        "file exists",
+    ),
+    (
+        "wait-path-moved",
+        "( flock -x 9; sleep 1 ) 9<a.img & sleep 0.3; $Z write --wait=10 a.img -o 4M -l 512 -p 1 --flush & w=$!; sleep 0.3; $Z create b.img --size 32M -p zone_size=4M,zone_nr_conv=1 >/dev/null; mv b.img a.img; wait $w && $Z check a.img >/dev/null && $Z info a.img | grep -q 'capacity: *32MiB' && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000001'",
+        Some(0),
+        "",
+    ),
+    (
+        "wait-create-f",
+        "$Z create -f a.img --size 4G -p zone_size=4k >/dev/null & c=$!; until ls -a | grep -q '^\\.a\\.img\\.zblk-new-'; do sleep 0.01; done; $Z write --wait=10 a.img -o 0 -l 512 -p 1 --flush && wait $c && $Z info a.img | grep -q 'capacity: *4GiB' && $Z report a.img -c 1 | grep -q 'wptr 0x000001'",
+        Some(0),
+        "",
+    ),
+    (
+        "wait-symlink-swapped",
+        "$Z create b.img --size 32M -p zone_size=4M,zone_nr_conv=1 >/dev/null; ln -s a.img l.img; ( flock -x 9; sleep 1 ) 9<a.img & sleep 0.3; $Z write --wait=10 l.img -o 4M -l 512 -p 1 --flush & w=$!; sleep 0.3; ln -sfn b.img l.img; wait $w && $Z check b.img >/dev/null && $Z report b.img -c 2 | tail -1 | grep -q 'wptr 0x000001' && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000000'",
+        Some(0),
+        "",
+    ),
     // Environment
     (
         "sigpipe-report",

@@ -36,6 +36,7 @@
 //! with NOUNMAP, or where the file system has no fallocate zeroing, zeroes are
 //! written as data. `write_zeroes_unmap_max_hw_bytes` says which the image can do.
 
+pub mod claim;
 pub mod format;
 pub mod media;
 pub mod powercut;
@@ -49,7 +50,7 @@ use media::{FileMedia, Media};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use zblk_core::bio::{BioFlags, Op, Request, Status};
@@ -115,9 +116,14 @@ pub enum ImageErrorKind {
     /// Another process holds the image open (its lock is taken).
     #[error("image in use by another process")]
     InUse,
-    /// `create` would overwrite an existing file.
+    /// `create` would overwrite an existing file (there when it looked, or put there
+    /// while it made the image).
     #[error("file exists (remove it first, or force)")]
     Exists,
+    /// The path was replaced again and again while the image's lock was waited for
+    /// or the image made: which file is meant cannot be told.
+    #[error("the path was replaced again and again meanwhile: refused")]
+    Replaced,
     /// The geometry asked for at creation is refused.
     #[error("invalid geometry: {0}")]
     Geometry(#[from] GeometryError),
@@ -345,14 +351,17 @@ pub struct FileImage {
     /// The errno of the file system's last failed operation under a request (0:
     /// none): what the EIO the request completes with stood for.
     last_errno: std::sync::atomic::AtomicI32,
-    /// Held for the image's lifetime: the lock that says it is in use.
-    _lock: File,
+    /// The descriptor the open locked, held for the image's lifetime (its lock says
+    /// the image is in use); every other descriptor on the image was opened from it.
+    file: File,
 }
 
 impl FileImage {
     /// Creates an image at `path`: all sequential zones EMPTY, no data (a sparse
     /// file). Written to a temporary file and renamed, so that a crash never leaves
-    /// a half-made image under `path`.
+    /// a half-made image under `path`; the rename replaces nothing that was not
+    /// examined first (see [`mod@claim`]): a file put at `path` meanwhile makes the
+    /// create fail with [`ImageErrorKind::Exists`].
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
         Self::create_waiting(path, opts, None)
     }
@@ -367,30 +376,14 @@ impl FileImage {
     ) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
         let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
-        // What is at `path` now: only a regular file is ever replaced (never a
-        // device node, FIFO, socket, directory, or a symlink to anything), and only
-        // when no process holds it open as an image: its lock is taken, and kept
-        // until the new image has replaced it.
-        let _old_lock = match std::fs::symlink_metadata(path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err(path, "stat")(e)),
-            Ok(m) if !m.file_type().is_file() => {
-                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}: not replaced", file_kind(&m)))));
-            }
-            Ok(_) if !opts.force => return Err(err(path, ImageErrorKind::Exists)),
-            Ok(_) => {
-                let f = OpenOptions::new().read(true).open(path).map_err(io_err(path, "open"))?;
-                lock_waiting(&f, false, wait).map_err(|e| match e {
-                    e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
-                    e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
-                })?;
-                Some(f)
-            }
-        };
+        // What is at `path` now: only a regular file is ever replaced, and only when
+        // no process holds it open as an image: its lock is taken, and kept until the
+        // new image has replaced it.
+        let wait = claim::Wait::of(wait);
+        let old = claim::examine(path, opts.force, wait)?;
         let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().ok_or_else(|| err(path, ImageErrorKind::NotAnImage("no file name".into())))?;
-        let tmp = dir.join(format!(".{}.zblk-new-{}", name.to_string_lossy(), std::process::id()));
+        let tmp = claim::temp_name(path, dir)?;
         // The temporary file is zblk's business: a failure to make it is told with
         // the directory the user named.
         let in_dir = |e: io::Error| match std::fs::metadata(dir) {
@@ -415,7 +408,7 @@ impl FileImage {
             )
             .map_err(io_err(path, "write live table"))?;
             f.sync_all().map_err(io_err(path, "sync"))?;
-            std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
+            claim::install(&tmp, path, old, opts.force, wait)?;
             File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
         })();
         if result.is_err() {
@@ -437,28 +430,7 @@ impl FileImage {
         opts: &ImageOptions,
         wrap: impl FnOnce(FileMedia) -> Box<dyn Media>,
     ) -> Result<FileImage, ImageError> {
-        // Only regular files are images: opening a FIFO would block, a device node
-        // goes through the Linux device backend. Checked before opening (which
-        // could block) and again on the descriptor (the path may have changed).
-        if let Ok(m) = std::fs::metadata(path) {
-            if !m.file_type().is_file() {
-                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
-            }
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(!opts.read_only)
-            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-            .open(path)
-            .map_err(io_err(path, "open"))?;
-        let m = file.metadata().map_err(io_err(path, "stat"))?;
-        if !m.file_type().is_file() {
-            return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
-        }
-        lock_waiting(&file, opts.read_only, opts.lock_wait).map_err(|e| match e {
-            e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
-            e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
-        })?;
+        let file = claim::open_locked(path, opts.read_only, claim::Wait::of(opts.lock_wait))?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
         let (mut sb, geo, sb_repair) = read_superblocks(path, &file, len)?;
         let layout = sb.layout;
@@ -466,7 +438,7 @@ impl FileImage {
             return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
         }
         let buffered = file.try_clone().map_err(io_err(path, "dup"))?;
-        let (direct, dio_align) = if opts.direct { open_direct(path, opts.read_only) } else { (None, 4096) };
+        let (direct, dio_align) = if opts.direct { open_direct(&file, opts.read_only) } else { (None, 4096) };
         // Direct I/O only where every data transfer can use it: a logical block
         // smaller than the file system's direct alignment would send some transfers
         // through the page cache, onto pages other transfers reach directly (see
@@ -556,7 +528,7 @@ impl FileImage {
             zeroing_probe: probe,
             repairs: rec.repairs,
             last_errno: std::sync::atomic::AtomicI32::new(0),
-            _lock: file,
+            file,
         };
         if !opts.read_only {
             if sb_repair.is_some() {
@@ -667,6 +639,27 @@ impl FileImage {
     /// zone's data. zblk never writes past it.
     pub fn file_bytes(&self) -> u64 {
         self.sb.layout.file_bytes
+    }
+
+    /// The length of the image's file now, from its descriptor (the path may name
+    /// another file by now).
+    pub fn file_len(&self) -> Result<u64, ImageError> {
+        Ok(self.file.metadata().map_err(io_err(&self.path, "stat"))?.len())
+    }
+
+    /// Cuts off whatever the file holds past [`FileImage::file_bytes`] (zblk never
+    /// writes there), through the image's own descriptor.
+    pub fn cut_past_end(&self) -> Result<(), ImageError> {
+        assert!(!self.read_only, "cut_past_end on a read-only image");
+        self.file.set_len(self.file_bytes()).map_err(io_err(&self.path, "cut the file"))
+    }
+
+    /// Whether `other` is open on this image's file (the same device and inode).
+    pub fn is_same_file(&self, other: &File) -> Result<bool, ImageError> {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (self.file.metadata(), other.metadata());
+        let (a, b) = (a.map_err(io_err(&self.path, "stat"))?, b.map_err(io_err(&self.path, "stat"))?);
+        Ok((a.dev(), a.ino()) == (b.dev(), b.ino()))
     }
 
     /// How the image zeroes a range for a WRITE_ZEROES without NOUNMAP (its unmap
@@ -1246,59 +1239,6 @@ fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, commit: u6
     buf
 }
 
-/// What kind of file `m` describes, in words.
-fn file_kind(m: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_block_device() {
-        "a block device (use the Linux device backend)"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_symlink() {
-        "a symbolic link"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// [`lock`], waiting for a holder to let go: forever with a blocking `flock` (as
-/// `flock` without `-w`), or up to `wait` (polled, as `flock -w` without its alarm
-/// signal); WouldBlock when the time is up.
-fn lock_waiting(file: &File, shared: bool, wait: Option<std::time::Duration>) -> io::Result<()> {
-    use rustix::fs::{FlockOperation, flock};
-    let Some(wait) = wait else { return lock(file, shared) };
-    if wait == std::time::Duration::MAX {
-        let op = if shared { FlockOperation::LockShared } else { FlockOperation::LockExclusive };
-        return loop {
-            match flock(file, op) {
-                Err(rustix::io::Errno::INTR) => continue,
-                r => break r.map_err(io::Error::from),
-            }
-        };
-    }
-    let until = std::time::Instant::now() + wait;
-    loop {
-        match lock(file, shared) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < until => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            r => return r,
-        }
-    }
-}
-
-fn lock(file: &File, shared: bool) -> io::Result<()> {
-    use rustix::fs::{FlockOperation, flock};
-    let op = if shared { FlockOperation::NonBlockingLockShared } else { FlockOperation::NonBlockingLockExclusive };
-    flock(file, op).map_err(io::Error::from)
-}
-
 /// Decides how the image zeroes (see [`mod@zeroing`]): probes on the padding between
 /// the metadata and the data (nothing reads it) when the image is writable and has
 /// some, else on a temporary file beside it.
@@ -1320,15 +1260,11 @@ fn probe_zeroing(path: &Path, media: &dyn Media, layout: &Layout, opts: &ImageOp
     }
 }
 
-/// Opens `path` with `O_DIRECT` if the file system allows it, with the alignment it
+/// Opens the image `file` is open on with `O_DIRECT` if the file system allows it
+/// (from the descriptor, not the path: see [`mod@claim`]), with the alignment it
 /// needs (`statx` STATX_DIOALIGN; 4 KiB when the kernel does not say).
-fn open_direct(path: &Path, read_only: bool) -> (Option<File>, u64) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(!read_only)
-        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-        .open(path);
-    let Ok(f) = f else { return (None, 4096) };
+fn open_direct(file: &File, read_only: bool) -> (Option<File>, u64) {
+    let Some(f) = claim::reopen(file, !read_only, rustix::fs::OFlags::DIRECT) else { return (None, 4096) };
     let align = rustix::fs::statx(&f, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::DIOALIGN)
         .ok()
         .filter(|s| s.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() != 0)
