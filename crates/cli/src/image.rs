@@ -36,6 +36,14 @@ impl Target {
         open(path, read_only, wait).map(|i| Target::Image(Box::new(i)))
     }
 
+    /// The image, when it is one.
+    pub fn image(&self) -> Option<&FileImage> {
+        match self {
+            Target::Image(i) => Some(i),
+            Target::Linux(_) => None,
+        }
+    }
+
     /// The geometry the engine validates against.
     pub fn geo(&self) -> &Geometry {
         match self {

@@ -266,6 +266,36 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         Some(0),
         "",
     ),
+    (
+        "read-output-other-image",
+        "$Z create c.img --size 64M -p zone_size=4M >/dev/null; $Z read c.img -o 0 -l 512 -O a.img; r=$?; $Z check a.img >/dev/null || exit 9; exit $r",
+        Some(1),
+        "a.img: it is a zblk image (remove it first to reuse the name): not overwritten",
+    ),
+    (
+        "read-output-image-in-use",
+        "$Z create c.img --size 64M -p zone_size=4M >/dev/null; ( sleep 2; head -c 4096 /dev/zero ) | $Z write a.img -o 4M -l 4096 --flush -i - & sleep 0.5; $Z read c.img -o 0 -l 512 -O a.img; r=$?; wait $! || exit 9; $Z check a.img >/dev/null && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000008' || exit 9; exit $r",
+        Some(1),
+        "a.img: it is in use by another process (its lock is held): not overwritten",
+    ),
+    (
+        "read-output-locked-file",
+        "echo keep > o.txt; ( flock -x 9; sleep 2 ) 9<o.txt & sleep 0.3; $Z read a.img -o 0 -l 512 -O o.txt; r=$?; grep -q keep o.txt || exit 9; exit $r",
+        Some(1),
+        "o.txt: it is in use by another process (its lock is held): not overwritten",
+    ),
+    (
+        "read-output-block-device",
+        "mknod bd b 7 250 2>/dev/null || { echo 'SKIPPED read-output-block-device: cannot make a device node (needs root)' >&2; exit 1; }; $Z read a.img -o 0 -l 512 -O bd",
+        Some(1),
+        "bd: it is a block device (an output is never a disk): not overwritten",
+    ),
+    (
+        "plot-output-image",
+        "mkdir o; ln -s ../a.img o/smr-seq.png; $Z sweep smr-seq --points 1 --policies zwp --layouts 1 --out o >/dev/null; r=$?; $Z check a.img >/dev/null || exit 9; exit $r",
+        Some(1),
+        "o/smr-seq.png: it is a zblk image (remove it first to reuse the name): not overwritten",
+    ),
     // Environment
     (
         "sigpipe-report",
