@@ -337,6 +337,30 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         Some(1),
         "I/Os failed",
     ),
+    (
+        "fallocate-full-file-system",
+        "mkdir m && mount -t tmpfs -o size=8M tmpfs m 2>/dev/null || { echo 'SKIPPED fallocate-full-file-system: cannot mount a tmpfs (needs root)' >&2; exit 1; }; $Z create m/s.img --size 64M -p zone_size=16M >/dev/null; $Z fallocate -w -o 0 -l 16M m/s.img; r=$?; umount m; exit $r",
+        None,
+        "ENOSPC: no space left on the file system holding the image; zone 0's write pointer is now at byte offset 0",
+    ),
+    (
+        "fallocate-file-size-limit",
+        "ulimit -f 20000; $Z fallocate -z -o 32M -l 4M a.img",
+        None,
+        "EFBIG: file size limit (ulimit -f) or the file system's largest file; zone 8's write pointer is now at byte offset 33554432",
+    ),
+    (
+        "bench-full-file-system",
+        "mkdir m && mount -t tmpfs -o size=8M tmpfs m 2>/dev/null || { echo 'SKIPPED bench-full-file-system: cannot mount a tmpfs (needs root)' >&2; exit 1; }; $Z create m/s.img --size 64M -p zone_size=16M >/dev/null; $Z bench --image m/s.img --rw write --bs 1M --size 16M --offset 48M; r=$?; umount m; exit $r",
+        Some(1),
+        "I/Os failed (the report above names the first); the file system under the image said ENOSPC: no space left on the file system holding the image",
+    ),
+    (
+        "bench-file-size-limit",
+        "ulimit -f 20000; $Z bench --image a.img --rw write --bs 1M --size 4M --offset 32M",
+        Some(1),
+        "I/Os failed (the report above names the first); the file system under the image said EFBIG: file size limit (ulimit -f)",
+    ),
 ];
 
 /// The row as docs/bad-inputs.md shows it, from its command on: the command (pipes

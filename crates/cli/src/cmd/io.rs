@@ -213,10 +213,10 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
         }
         _ => io.write(&mut input, len, flags, &input_name(a)).map(|n| (Sector(a.offset / SECTOR_SIZE), n, None)),
     };
-    let flushed = if a.flush && result.is_ok() { rt.flush() } else { Ok(()) };
+    let flushed = if a.flush && result.is_ok() { rt.flush().map_err(|s| image::status_words(&rt, s)) } else { Ok(()) };
     rt.close().map_err(CliError::msg)?;
     let (at, moved, crc) = result?;
-    flushed.map_err(|s| CliError(format!("{name}: flush: {}: {s}", s.errno_name())))?;
+    flushed.map_err(|why| CliError(format!("{name}: flush: {why}")))?;
     if a.json {
         let doc = serde_json::json!({
             "op": what,
@@ -291,10 +291,8 @@ impl Io<'_> {
     /// The cause of a failed request, in words: the zone rule, or what the device
     /// knows of an EIO (the file system's ENOSPC or EFBIG under an image).
     fn cause(&self, op: Op, pos: u64, n: u64, before: Option<&ZoneInfo>, st: Status) -> String {
-        match (st, self.rt.device().last_error()) {
-            (Status::IoErr, Some(why)) => why,
-            _ => explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, before, st),
-        }
+        image::fs_cause(self.rt, st)
+            .unwrap_or_else(|| explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, before, st))
     }
 
     fn fail(&self, len: Option<u64>, why: &str) -> CliError {
