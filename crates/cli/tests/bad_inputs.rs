@@ -179,6 +179,24 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         Some(0),
         "",
     ),
+    (
+        "replay-table-and-header",
+        "$Z write a.img -o 4M -l 4096 -p 1 --flush && cp a.img old.img && $Z write a.img -o 4198400 -l 4096 -p 2 --flush && for b in 2 3; do cmp -s <(dd if=a.img bs=4096 skip=$b count=1 2>/dev/null) <(dd if=old.img bs=4096 skip=$b count=1 2>/dev/null) || dd if=old.img of=a.img bs=4096 skip=$b seek=$b count=1 conv=notrunc 2>/dev/null; done; dd if=old.img of=a.img bs=1 skip=16384 seek=16384 count=64 conv=notrunc 2>/dev/null; $Z check a.img >&2",
+        Some(4),
+        "cannot be proven the newest: flushed writes, resets and finishes after it may be undone",
+    ),
+    (
+        "replay-refused-for-writing",
+        "$Z write a.img -o 4M -l 4096 -p 1 --flush && cp a.img old.img && $Z write a.img -o 4198400 -l 4096 -p 2 --flush && dd if=old.img of=a.img bs=4096 skip=2 seek=2 count=3 conv=notrunc 2>/dev/null; $Z write a.img -o 4202496 -l 4096 -p 3",
+        None,
+        "refusing to open for writing: the image's metadata contradicts itself",
+    ),
+    (
+        "replay-repaired",
+        "$Z write a.img -o 4M -l 4096 -p 1 --flush && cp a.img old.img && $Z write a.img -o 4198400 -l 4096 -p 2 --flush && dd if=old.img of=a.img bs=4096 skip=2 seek=2 count=3 conv=notrunc 2>/dev/null; $Z check -y a.img >/dev/null; [ $? = 1 ] && $Z check a.img >/dev/null && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000008'",
+        Some(0),
+        "",
+    ),
     // Misuse
     ("fifo", "mkfifo f; $Z report f", None, "it is a FIFO"),
     ("directory", "mkdir d; $Z report d", None, "it is a directory"),

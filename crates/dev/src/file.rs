@@ -301,8 +301,28 @@ impl LiveTable {
         self.publish(at, 8)
     }
 
-    /// Stores the header's state and commit word (one aligned 8-byte store).
+    /// Stores the digest of the entries as commit `commit` leaves them, which a
+    /// clean close stores before it marks the table clean.
+    fn set_digest(&mut self, commit: u64, nr_zones: u32) -> io::Result<()> {
+        LiveHeader::put_digest(self.bytes(), commit, nr_zones);
+        self.publish(0, format::TABLE_HEADER_BYTES as usize)
+    }
+
+    /// Changes the witness at the end of the region (see [`format::LiveWitness`]).
+    fn update_witness(&mut self, change: impl FnOnce(&mut format::LiveWitness)) -> io::Result<()> {
+        let bytes = self.bytes();
+        let mut w = format::live_witness(bytes).unwrap_or_default();
+        change(&mut w);
+        format::put_live_witness(bytes, w);
+        let at = bytes.len() - format::LIVE_WITNESS_BYTES;
+        self.publish(at, format::LIVE_WITNESS_BYTES)
+    }
+
+    /// Stores the header's state and commit word (one aligned 8-byte store), after
+    /// the witness of the commit announced: a process killed in between leaves the
+    /// witness one commit ahead of the header, never behind it.
     fn set_state(&mut self, state: LiveState, commit: u64) -> io::Result<()> {
+        self.update_witness(|w| w.announced = commit)?;
         LiveHeader::put_state(self.bytes(), state, commit);
         self.publish(0, format::TABLE_HEADER_BYTES as usize)
     }
@@ -324,6 +344,9 @@ struct Durable {
     /// A table write failed: the other slot may hold it, newer than `seq`, and may
     /// surface after a power loss. The next commit must write, whatever it holds.
     unsure: bool,
+    /// The witnesses of `seq` (the superblocks, the live table's) were stored since
+    /// the last `fdatasync`.
+    witness_unsynced: bool,
 }
 
 /// A zoned image on a regular file. Shared between threads: the device-side state
@@ -396,7 +419,7 @@ impl FileImage {
             let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(in_dir)?;
             f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
             for at in format::SUPERBLOCK_OFFSETS {
-                f.write_all_at(&sb.encode(), at).map_err(io_err(path, "write superblock"))?;
+                f.write_all_at(&sb.encode(1), at).map_err(io_err(path, "write superblock"))?;
             }
             let entries = initial_entries(&geo);
             for (slot, seq) in [(0, 1), (1, 0)] {
@@ -434,7 +457,8 @@ impl FileImage {
     ) -> Result<FileImage, ImageError> {
         let file = claim::open_locked(path, opts.read_only, claim::Wait::of(opts.lock_wait))?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
-        let (mut sb, geo, sb_repair) = read_superblocks(path, &file, len)?;
+        let sbs = read_superblocks(path, &file, len)?;
+        let (mut sb, geo, sb_repair) = (sbs.sb, sbs.geo, sbs.repair);
         let layout = sb.layout;
         if len < layout.file_bytes {
             return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
@@ -456,8 +480,11 @@ impl FileImage {
         let buffered_fd = buffered.as_raw_fd();
         let media = wrap(FileMedia::new(buffered, direct, dio_align));
         let boot = opts.boot_id.unwrap_or_else(current_boot_id);
-        let found = read_tables(&*media, &geo, &layout).map_err(io_err(path, "read zone tables"))?;
+        let found = read_tables(&*media, &geo, &layout, sbs.commit).map_err(io_err(path, "read zone tables"))?;
         let mut rec = recover(&geo, found, &boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
+        if let Some(r) = &sb_repair {
+            rec.repairs.insert(0, r.clone());
+        }
         if let Some(risk) = &rec.at_risk {
             if !opts.read_only && !opts.accept_rollback {
                 return Err(err(path, ImageErrorKind::MayLoseData(risk.clone())));
@@ -465,9 +492,6 @@ impl FileImage {
             let what =
                 if opts.read_only { "read-only; nothing changed" } else { "accepted: the image goes on from it" };
             rec.repairs.insert(0, format!("WARNING: {risk} ({what})"));
-        }
-        if let Some(r) = &sb_repair {
-            rec.repairs.insert(0, r.clone());
         }
         // Zeroing is probed once the image is known good, so that nothing is written
         // to a file that is then refused.
@@ -522,6 +546,7 @@ impl FileImage {
                 slot: rec.durable_slot,
                 entries: rec.durable_entries,
                 unsure: false,
+                witness_unsynced: false,
             }),
             read_only: opts.read_only,
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -535,7 +560,7 @@ impl FileImage {
         if !opts.read_only {
             if sb_repair.is_some() {
                 // Both copies are the same superblock: rewrite the damaged one.
-                let enc = image.sb.encode();
+                let enc = image.sb.encode(sbs.commit);
                 for at in format::SUPERBLOCK_OFFSETS {
                     image.media.write_at(&enc, at).map_err(io_err(path, "rewrite superblock"))?;
                 }
@@ -606,8 +631,21 @@ impl FileImage {
             return Ok(());
         }
         self.commit_io()?;
+        {
+            // The witnesses of the last commit are made durable before the live
+            // table says the close was clean.
+            let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+            if d.witness_unsynced {
+                self.media.sync_data()?;
+                d.witness_unsynced = false;
+            }
+        }
         let commit = self.durable_seq();
+        let nr_zones = self.geo.nr_zones();
         let mut st = self.lock_state();
+        // The entries are what commit `commit` holds (the commit above synced them);
+        // their digest ties them to the header that says so.
+        st.live.as_mut().expect("read-write image has a live table").set_digest(commit, nr_zones)?;
         st.set_live(LiveState::Clean, commit)?;
         st.live.as_mut().expect("read-write image has a live table").flush()
     }
@@ -881,6 +919,7 @@ impl FileImage {
         // before the sync began, so the sync makes its data durable.
         let snap = self.lock_state().done.clone();
         self.media.sync_data()?;
+        d.witness_unsynced = false;
         if snap != d.entries || d.unsure {
             self.write_table(&mut d, snap)?;
         }
@@ -928,6 +967,20 @@ impl FileImage {
         d.seq = t.seq;
         d.slot = slot;
         d.entries = t.entries;
+        // Now that the table is durable, both superblocks and the live table witness
+        // its commit: a later open that finds no table of it (the table copied back
+        // from an older image, or lost by the disk) knows a commit is missing. Made
+        // durable by the next sync (every commit starts with one, and a close makes
+        // one); until then a power cut leaves an older witness, which proves less.
+        let enc = self.sb.encode(d.seq);
+        for at in format::SUPERBLOCK_OFFSETS {
+            self.media.write_at(&enc, at)?;
+        }
+        if let Some(live) = self.lock_state().live.as_mut() {
+            let seq = d.seq;
+            live.update_witness(|w| w.completed = seq)?;
+        }
+        d.witness_unsynced = true;
         Ok(())
     }
 
@@ -1238,6 +1291,8 @@ fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, commit: u6
         let at = format::entry_offset(ZoneNo(z as u32));
         buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32)).to_le_bytes());
     }
+    LiveHeader::put_digest(&mut buf, commit, entries.len() as u32);
+    format::put_live_witness(&mut buf, format::LiveWitness { completed: commit, announced: commit });
     buf
 }
 

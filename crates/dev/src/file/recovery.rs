@@ -13,13 +13,21 @@ use zblk_core::geometry::Geometry;
 use zblk_core::units::ZoneNo;
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneSet};
 
-/// Reads both superblock copies and picks a valid one. Returns the superblock, its
-/// geometry, and what to say (and rewrite) when one copy is damaged.
-pub(super) fn read_superblocks(
-    path: &Path,
-    file: &File,
-    len: u64,
-) -> Result<(Superblock, Geometry, Option<String>), ImageError> {
+/// What the superblock copies say.
+pub(super) struct Superblocks {
+    /// The superblock (both valid copies hold it).
+    pub(super) sb: Superblock,
+    /// Its geometry.
+    pub(super) geo: Geometry,
+    /// The newest commit a valid copy witnesses (the copies are rewritten one after
+    /// the other, so they may differ by one commit).
+    pub(super) commit: u64,
+    /// What to say (and rewrite) when one copy is damaged.
+    pub(super) repair: Option<String>,
+}
+
+/// Reads both superblock copies and picks a valid one.
+pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Superblocks, ImageError> {
     let mut decoded = Vec::new();
     for at in format::SUPERBLOCK_OFFSETS {
         let n = len.saturating_sub(at).min(format::SUPERBLOCK_BYTES) as usize;
@@ -44,26 +52,27 @@ pub(super) fn read_superblocks(
         SuperblockError::Corrupt(why) => why.clone(),
     };
     match (&decoded[0], &decoded[1]) {
-        (Ok((a, ga)), Ok((b, _))) => {
+        (Ok((a, ga, ca)), Ok((b, _, cb))) => {
             if a != b {
                 return Err(err(
                     path,
                     ImageErrorKind::Corrupt(
-                        "the two superblock copies are both valid and differ (a superblock is never rewritten): \
-                         which geometry is right cannot be told"
+                        "the two superblock copies are both valid and hold different geometries (only the commit \
+                         they witness is ever rewritten): which geometry is right cannot be told"
                             .to_string(),
                     ),
                 ));
             }
-            Ok((a.clone(), ga.clone(), None))
+            Ok(Superblocks { sb: a.clone(), geo: ga.clone(), commit: *ca.max(cb), repair: None })
         }
-        (Ok((a, g)), Err(e)) | (Err(e), Ok((a, g))) => {
+        (Ok((a, g, c)), Err(e)) | (Err(e), Ok((a, g, c))) => {
             let which = if decoded[0].is_ok() { "second" } else { "first" };
-            Ok((
-                a.clone(),
-                g.clone(),
-                Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
-            ))
+            Ok(Superblocks {
+                sb: a.clone(),
+                geo: g.clone(),
+                commit: *c,
+                repair: Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
+            })
         }
         (Err(e0), Err(e1)) => {
             // The first copy's error names the file best, unless only the second is
@@ -83,14 +92,23 @@ pub(super) fn read_superblocks(
     }
 }
 
-/// What opening found: the tables as read.
+/// What opening found: the tables as read, and the commit the superblocks witness.
 pub(super) struct Found {
     tables: [TableRead; 2],
     live: LiveHeader,
     live_entries: Result<Vec<Entry>, String>,
+    /// Whether the live entries are those the last clean close left (the header's
+    /// digest of them matches); `None` when the header records no digest.
+    live_digest_ok: Option<bool>,
+    /// The newest commit a valid superblock copy witnesses.
+    sb_commit: u64,
+    /// The live table's witness, if it checks out.
+    live_witness: Option<format::LiveWitness>,
 }
 
-pub(super) fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout) -> io::Result<Found> {
+/// Reads the durable tables and the live table; `sb_commit` is what the superblocks
+/// witness.
+pub(super) fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout, sb_commit: u64) -> io::Result<Found> {
     let mut buf = vec![0u8; layout.table_bytes as usize];
     let mut read = |off: u64| -> io::Result<Vec<u8>> {
         media.read_at(&mut buf, off)?;
@@ -99,10 +117,18 @@ pub(super) fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout) ->
     let a = read(layout.table_offset[0])?;
     let b = read(layout.table_offset[1])?;
     let live = read(layout.live_offset)?;
+    let hdr = LiveHeader::decode(&live);
+    let live_digest_ok = match (hdr.digest, hdr.commit) {
+        (Some(d), Some(c)) => Some(d == format::live_digest(&live, c, geo.nr_zones())),
+        _ => None,
+    };
     Ok(Found {
         tables: [Table::read(&a, geo.nr_zones()), Table::read(&b, geo.nr_zones())],
-        live: LiveHeader::decode(&live),
+        live: hdr,
         live_entries: format::decode_live_entries(&live, geo.nr_zones()),
+        live_digest_ok,
+        sb_commit,
+        live_witness: format::live_witness(&live),
     })
 }
 
@@ -180,11 +206,15 @@ pub(crate) fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), Str
 /// documentation), and what to say about it.
 ///
 /// The newest commit any copy proves happened is `known`: a valid table's number, a
-/// damaged table's (its good sectors still carry it), the live header's. The state
-/// taken must be at least that new: the live table when it is trusted (same boot,
-/// or a clean close) and names `known`, else the newest valid durable table when it
-/// is `known`. Otherwise the state is older than a commit that happened: flushed
-/// writes, resets or finishes may be undone, and `at_risk` says which.
+/// damaged table's (its good sectors still carry it), the superblocks' witness, the
+/// live header's. The state taken must be at least that new: the live table when it
+/// is trusted (same boot, or a clean close whose digest its entries match) and names
+/// `known`, else the newest valid durable table when it is `known`. Otherwise the
+/// state is older than a commit that happened: flushed writes, resets or finishes
+/// may be undone, and `at_risk` says which. So it says too when the copies
+/// contradict each other in a way no crash or power cut leaves them
+/// ([`contradictions`]): a part copied back from an older image, or writes a disk
+/// acknowledged and lost, may hide a newer commit from every copy left.
 pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<Recovery, String> {
     let mut repairs = Vec::new();
     // A table whose zone state is impossible is damaged too; its number stays known.
@@ -207,7 +237,10 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
         .max_by_key(|(_, t)| t.seq);
     let valid_seq = newest.map(|(_, t)| t.seq);
     let hdr = found.live;
-    let mut known = valid_seq.unwrap_or(0);
+    // The superblocks and the live table's witness name a commit once its table was
+    // synced: it completed.
+    let witness = found.sb_commit.max(found.live_witness.map_or(0, |w| w.completed));
+    let mut known = valid_seq.unwrap_or(0).max(witness);
     let mut unknown_damage = false;
     for t in &tables {
         match t {
@@ -216,9 +249,9 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
             _ => {}
         }
     }
-    // Tables claim commits; the live header announces a commit before its table
-    // is written, so every commit below the one it names is complete (at a clean
-    // close, the one it names too).
+    // Tables and superblocks claim commits; the live header announces a commit
+    // before its table is written, so every commit below the one it names is
+    // complete (at a clean close, the one it names too).
     let claims = known;
     if let Some(c) = hdr.commit {
         known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
@@ -232,13 +265,18 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
             t => t.claimed_seq(),
         })
         .chain(hdr.commit)
+        .chain([witness])
         .max()
         .unwrap_or(0);
     let same_boot = *boot != [0; 36] && hdr.boot_id == *boot;
     let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
     let clean_at = |c: u64| hdr.state == LiveState::Clean && hdr.commit == Some(c);
-    // The live table is the state when it is trusted and has seen every known commit.
+    let contra =
+        contradictions(&tables, &hdr, found.sb_commit, found.live_witness, found.live_digest_ok, &live, same_boot);
+    // The live table is the state when it is trusted and has seen every known
+    // commit: never when any copy contradicts another.
     let trusted_live = match (&live, hdr.state, hdr.commit) {
+        _ if !contra.is_empty() => None,
         (Ok(e), LiveState::Live, Some(c)) if same_boot && c >= claims => Some(e.clone()),
         (Ok(e), LiveState::Clean, Some(c)) if c >= claims && valid_seq != Some(c) => Some(e.clone()),
         (Err(why), LiveState::Live, Some(_)) if same_boot => {
@@ -266,8 +304,11 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
             _ => {}
         }
     }
+
     let unclean = hdr.state != LiveState::Clean;
     let mut at_risk = None;
+    // Both tables are rewritten when they do not hold the state taken.
+    let mut rewrite = !contra.is_empty();
     let (durable_seq, durable_slot, durable_entries, entries) = match (&trusted_live, newest) {
         (Some(live), _) => {
             // Durable tables are rebuilt from the live one, numbered past every
@@ -276,9 +317,15 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
             let slot = newest.map_or(1, |(s, _)| s);
             let durable = newest.map_or_else(|| live.clone(), |(_, t)| t.entries.clone());
             if hdr.state == LiveState::Clean {
+                rewrite = true;
                 repairs.push(format!(
                     "commit {known} has no valid durable table: zone state taken from the live table, which the \
-                     clean close left equal to it"
+                     clean close left equal to it{}",
+                    if found.live_digest_ok == Some(true) {
+                        " (its entries match the digest the close stored)"
+                    } else {
+                        ""
+                    }
                 ));
             } else {
                 repairs.push(
@@ -292,8 +339,19 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
         (None, Some((slot, t))) => {
             let proven =
                 t.seq >= known && (!unknown_damage || clean_at(t.seq) || same_boot && hdr.commit == Some(t.seq));
-            if !proven {
-                at_risk = Some(describe_risk(geo, t, known, unknown_damage, &live));
+            if !contra.is_empty() {
+                let why = format!(
+                    "the image's metadata contradicts itself ({}): a part of it was copied back from an older \
+                     image, or the disk lost writes it had acknowledged, so the zone state used (commit {}, from \
+                     durable table {}) cannot be proven the newest: flushed writes, resets and finishes after it \
+                     may be undone",
+                    contra.join("; "),
+                    t.seq,
+                    slot_name(slot)
+                );
+                at_risk = Some(describe_risk(geo, t, why, &live));
+            } else if !proven {
+                at_risk = Some(describe_risk(geo, t, why_unproven(t, known, unknown_damage), &live));
             }
             if hdr.state != LiveState::Clean {
                 let cause = if hdr.state == LiveState::Live && !same_boot {
@@ -310,13 +368,6 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
                 if let Ok(old) = &live {
                     describe_rollback(geo, old, &t.entries, &mut repairs);
                 }
-            } else if hdr.commit != Some(t.seq) && at_risk.is_none() {
-                repairs.push(format!(
-                    "live zone table (clean, commit {}) older than durable table {} (commit {}): the durable table used",
-                    hdr.commit.map_or("?".to_string(), |c| c.to_string()),
-                    slot_name(slot),
-                    t.seq
-                ));
             }
             (highest.max(t.seq), slot, t.entries.clone(), t.entries.clone())
         }
@@ -330,6 +381,9 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
                 (Err(e), _) => e.clone(),
                 (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
                 (Ok(_), LiveState::Live) if !same_boot => "it was live in another boot".to_string(),
+                (Ok(_), LiveState::Clean) if found.live_digest_ok == Some(false) => {
+                    "its entries are not those its clean close left".to_string()
+                }
                 (Ok(_), _) => format!("it has not seen commit {known}"),
             };
             return Err(format!(
@@ -343,28 +397,124 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
     if unclean && geo.is_zoned() {
         repairs.push("data past every write pointer discarded".to_string());
     }
-    let bad_table = tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
+    // A state taken despite a risk (accepted) is written afresh too, so that the
+    // next open finds every copy agreeing.
+    let bad_table = rewrite || at_risk.is_some() || tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
     Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries, at_risk })
 }
 
-/// Says what may be lost when the newest usable table `t` may be older than commit
-/// `known`: which commit, and the zones whose live entries (if readable, though not
-/// trusted) are ahead of `t`.
-fn describe_risk(geo: &Geometry, t: &Table, known: u64, unknown: bool, live: &Result<Vec<Entry>, String>) -> String {
-    let mut s = if t.seq < known {
+/// The ways the copies contradict each other that no crash, kill or power cut
+/// leaves (what each copy bounds: `docs/images.md`, "Witnesses"):
+///
+/// - no durable table, and no witness (the superblocks, the live table's last
+///   bytes), is ahead of the live header: a commit is announced there before its
+///   table is written (synced with it), and the witnesses are stored after that
+///   sync. After a restart the announcement of the last commit may have been lost
+///   with the power (a table one commit ahead); in the same boot the page cache has
+///   it, and a clean close had synced it;
+/// - after a clean close, the live entries are what the close left: the digest the
+///   header stores matches them, and a durable table of the commit it names holds
+///   the same entries.
+///
+/// Any of these broken means some part went back to an older copy (or lost writes the
+/// disk acknowledged), and then every part may have, including those that agree.
+fn contradictions(
+    tables: &[TableRead],
+    hdr: &LiveHeader,
+    sb_commit: u64,
+    live_witness: Option<format::LiveWitness>,
+    digest_ok: Option<bool>,
+    live: &Result<Vec<Entry>, String>,
+    same_boot: bool,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(c) = hdr.commit else { return found };
+    let clean = hdr.state == LiveState::Clean;
+    let slack = if clean || same_boot { 0 } else { 1 };
+    let state = match hdr.state {
+        LiveState::Clean => "clean",
+        LiveState::Live => "live",
+        LiveState::Invalid => "being rewritten",
+    };
+    for (slot, t) in tables.iter().enumerate() {
+        let seq = match t {
+            TableRead::Valid(t) => Some(t.seq),
+            TableRead::Damaged { seq, .. } => *seq,
+            TableRead::Torn { .. } => None,
+        };
+        if let Some(seq) = seq.filter(|&s| s > c + slack) {
+            found.push(format!(
+                "durable zone table {} holds commit {seq}, after commit {c} that the live header ({state}) names",
+                slot_name(slot)
+            ));
+        }
+    }
+    let completed =
+        [("the superblocks", Some(sb_commit)), ("the live table's witness", live_witness.map(|w| w.completed))];
+    for (name, w) in completed {
+        if let Some(w) = w.filter(|&w| w > c) {
+            found.push(format!("{name}: commit {w} completed, after commit {c} that the live header ({state}) names"));
+        }
+    }
+    // The entries' own witness of the commit announced: the header's (or one ahead,
+    // a process killed between the two stores) where the page cache or a clean
+    // close keeps them together; after a restart either may have lost its last
+    // store.
+    if let Some(w) = live_witness.filter(|_| clean || same_boot) {
+        let ahead = if clean { 0 } else { 1 };
+        if !(c..=c + ahead).contains(&w.announced) {
+            found.push(format!(
+                "the live entries were written under commit {}, the live header ({state}) names commit {c}",
+                w.announced
+            ));
+        }
+    }
+    if !clean {
+        return found;
+    }
+    let table_c = tables.iter().find_map(|t| match t {
+        TableRead::Valid(t) if t.seq == c => Some(t),
+        _ => None,
+    });
+    // Entries that fail their own checks are damage, told as such (the durable table
+    // is used): only entries that pass them bear witness.
+    let Ok(l) = live else { return found };
+    if digest_ok == Some(false) {
+        found.push(format!(
+            "the live table's entries are not those the clean close of commit {c} left (their digest differs)"
+        ));
+    } else if table_c.is_some_and(|t| *l != t.entries) {
+        found.push(format!(
+            "the live table's entries differ from commit {c}'s durable table, which the clean close left them equal to"
+        ));
+    }
+    found
+}
+
+/// Why the newest usable table `t` may be older than commit `known`.
+fn why_unproven(t: &Table, known: u64, unknown: bool) -> String {
+    if t.seq < known {
         format!(
-            "the newest usable zone table holds commit {}, but commit {known} happened (its table is damaged): \
-             flushed writes, resets and finishes of commits {}..={known} may be undone",
+            "the newest usable zone table holds commit {}, but commit {known} happened (its table is damaged or \
+             missing): flushed writes, resets and finishes of commits {}..={known} may be undone",
             t.seq,
             t.seq + 1
         )
     } else {
+        assert!(unknown, "a state proven as new as every commit is not at risk");
         format!(
             "a durable zone table is damaged beyond telling which commit it held: the newest usable one (commit {}) \
-             may be older than the last commit",
+             may be older than the last commit: flushed writes, resets and finishes after it may be undone",
             t.seq
         )
-    };
+    }
+}
+
+/// Says what may be lost when the state taken, the newest usable table `t`, cannot
+/// be proven the newest (`why`): that, and the zones whose live entries (if
+/// readable, though not trusted) differ from `t`.
+fn describe_risk(geo: &Geometry, t: &Table, why: String, live: &Result<Vec<Entry>, String>) -> String {
+    let mut s = why;
     match live {
         Ok(l) => {
             let differ: Vec<String> = l
@@ -399,7 +549,6 @@ fn describe_risk(geo: &Geometry, t: &Table, known: u64, unknown: bool, live: &Re
         }
         Err(_) => s.push_str("; which zones cannot be told (the live table is unusable too)"),
     }
-    let _ = unknown;
     s.push_str(". Open read-only to copy out what is there, or accept the older state with `zblk check --repair -y`");
     s
 }
