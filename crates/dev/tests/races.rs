@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use zblk_core::bio::{Op, Request};
 use zblk_core::geometry::GeometryParams;
 use zblk_core::units::Sector;
-use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
+use zblk_dev::file::{CreateOptions, FileImage, ImageError, ImageErrorKind, ImageOptions};
 use zblk_dev::{Device, IoBuf};
 
 /// Rounds tried before a test gives up on seeing its interleaving.
@@ -27,7 +27,7 @@ fn slow() -> GeometryParams {
     GeometryParams { capacity_bytes: 4 << 30, zone_size_bytes: 4 << 10, ..GeometryParams::default() }
 }
 
-fn create(p: &Path, geometry: GeometryParams, force: bool) -> Result<(), zblk_dev::file::ImageError> {
+fn create(p: &Path, geometry: GeometryParams, force: bool) -> Result<(), ImageError> {
     FileImage::create_waiting(p, &CreateOptions { geometry, rotational: false, force }, Some(Duration::MAX))
 }
 
@@ -57,6 +57,19 @@ fn temp_of(dir: &Path, name: &str) -> Option<PathBuf> {
         .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
 }
 
+/// Starts a create of a [`slow`] image at `p` and waits until it is making its image
+/// (its temporary file is there): it has looked at the path, and with `force`
+/// holds the lock of the image it replaces.
+fn slow_create_halfway(p: &Path, force: bool) -> std::thread::JoinHandle<Result<(), ImageError>> {
+    let handle = std::thread::spawn({
+        let p = p.to_path_buf();
+        move || create(&p, slow(), force)
+    });
+    let (dir, name) = (p.parent().unwrap(), p.file_name().unwrap().to_str().unwrap());
+    assert!(until(|| temp_of(dir, name).is_some()), "the create never started making its image");
+    handle
+}
+
 /// Whether some process waits for a `flock` on inode `ino` (a `->` line of
 /// `/proc/locks`, whose file field is `MAJOR:MINOR:INODE`).
 fn lock_waited_for(ino: u64) -> bool {
@@ -77,11 +90,7 @@ fn create_versus_create() {
     for round in 0..ROUNDS {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("img");
-        let slow_create = std::thread::spawn({
-            let p = p.clone();
-            move || create(&p, slow(), false)
-        });
-        assert!(until(|| temp_of(dir.path(), "img").is_some()), "the slow create never started");
+        let slow_create = slow_create_halfway(&p, false);
         // The slow create has looked at the path (nothing there) and is making its
         // image: another create takes the path, and a write is flushed to it.
         let mine = create(&p, small(), false);
@@ -119,12 +128,8 @@ fn create_versus_open() {
         let p = dir.path().join("img");
         create(&p, small(), false).unwrap();
         let old_ino = std::fs::metadata(&p).unwrap().ino();
-        let replace = std::thread::spawn({
-            let p = p.clone();
-            move || create(&p, slow(), true)
-        });
         // The create holds the old image's lock once its temporary file appears.
-        assert!(until(|| temp_of(dir.path(), "img").is_some()), "the create -f never started");
+        let replace = slow_create_halfway(&p, true);
         let opener = std::thread::spawn({
             let p = p.clone();
             move || FileImage::open(&p, &opts())
@@ -153,26 +158,31 @@ fn create_versus_open() {
     panic!("in {ROUNDS} rounds the open never waited for the create -f");
 }
 
+/// Holds the image at `held` open while another open of `path` waits for its lock,
+/// runs `swap` meanwhile, lets go, and returns what the waiting open opened.
+fn open_while_swapped(held: &Path, path: &Path, swap: impl FnOnce()) -> FileImage {
+    let holder = FileImage::open(held, &opts()).unwrap();
+    let held_ino = std::fs::metadata(held).unwrap().ino();
+    let opener = std::thread::spawn({
+        let path = path.to_path_buf();
+        move || FileImage::open(&path, &opts())
+    });
+    assert!(until(|| lock_waited_for(held_ino)), "the open never waited for the lock");
+    swap();
+    drop(holder);
+    opener.join().unwrap().unwrap()
+}
+
 /// An image moved away (`mv`, the path given to another file) while an open waits
 /// for its lock: the open takes the file the path names once it has the lock, and
 /// every descriptor it uses is that file's.
 #[test]
 fn open_versus_rename() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("img");
+    let (p, other) = (dir.path().join("img"), dir.path().join("other"));
     create(&p, small(), false).unwrap();
-    let other = dir.path().join("other");
     create(&other, GeometryParams { capacity_bytes: 16 << 20, ..small() }, false).unwrap();
-    let holder = FileImage::open(&p, &opts()).unwrap();
-    let old_ino = std::fs::metadata(&p).unwrap().ino();
-    let opener = std::thread::spawn({
-        let p = p.clone();
-        move || FileImage::open(&p, &opts())
-    });
-    assert!(until(|| lock_waited_for(old_ino)), "the open never waited for the lock");
-    std::fs::rename(&other, &p).unwrap();
-    drop(holder);
-    let img = opener.join().unwrap().unwrap();
+    let img = open_while_swapped(&p, &p, || std::fs::rename(&other, &p).unwrap());
     assert_eq!(img.geo().nr_zones(), 16, "the open took the file moved away");
     write_flush(&img, 2048, 0x77);
     img.close().unwrap();
@@ -190,18 +200,11 @@ fn open_versus_symlink_swap() {
     create(&a, small(), false).unwrap();
     create(&b, GeometryParams { capacity_bytes: 16 << 20, ..small() }, false).unwrap();
     std::os::unix::fs::symlink(&a, &link).unwrap();
-    let holder = FileImage::open(&a, &opts()).unwrap();
-    let a_ino = std::fs::metadata(&a).unwrap().ino();
-    let opener = std::thread::spawn({
-        let link = link.clone();
-        move || FileImage::open(&link, &opts())
+    let img = open_while_swapped(&a, &link, || {
+        let new_link = dir.path().join("link.new");
+        std::os::unix::fs::symlink(&b, &new_link).unwrap();
+        std::fs::rename(&new_link, &link).unwrap();
     });
-    assert!(until(|| lock_waited_for(a_ino)), "the open never waited for the lock");
-    let new_link = dir.path().join("link.new");
-    std::os::unix::fs::symlink(&b, &new_link).unwrap();
-    std::fs::rename(&new_link, &link).unwrap();
-    drop(holder);
-    let img = opener.join().unwrap().unwrap();
     assert_eq!(img.geo().nr_zones(), 16, "the open took the file the link no longer points to");
 }
 
@@ -218,11 +221,7 @@ fn create_force_versus_rename() {
         create(&other, GeometryParams { capacity_bytes: 16 << 20, ..small() }, false).unwrap();
         let holder = FileImage::open(&other, &opts()).unwrap();
         let other_ino = std::fs::metadata(&other).unwrap().ino();
-        let replace = std::thread::spawn({
-            let p = p.clone();
-            move || create(&p, slow(), true)
-        });
-        assert!(until(|| temp_of(dir.path(), "img").is_some()), "the create -f never started");
+        let replace = slow_create_halfway(&p, true);
         // The create -f holds the first image's lock and makes its own; the path
         // is given to another image, in use.
         std::fs::rename(&other, &p).unwrap();
