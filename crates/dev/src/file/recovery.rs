@@ -138,7 +138,8 @@ pub(super) struct Recovery {
     pub(super) repairs: Vec<String>,
     /// The image was not closed cleanly: punch past the write pointers.
     pub(super) unclean: bool,
-    /// A durable table was unusable.
+    /// A durable table was unusable, or the tables do not hold the state taken
+    /// (or its copies contradicted each other): both are rewritten.
     pub(super) bad_table: bool,
     pub(super) durable_seq: u64,
     pub(super) durable_slot: usize,
@@ -206,9 +207,9 @@ pub(crate) fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), Str
 /// documentation), and what to say about it.
 ///
 /// The newest commit any copy proves happened is `known`: a valid table's number, a
-/// damaged table's (its good sectors still carry it), the superblocks' witness, the
-/// live header's. The state taken must be at least that new: the live table when it
-/// is trusted (same boot, or a clean close whose digest its entries match) and names
+/// damaged table's (its good sectors still carry it), the superblocks' and the live
+/// table's witnesses, the live header's. The state taken must be at least that new:
+/// the live table when it is trusted (same boot, or a clean close) and names
 /// `known`, else the newest valid durable table when it is `known`. Otherwise the
 /// state is older than a commit that happened: flushed writes, resets or finishes
 /// may be undone, and `at_risk` says which. So it says too when the copies
@@ -249,7 +250,7 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
             _ => {}
         }
     }
-    // Tables and superblocks claim commits; the live header announces a commit
+    // Tables and witnesses claim commits; the live header announces a commit
     // before its table is written, so every commit below the one it names is
     // complete (at a clean close, the one it names too).
     let claims = known;
@@ -304,7 +305,6 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
             _ => {}
         }
     }
-
     let unclean = hdr.state != LiveState::Clean;
     let mut at_risk = None;
     // Both tables are rewritten when they do not hold the state taken.
@@ -381,9 +381,7 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
                 (Err(e), _) => e.clone(),
                 (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
                 (Ok(_), LiveState::Live) if !same_boot => "it was live in another boot".to_string(),
-                (Ok(_), LiveState::Clean) if found.live_digest_ok == Some(false) => {
-                    "its entries are not those its clean close left".to_string()
-                }
+                (Ok(_), _) if !contra.is_empty() => format!("the copies contradict each other: {}", contra.join("; ")),
                 (Ok(_), _) => format!("it has not seen commit {known}"),
             };
             return Err(format!(
