@@ -8,6 +8,7 @@ mod explain;
 mod fio_out;
 mod image;
 mod jobargs;
+mod output;
 mod parse;
 mod plot;
 mod stacksim;

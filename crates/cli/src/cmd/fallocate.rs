@@ -9,6 +9,7 @@ use std::time::Instant;
 use zblk_core::bio::Status;
 use zblk_core::engine::{EngineConfig, ZeroingMethod};
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
+use zblk_core::zone::ZoneType;
 use zblk_runtime::{Backend, Runtime, ZeroingFlags};
 
 const ABOUT: &str = "\
@@ -123,12 +124,21 @@ fn parse_set(text: &str) -> Result<(String, u64), CliError> {
     Ok((name.to_string(), v))
 }
 
-/// What went wrong, in words: the errno, the status and, for the zoned refusals, why.
+/// What went wrong, in words: the errno, the status and, for the zoned refusals, why;
+/// for an EIO under an image, the file system's errno (ENOSPC, EFBIG, EDQUOT, ...)
+/// and where the zone's write pointer is now.
 fn explain(rt: &Runtime, offset: u64, status: Status) -> String {
-    let base = format!("{}: {status}", status.errno_name());
     let sector = Sector(offset / SECTOR_SIZE);
     let zone = rt.report_zone(sector).ok();
+    let base = image::status_words(rt, status);
     match (status, zone) {
+        (Status::IoErr, Some(z)) if z.ztype != ZoneType::Conventional => format!(
+            "{base}; zone {}'s write pointer is now at byte offset {} (sector {}, {})",
+            rt.geometry().zone_no(z.start).0,
+            z.wp.0 * SECTOR_SIZE,
+            z.wp.0,
+            z.cond
+        ),
         (Status::Unaligned, Some(z)) => format!(
             "{base}: on a sequential zone the range must start at the zone's write pointer, byte {} (sector {}); \
              it starts at byte {offset}",
@@ -191,7 +201,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         ZeroingFlags { nounmap, no_fallback: false },
     );
     let t1 = Instant::now();
-    let flushed = if result.is_ok() { rt.flush() } else { Ok(()) };
+    let flushed = if result.is_ok() { rt.flush().map_err(|s| image::status_words(&rt, s)) } else { Ok(()) };
     let t2 = Instant::now();
     let failure = result.as_ref().err().map(|&s| explain(&rt, a.offset, s));
     let backend = rt.backend().to_string();
@@ -204,7 +214,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
             failure.unwrap_or_default()
         ))
     })?;
-    flushed.map_err(|s| CliError(format!("{name}: commit: {}: {s}", s.errno_name())))?;
+    flushed.map_err(|why| CliError(format!("{name}: commit: {why}")))?;
     let (zeroing_s, commit_s) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
     let file_method = report.device_method.map_or("zero buffers (ordinary writes)", |m| m.name());
     if a.json {

@@ -261,11 +261,13 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
         }
         r
     };
+    // An EIO under an image is told by the file system's errno (ENOSPC, ...).
+    let fs_cause = result.as_ref().err().and_then(|&(_, _, st)| image::fs_cause(&rt, st));
     rt.close().map_err(CliError::msg)?;
     result.map_err(|(at, before, st)| {
         let op =
             if cmd == ZoneCmd::Reset && at == Sector::ZERO && before.is_none() { Op::ZoneResetAll } else { cmd.op() };
-        let why = crate::explain::explain(&geo, op, at, 0, before.as_ref(), st);
+        let why = fs_cause.unwrap_or_else(|| crate::explain::explain(&geo, op, at, 0, before.as_ref(), st));
         CliError(format!("{name}: {} of zone at sector {} failed: {why}", cmd.name(), at.0))
     })?;
     Ok(zones)
