@@ -22,6 +22,15 @@ pub const CHUNK_PAGES: usize = 256;
 
 type Page = [u8; PAGE_BYTES];
 
+/// A chunk of zeroed pages, from the allocator's zeroed memory: fresh pages the
+/// system hands over zeroed are not written again (a served device's first writes
+/// would otherwise pay for zeroing every page twice).
+fn zeroed_chunk() -> Box<[Page]> {
+    let chunk = Box::<[Page]>::new_zeroed_slice(CHUNK_PAGES);
+    // SAFETY: all-zero bytes are a valid `[u8; PAGE_BYTES]`.
+    unsafe { chunk.assume_init() }
+}
+
 /// Sparse data by 4 KiB page: a page exists once a byte of it is written, and every
 /// byte of no page reads as zero.
 #[derive(Debug, Clone, Default)]
@@ -68,7 +77,7 @@ impl PageStore {
             None => {
                 if self.free.is_empty() {
                     let first = u32::try_from(self.chunks.len() * CHUNK_PAGES).expect("fewer than 2^32 pages");
-                    self.chunks.push(vec![[0u8; PAGE_BYTES]; CHUNK_PAGES].into_boxed_slice());
+                    self.chunks.push(zeroed_chunk());
                     self.free.extend((first..first + CHUNK_PAGES as u32).rev().map(|s| (s, true)));
                 }
                 let (s, zero) = self.free.pop().expect("a free slot");

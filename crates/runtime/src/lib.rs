@@ -230,7 +230,19 @@ struct Shared {
     stopping: AtomicBool,
 }
 
+/// A pump's working vectors, kept by each thread between its pumps.
+#[derive(Default)]
+struct Scratch {
+    issues: Vec<(Request, Option<RawBuf>)>,
+    dones: Vec<(Done, Result<Sector, Status>)>,
+    reports: Vec<ZoneNo>,
+    results: Vec<(ReqId, Result<Sector, Status>)>,
+    answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)>,
+}
+
 thread_local! {
+    /// The vectors of this thread's last pump (none while one runs).
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
     /// This thread is the io_uring completion thread: its next wait submits too.
     static REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// This thread is inside [`Runtime::batch`]: entries queued on the ring are
@@ -286,6 +298,12 @@ impl Shared {
         self.pump(core);
     }
 
+    fn complete_one(&self, id: ReqId, result: Result<Sector, Status>) {
+        let mut core = self.lock_core();
+        core.engine.complete(id, result);
+        self.pump(core);
+    }
+
     fn complete_many(&self, results: &mut Vec<(ReqId, Result<Sector, Status>)>) {
         let mut core = self.lock_core();
         for (id, r) in results.drain(..) {
@@ -298,21 +316,22 @@ impl Shared {
     /// lock, then starts requests, calls completions and answers zone reports
     /// outside it, and feeds what that produced back in.
     fn pump<'a>(&'a self, mut core: MutexGuard<'a, Core>) {
-        let mut issues: Vec<(Request, Option<RawBuf>)> = Vec::new();
-        let mut dones: Vec<(Done, Result<Sector, Status>)> = Vec::new();
-        let mut reports: Vec<ZoneNo> = Vec::new();
+        // The thread's vectors from its last pump: a request's trip through the engine
+        // then allocates nothing here. (A pump nested in a callback finds none and
+        // makes its own.)
+        let mut sc = SCRATCH.with(|s| s.take()).unwrap_or_default();
         loop {
             while let Some(action) = core.engine.poll_action() {
                 match action {
                     Action::Issue(req) => {
                         let buf = core.bios[req.user_data as usize].buf.map(|b| b.part(&req));
-                        issues.push((req, buf));
+                        sc.issues.push((req, buf));
                     }
                     Action::Complete(c) => {
                         let ctx = core.bios.remove(c.user_data as usize);
-                        dones.push((ctx.done, c.result));
+                        sc.dones.push((ctx.done, c.result));
                     }
-                    Action::ReportZone(z) => reports.push(z),
+                    Action::ReportZone(z) => sc.reports.push(z),
                     Action::Anticipate { token, ns } => {
                         let at = std::time::Instant::now() + std::time::Duration::from_nanos(ns);
                         // Unbounded: never blocks under the lock. If the timer thread
@@ -325,13 +344,12 @@ impl Shared {
                 self.idle.notify_all();
             }
             drop(core);
-            let mut results = Vec::new();
             let mut queued = false;
-            for (req, buf) in issues.drain(..) {
+            for (req, buf) in sc.issues.drain(..) {
                 match self.start(req, buf) {
                     Started::Ring => queued = true,
                     Started::Local | Started::Worker => {}
-                    Started::Done(r) => results.push((req.id, r)),
+                    Started::Done(r) => sc.results.push((req.id, r)),
                 }
             }
             if let (true, Some(u)) = (queued, &self.uring) {
@@ -344,25 +362,27 @@ impl Shared {
                     assert!(r.is_ok(), "io_uring submission failed: {r:?}");
                 }
             }
-            for (done, r) in dones.drain(..) {
+            for (done, r) in sc.dones.drain(..) {
                 done.run(r);
             }
-            let answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)> =
-                reports.drain(..).map(|z| (z, self.device.report_zone(self.geo.zone_start(z)))).collect();
-            if results.is_empty() && answers.is_empty() {
-                return;
+            for z in sc.reports.drain(..) {
+                sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+            }
+            if sc.results.is_empty() && sc.answers.is_empty() {
+                break;
             }
             core = self.lock_core();
-            for (id, r) in results {
+            for (id, r) in sc.results.drain(..) {
                 core.engine.complete(id, r);
             }
-            for (z, answer) in answers {
+            for (z, answer) in sc.answers.drain(..) {
                 match answer {
                     Ok(info) => core.engine.zone_report(&info),
                     Err(s) => core.engine.zone_report_failed(z, s),
                 }
             }
         }
+        SCRATCH.with(|s| s.set(Some(sc)));
     }
 
     /// Device-side checks, then the request goes to a ring (the calling thread's own,

@@ -80,7 +80,7 @@ impl LocalIo {
         // With the runtime gone, nothing waits for the BIO any more.
         if let Some(sh) = self.shared.upgrade() {
             let result = sh.finish_transfer(&r, res);
-            sh.complete_many(&mut vec![(r.req.id, result)]);
+            sh.complete_one(r.req.id, result);
         }
     }
 }
