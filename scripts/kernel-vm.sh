@@ -25,6 +25,7 @@
 # COMMAND runs with the host's root file system (read-only) as /, the share writable,
 # and /dev of the guest. Its exit status is printed as "@@ exit N" and returned.
 # Needs root (apt-get). Caches the kernel under ${ZBLK_KVM_DIR:-/var/tmp/zblk-kvm}.
+# A boot is stopped after 15 minutes (ZBLK_VM_TIMEOUT=SECONDS sets another limit).
 set -euo pipefail
 NULLB="zoned=1 zone_size=64 zone_nr_conv=0 gb=1 memory_backed=1 zone_max_open=4"
 ZNS=0; UBLK=0; SHARE=$PWD; MEM=2G; EXTRA=""
@@ -115,7 +116,7 @@ if [ $ZNS = 1 ]; then
       -device "nvme-ns,drive=zns0,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096,zoned=true,zoned.zone_size=16M,zoned.zone_capacity=12M,zoned.max_open=4,zoned.max_active=8")
 fi
 OUT=$RUN/console
-timeout 900 qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -cpu max -m "$MEM" -nographic -no-reboot \
+timeout "${ZBLK_VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -cpu max -m "$MEM" -nographic -no-reboot \
   -nic none "${Q[@]}" -kernel "$KDIR/boot/vmlinuz-$KREL" -initrd "$RUN/initrd.cpio" \
   -append "console=ttyS0 panic=-1 loglevel=3 rdinit=/init" 2>&1 | tr -d '\r' | tee "$OUT" | grep -v -E "^\s*$|SeaBIOS|iPXE|Booting from|Probing EDD|^@@ exit|@@ guest up|reboot: Power down" || true
 rc=$(sed -n 's/^@@ exit \([0-9]*\).*/\1/p' "$OUT" | tail -1)

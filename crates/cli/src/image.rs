@@ -7,6 +7,7 @@ use crate::out::{self, errln};
 use clap::Args;
 use std::path::Path;
 use std::time::Duration;
+use zblk_core::bio::Status;
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::parse_size;
@@ -35,6 +36,14 @@ impl Target {
             return LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg);
         }
         open(path, read_only, wait).map(|i| Target::Image(Box::new(i)))
+    }
+
+    /// The image, when it is one.
+    pub fn image(&self) -> Option<&FileImage> {
+        match self {
+            Target::Image(i) => Some(i),
+            Target::Linux(_) => None,
+        }
     }
 
     /// The geometry the engine validates against.
@@ -128,6 +137,21 @@ pub fn start(img: FileImage, engine: EngineConfig, backend: Backend) -> Result<R
     let path = img.path().display().to_string();
     Runtime::start(img, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
         .map_err(|e| CliError(format!("{path}: {e}")))
+}
+
+/// A failed request's cause as the device knows it: for an EIO under an image, the
+/// file system's errno in words (ENOSPC, EFBIG, EDQUOT, ...: `Device::last_error`),
+/// which a full file system or a file size limit is told by. An EIO that names the
+/// rule that refused it (a zone transition the condition does not allow) was refused,
+/// not failed: its cause is the rule.
+pub fn fs_cause(rt: &Runtime, st: Status) -> Option<String> {
+    if st == Status::IoErr && st.rule().is_none() { rt.device().last_error() } else { None }
+}
+
+/// A failed request's status in words: the file system's errno under an image
+/// ([`fs_cause`]), else the status's errno and name.
+pub fn status_words(rt: &Runtime, st: Status) -> String {
+    fs_cause(rt, st).unwrap_or_else(|| format!("{}: {st}", st.errno_name()))
 }
 
 /// A sector count or position as blkzone takes it (util-linux `strtosize`): decimal

@@ -9,6 +9,7 @@ mod fio_out;
 mod image;
 mod jobargs;
 mod out;
+mod output;
 mod parse;
 mod plot;
 mod stacksim;

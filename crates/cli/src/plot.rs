@@ -5,6 +5,7 @@ use crate::CliError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
@@ -216,15 +217,35 @@ pub fn draw(c: &Chart, stem: &Path) -> Result<Vec<PathBuf>, CliError> {
     }
     let png = stem.with_extension("png");
     let svg = stem.with_extension("svg");
-    let size = (960, 600);
+    let (w, h) = (960, 600);
     let fail = |p: &Path, e: String| CliError(format!("{}: {e}", p.display()));
+    // Drawn in memory, then written through `output::create`: a plot's path may name
+    // an image or a file in use, which is refused before anything is truncated.
+    let mut rgb = vec![0u8; 3 * w as usize * h as usize];
     {
-        let root = BitMapBackend::new(&png, size).into_drawing_area();
+        let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
         draw_on(&root, c).map_err(|e| fail(&png, e))?;
     }
+    let mut text = String::new();
     {
-        let root = SVGBackend::new(&svg, size).into_drawing_area();
+        let root = SVGBackend::with_string(&mut text, (w, h)).into_drawing_area();
         draw_on(&root, c).map_err(|e| fail(&svg, e))?;
+    }
+    let mut encoded = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut encoded, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.write_header()
+            .and_then(|mut wr| {
+                wr.write_image_data(&rgb)?;
+                wr.finish()
+            })
+            .map_err(|e| fail(&png, e.to_string()))?;
+    }
+    for (path, bytes) in [(&png, encoded.as_slice()), (&svg, text.as_bytes())] {
+        let mut f = crate::output::create(path, None)?;
+        f.write_all(bytes).map_err(|e| fail(path, e.to_string()))?;
     }
     Ok(vec![png, svg])
 }

@@ -183,6 +183,24 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         Some(0),
         "",
     ),
+    (
+        "replay-table-and-header",
+        "$Z write a.img -o 4M -l 4096 -p 1 --flush && cp a.img old.img && $Z write a.img -o 4198400 -l 4096 -p 2 --flush && for b in 2 3; do cmp -s <(dd if=a.img bs=4096 skip=$b count=1 2>/dev/null) <(dd if=old.img bs=4096 skip=$b count=1 2>/dev/null) || dd if=old.img of=a.img bs=4096 skip=$b seek=$b count=1 conv=notrunc 2>/dev/null; done; dd if=old.img of=a.img bs=1 skip=16384 seek=16384 count=64 conv=notrunc 2>/dev/null; $Z check a.img >&2",
+        Some(4),
+        "cannot be proven the newest: flushed writes, resets and finishes after it may be undone",
+    ),
+    (
+        "replay-refused-for-writing",
+        "$Z write a.img -o 4M -l 4096 -p 1 --flush && cp a.img old.img && $Z write a.img -o 4198400 -l 4096 -p 2 --flush && dd if=old.img of=a.img bs=4096 skip=2 seek=2 count=3 conv=notrunc 2>/dev/null; $Z write a.img -o 4202496 -l 4096 -p 3",
+        None,
+        "refusing to open for writing: the image's metadata contradicts itself",
+    ),
+    (
+        "replay-repaired",
+        "$Z write a.img -o 4M -l 4096 -p 1 --flush && cp a.img old.img && $Z write a.img -o 4198400 -l 4096 -p 2 --flush && dd if=old.img of=a.img bs=4096 skip=2 seek=2 count=3 conv=notrunc 2>/dev/null; $Z check -y a.img >/dev/null; [ $? = 1 ] && $Z check a.img >/dev/null && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000008'",
+        Some(0),
+        "",
+    ),
     // Misuse
     ("fifo", "mkfifo f; $Z report f", None, "it is a FIFO"),
     ("directory", "mkdir d; $Z report d", None, "it is a directory"),
@@ -282,6 +300,60 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         "$Z finish a.img -o 114688 -c 0 --json | grep -q '\"zones\":2' && [ $($Z report a.img -o 114688 | grep -c 'zcond:14(fu)') = 2 ]",
         Some(0),
         "",
+    ),
+    (
+        "create-race",
+        "$Z create r.img --size 4G -p zone_size=4k >/dev/null 2>err & c=$!; until ls -a | grep -q '^\\.r\\.img\\.zblk-new-'; do sleep 0.01; done; $Z create r.img --size 64M -p zone_size=4M >/dev/null && $Z write r.img -o 0 -l 4096 -p 7 --flush; wait $c; s=$?; cat err >&2; [ $s = 1 ] && $Z report r.img -c 1 | grep -q 'wptr 0x000008'",
+        Some(0),
+        "file exists",
+    ),
+    (
+        "wait-path-moved",
+        "( flock -x 9; sleep 1 ) 9<a.img & sleep 0.3; $Z write --wait=10 a.img -o 4M -l 512 -p 1 --flush & w=$!; sleep 0.3; $Z create b.img --size 32M -p zone_size=4M,zone_nr_conv=1 >/dev/null; mv b.img a.img; wait $w && $Z check a.img >/dev/null && $Z info a.img | grep -q 'capacity: *32MiB' && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000001'",
+        Some(0),
+        "",
+    ),
+    (
+        "wait-create-f",
+        "$Z create -f a.img --size 4G -p zone_size=4k >/dev/null & c=$!; until ls -a | grep -q '^\\.a\\.img\\.zblk-new-'; do sleep 0.01; done; $Z write --wait=10 a.img -o 0 -l 512 -p 1 --flush && wait $c && $Z info a.img | grep -q 'capacity: *4GiB' && $Z report a.img -c 1 | grep -q 'wptr 0x000001'",
+        Some(0),
+        "",
+    ),
+    (
+        "wait-symlink-swapped",
+        "$Z create b.img --size 32M -p zone_size=4M,zone_nr_conv=1 >/dev/null; ln -s a.img l.img; ( flock -x 9; sleep 1 ) 9<a.img & sleep 0.3; $Z write --wait=10 l.img -o 4M -l 512 -p 1 --flush & w=$!; sleep 0.3; ln -sfn b.img l.img; wait $w && $Z check b.img >/dev/null && $Z report b.img -c 2 | tail -1 | grep -q 'wptr 0x000001' && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000000'",
+        Some(0),
+        "",
+    ),
+    (
+        "read-output-other-image",
+        "$Z create c.img --size 64M -p zone_size=4M >/dev/null; $Z read c.img -o 0 -l 512 -O a.img; r=$?; $Z check a.img >/dev/null || exit 9; exit $r",
+        Some(1),
+        "a.img: it is a zblk image (remove it first to reuse the name): not overwritten",
+    ),
+    (
+        "read-output-image-in-use",
+        "$Z create c.img --size 64M -p zone_size=4M >/dev/null; ( sleep 2; head -c 4096 /dev/zero ) | $Z write a.img -o 4M -l 4096 --flush -i - & sleep 0.5; $Z read c.img -o 0 -l 512 -O a.img; r=$?; wait $! || exit 9; $Z check a.img >/dev/null && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000008' || exit 9; exit $r",
+        Some(1),
+        "a.img: it is in use by another process (its lock is held): not overwritten",
+    ),
+    (
+        "read-output-locked-file",
+        "echo keep > o.txt; ( flock -x 9; sleep 2 ) 9<o.txt & sleep 0.3; $Z read a.img -o 0 -l 512 -O o.txt; r=$?; grep -q keep o.txt || exit 9; exit $r",
+        Some(1),
+        "o.txt: it is in use by another process (its lock is held): not overwritten",
+    ),
+    (
+        "read-output-block-device",
+        "mknod bd b 7 250 2>/dev/null || { echo 'SKIPPED read-output-block-device: cannot make a device node (needs root)' >&2; exit 1; }; $Z read a.img -o 0 -l 512 -O bd",
+        Some(1),
+        "bd: it is a block device (an output is never a disk): not overwritten",
+    ),
+    (
+        "plot-output-image",
+        "mkdir o; ln -s ../a.img o/smr-seq.png; $Z sweep smr-seq --points 1 --policies zwp --layouts 1 --out o >/dev/null; r=$?; $Z check a.img >/dev/null || exit 9; exit $r",
+        Some(1),
+        "o/smr-seq.png: it is a zblk image (remove it first to reuse the name): not overwritten",
     ),
     // Environment
     (
@@ -390,6 +462,30 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         "$Z --help >/dev/full",
         Some(1),
         "zblk: standard output: No space left on device (os error 28)",
+    ),
+    (
+        "fallocate-full-file-system",
+        "mkdir m && mount -t tmpfs -o size=8M tmpfs m 2>/dev/null || { echo 'SKIPPED fallocate-full-file-system: cannot mount a tmpfs (needs root)' >&2; exit 1; }; $Z create m/s.img --size 64M -p zone_size=16M >/dev/null; $Z fallocate -w -o 0 -l 16M m/s.img; r=$?; umount m; exit $r",
+        None,
+        "ENOSPC: no space left on the file system holding the image; zone 0's write pointer is now at byte offset 0",
+    ),
+    (
+        "fallocate-file-size-limit",
+        "ulimit -f 20000; $Z fallocate -z -o 32M -l 4M a.img",
+        None,
+        "EFBIG: file size limit (ulimit -f) or the file system's largest file; zone 8's write pointer is now at byte offset 33554432",
+    ),
+    (
+        "bench-full-file-system",
+        "mkdir m && mount -t tmpfs -o size=8M tmpfs m 2>/dev/null || { echo 'SKIPPED bench-full-file-system: cannot mount a tmpfs (needs root)' >&2; exit 1; }; $Z create m/s.img --size 64M -p zone_size=16M >/dev/null; $Z bench --image m/s.img --rw write --bs 1M --size 16M --offset 48M; r=$?; umount m; exit $r",
+        Some(1),
+        "I/Os failed (the report above names the first); the file system under the image said ENOSPC: no space left on the file system holding the image",
+    ),
+    (
+        "bench-file-size-limit",
+        "ulimit -f 20000; $Z bench --image a.img --rw write --bs 1M --size 4M --offset 32M",
+        Some(1),
+        "I/Os failed (the report above names the first); the file system under the image said EFBIG: file size limit (ulimit -f)",
     ),
 ];
 

@@ -39,6 +39,11 @@ const DIFFERENCES: &[(&str, &str)] = &[
     ),
     ("sysfs fua", "with the write cache, FUA: zblk 1, null_blk 0"),
     (
+        "sysfs discard_max_bytes",
+        "zblk takes DISCARD (of conventional zones) up to a zone; zoned null_blk ignores its discard option",
+    ),
+    ("sysfs write_zeroes_max_bytes", "zblk takes WRITE_ZEROES up to a zone; null_blk has none"),
+    (
         "data past the write pointer",
         "reads past a sequential zone's write pointer return 0xff bytes from null_blk, zeroes from zblk",
     ),

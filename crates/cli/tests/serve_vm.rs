@@ -6,7 +6,8 @@
 //! must report the same zones and read back the same bytes. Then the image is served
 //! again, a write fsynced by fio, the server killed with SIGKILL: the image opens and
 //! holds it. A memory device is served too, and a geometry the kernel cannot take is
-//! refused.
+//! refused. A memory device served with its standard output on `/dev/full` serves all
+//! the same: its device is said on standard error, and it exits 3 once stopped.
 //!
 //! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
 
@@ -105,6 +106,11 @@ fio --name=mem --filename=$D --direct=1 --zonemode=zbd --rw=randwrite --bs=4k --
   --output-format=json > $S/fio-mem.json 2> $S/fio-mem.err; echo $? > $S/fio-mem.rc
 stop INT mem
 $X serve --dev nullb:zone_size=3,size=96 > $S/bad.out 2> $S/bad.err; echo $? > $S/bad.rc
+$X serve --dev nullb:zone_size=8,size=64,completion_nsec=0 > /dev/full 2> $S/full.err & P=$!; i=0
+while ! grep -q 'serving /dev/ublkb' $S/full.err && kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+D=$(sed -n 's|.*serving \(/dev/ublkb[0-9]*\)$|\1|p' $S/full.err | head -1)
+blkzone report -c 1 $D > $S/full-zone.txt 2>&1
+stop TERM full
 serve stk --json --stack 'striped:chunk=64k[2*nullb:zone_size=4,size=128]'
 D=$(sed 's/.*"device":"\([^"]*\)".*/\1/' $S/stk.out)
 fio --name=stk --filename=$D --direct=1 --zonemode=zbd --rw=write --bs=256k --ioengine=libaio --iodepth=8 \
@@ -188,6 +194,16 @@ stop TERM smr
     let bad = file("bad.err");
     assert!(bad.contains("power of two") && !bad.contains("panicked"), "{bad}");
     assert!(file("bad.out").is_empty());
+
+    // Standard output on /dev/full: the device serves all the same (the kernel reports
+    // its zones), its path said on standard error; once stopped, exit 3 (done, output
+    // lost) and what was done said again.
+    let full = file("full.err");
+    assert!(full.contains("zblk: standard output could not be written: serving /dev/ublkb"), "{full}");
+    assert!(file("full-zone.txt").contains("start: 0x000000000"), "{}\n{full}", file("full-zone.txt"));
+    assert_eq!(rc("full"), 3, "serve with its output on /dev/full, after SIGTERM: {full}");
+    assert!(full.contains("No space left on device (os error 28); done all the same: served /dev/ublkb"), "{full}");
+    assert!(!full.contains("panicked"), "{full}");
 
     // A striped stack of two zoned memory disks, paced: fio writes and verifies.
     let stk: Value = serde_json::from_str(file("stk.out").lines().next().unwrap_or(""))

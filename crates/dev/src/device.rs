@@ -177,6 +177,13 @@ pub trait Device: Send + Sync {
     /// once no request is in flight; requests prepared afterwards fail.
     fn close(&self) -> Result<(), DeviceError>;
 
+    /// Whether every request completes in memory without blocking (the in-memory
+    /// device): a driver may then carry out [`Device::perform`] on the submitting
+    /// thread instead of handing it to another, which costs more than the work.
+    fn inline(&self) -> bool {
+        false
+    }
+
     /// Why the device's last failed request failed, in the kernel's words, when the
     /// device knows more than its [`Status`] says (an image: the file system's
     /// ENOSPC or EFBIG behind an EIO). `None` when it does not.
@@ -249,6 +256,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     }
     fn close(&self) -> Result<(), DeviceError> {
         (**self).close()
+    }
+    fn inline(&self) -> bool {
+        (**self).inline()
     }
     fn last_error(&self) -> Option<String> {
         (**self).last_error()
@@ -323,5 +333,10 @@ impl<D: BlockDevice + Send> Device for Locked<D> {
 
     fn close(&self) -> Result<(), DeviceError> {
         Ok(())
+    }
+
+    fn inline(&self) -> bool {
+        // Every request is a copy under the lock.
+        true
     }
 }

@@ -39,8 +39,8 @@ pub enum DeviceErrorKind {
     /// A zoned image's own problems: not an image, a format version, corruption.
     #[error(transparent)]
     Image(ImageErrorKind),
-    /// A system call failed.
-    #[error("{op}: {source}")]
+    /// A system call failed (told by its errno first: ENOSPC, EFBIG, EIO, ...).
+    #[error("{op}: {}", crate::file::describe_io(source))]
     Io {
         /// What was being done.
         op: &'static str,
@@ -93,6 +93,9 @@ mod tests {
         assert!(matches!(e.kind, DeviceErrorKind::Missing));
         let e = DeviceError::io(p, "BLKREPORTZONE", io::Error::from_raw_os_error(5));
         assert!(e.to_string().starts_with("/dev/nullb0: BLKREPORTZONE: "), "{e}");
+        // A full file system or a file size limit is told by its errno, not as EIO.
+        let e = DeviceError::io(p, "close", io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error()));
+        assert!(e.to_string().starts_with("/dev/nullb0: close: ENOSPC: no space left"), "{e}");
         let img = ImageError { path: "img".into(), kind: ImageErrorKind::InUse };
         assert_eq!(DeviceError::from(img).to_string(), "img: image in use by another process");
     }

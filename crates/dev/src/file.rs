@@ -36,20 +36,23 @@
 //! with NOUNMAP, or where the file system has no fallocate zeroing, zeroes are
 //! written as data. `write_zeroes_unmap_max_hw_bytes` says which the image can do.
 
+pub mod claim;
 pub mod format;
 pub mod media;
 pub mod powercut;
+mod recovery;
 pub mod zeroing;
 
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
 use crate::error::DeviceError;
 use crate::{IoBuf, check_append, check_discard, check_range, check_write_zeroes, zero_past};
-use format::{Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table, TableRead};
+use format::{Entry, Layout, LiveHeader, LiveState, Superblock, Table};
 use media::{FileMedia, Media};
+use recovery::{read_superblocks, read_tables, recover};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use zblk_core::bio::{BioFlags, Op, Request, Status};
@@ -115,9 +118,14 @@ pub enum ImageErrorKind {
     /// Another process holds the image open (its lock is taken).
     #[error("image in use by another process")]
     InUse,
-    /// `create` would overwrite an existing file.
+    /// `create` would overwrite an existing file (there when it looked, or put there
+    /// while it made the image).
     #[error("file exists (remove it first, or force)")]
     Exists,
+    /// The path was replaced again and again while the image's lock was waited for
+    /// or the image made: which file is meant cannot be told.
+    #[error("the path was replaced again and again meanwhile: refused")]
+    Replaced,
     /// The geometry asked for at creation is refused.
     #[error("invalid geometry: {0}")]
     Geometry(#[from] GeometryError),
@@ -293,8 +301,28 @@ impl LiveTable {
         self.publish(at, 8)
     }
 
-    /// Stores the header's state and commit word (one aligned 8-byte store).
+    /// Stores the digest of the entries as commit `commit` leaves them, which a
+    /// clean close stores before it marks the table clean.
+    fn set_digest(&mut self, commit: u64, nr_zones: u32) -> io::Result<()> {
+        LiveHeader::put_digest(self.bytes(), commit, nr_zones);
+        self.publish(0, format::TABLE_HEADER_BYTES as usize)
+    }
+
+    /// Changes the witness at the end of the region (see [`format::LiveWitness`]).
+    fn update_witness(&mut self, change: impl FnOnce(&mut format::LiveWitness)) -> io::Result<()> {
+        let bytes = self.bytes();
+        let mut w = format::live_witness(bytes).unwrap_or_default();
+        change(&mut w);
+        format::put_live_witness(bytes, w);
+        let at = bytes.len() - format::LIVE_WITNESS_BYTES;
+        self.publish(at, format::LIVE_WITNESS_BYTES)
+    }
+
+    /// Stores the header's state and commit word (one aligned 8-byte store), after
+    /// the witness of the commit announced: a process killed in between leaves the
+    /// witness one commit ahead of the header, never behind it.
     fn set_state(&mut self, state: LiveState, commit: u64) -> io::Result<()> {
+        self.update_witness(|w| w.announced = commit)?;
         LiveHeader::put_state(self.bytes(), state, commit);
         self.publish(0, format::TABLE_HEADER_BYTES as usize)
     }
@@ -316,6 +344,9 @@ struct Durable {
     /// A table write failed: the other slot may hold it, newer than `seq`, and may
     /// surface after a power loss. The next commit must write, whatever it holds.
     unsure: bool,
+    /// The witnesses of `seq` (the superblocks, the live table's) were stored since
+    /// the last `fdatasync`.
+    witness_unsynced: bool,
 }
 
 /// A zoned image on a regular file. Shared between threads: the device-side state
@@ -345,14 +376,17 @@ pub struct FileImage {
     /// The errno of the file system's last failed operation under a request (0:
     /// none): what the EIO the request completes with stood for.
     last_errno: std::sync::atomic::AtomicI32,
-    /// Held for the image's lifetime: the lock that says it is in use.
-    _lock: File,
+    /// The descriptor the open locked, held for the image's lifetime (its lock says
+    /// the image is in use); every other descriptor on the image was opened from it.
+    file: File,
 }
 
 impl FileImage {
     /// Creates an image at `path`: all sequential zones EMPTY, no data (a sparse
     /// file). Written to a temporary file and renamed, so that a crash never leaves
-    /// a half-made image under `path`.
+    /// a half-made image under `path`; the rename replaces nothing that was not
+    /// examined first (see [`mod@claim`]): a file put at `path` meanwhile makes the
+    /// create fail with [`ImageErrorKind::Exists`].
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
         Self::create_waiting(path, opts, None)
     }
@@ -367,30 +401,14 @@ impl FileImage {
     ) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
         let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
-        // What is at `path` now: only a regular file is ever replaced (never a
-        // device node, FIFO, socket, directory, or a symlink to anything), and only
-        // when no process holds it open as an image: its lock is taken, and kept
-        // until the new image has replaced it.
-        let _old_lock = match std::fs::symlink_metadata(path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err(path, "stat")(e)),
-            Ok(m) if !m.file_type().is_file() => {
-                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}: not replaced", file_kind(&m)))));
-            }
-            Ok(_) if !opts.force => return Err(err(path, ImageErrorKind::Exists)),
-            Ok(_) => {
-                let f = OpenOptions::new().read(true).open(path).map_err(io_err(path, "open"))?;
-                lock_waiting(&f, false, wait).map_err(|e| match e {
-                    e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
-                    e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
-                })?;
-                Some(f)
-            }
-        };
+        // What is at `path` now: only a regular file is ever replaced, and only when
+        // no process holds it open as an image: its lock is taken, and kept until the
+        // new image has replaced it.
+        let wait = claim::Wait::of(wait);
+        let old = claim::examine(path, opts.force, wait)?;
         let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().ok_or_else(|| err(path, ImageErrorKind::NotAnImage("no file name".into())))?;
-        let tmp = dir.join(format!(".{}.zblk-new-{}", name.to_string_lossy(), std::process::id()));
+        let tmp = claim::temp_name(path, dir)?;
         // The temporary file is zblk's business: a failure to make it is told with
         // the directory the user named.
         let in_dir = |e: io::Error| match std::fs::metadata(dir) {
@@ -401,7 +419,7 @@ impl FileImage {
             let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(in_dir)?;
             f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
             for at in format::SUPERBLOCK_OFFSETS {
-                f.write_all_at(&sb.encode(), at).map_err(io_err(path, "write superblock"))?;
+                f.write_all_at(&sb.encode(1), at).map_err(io_err(path, "write superblock"))?;
             }
             let entries = initial_entries(&geo);
             for (slot, seq) in [(0, 1), (1, 0)] {
@@ -415,7 +433,7 @@ impl FileImage {
             )
             .map_err(io_err(path, "write live table"))?;
             f.sync_all().map_err(io_err(path, "sync"))?;
-            std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
+            claim::install(&tmp, path, old, opts.force, wait)?;
             File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
         })();
         if result.is_err() {
@@ -437,36 +455,16 @@ impl FileImage {
         opts: &ImageOptions,
         wrap: impl FnOnce(FileMedia) -> Box<dyn Media>,
     ) -> Result<FileImage, ImageError> {
-        // Only regular files are images: opening a FIFO would block, a device node
-        // goes through the Linux device backend. Checked before opening (which
-        // could block) and again on the descriptor (the path may have changed).
-        if let Ok(m) = std::fs::metadata(path) {
-            if !m.file_type().is_file() {
-                return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
-            }
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(!opts.read_only)
-            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-            .open(path)
-            .map_err(io_err(path, "open"))?;
-        let m = file.metadata().map_err(io_err(path, "stat"))?;
-        if !m.file_type().is_file() {
-            return Err(err(path, ImageErrorKind::NotAnImage(format!("it is {}", file_kind(&m)))));
-        }
-        lock_waiting(&file, opts.read_only, opts.lock_wait).map_err(|e| match e {
-            e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
-            e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
-        })?;
+        let file = claim::open_locked(path, opts.read_only, claim::Wait::of(opts.lock_wait))?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
-        let (mut sb, geo, sb_repair) = read_superblocks(path, &file, len)?;
+        let sbs = read_superblocks(path, &file, len)?;
+        let (mut sb, geo, sb_repair) = (sbs.sb, sbs.geo, sbs.repair);
         let layout = sb.layout;
         if len < layout.file_bytes {
             return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
         }
         let buffered = file.try_clone().map_err(io_err(path, "dup"))?;
-        let (direct, dio_align) = if opts.direct { open_direct(path, opts.read_only) } else { (None, 4096) };
+        let (direct, dio_align) = if opts.direct { open_direct(&file, opts.read_only) } else { (None, 4096) };
         // Direct I/O only where every data transfer can use it: a logical block
         // smaller than the file system's direct alignment would send some transfers
         // through the page cache, onto pages other transfers reach directly (see
@@ -482,8 +480,11 @@ impl FileImage {
         let buffered_fd = buffered.as_raw_fd();
         let media = wrap(FileMedia::new(buffered, direct, dio_align));
         let boot = opts.boot_id.unwrap_or_else(current_boot_id);
-        let found = read_tables(&*media, &geo, &layout).map_err(io_err(path, "read zone tables"))?;
+        let found = read_tables(&*media, &geo, &layout, sbs.commit).map_err(io_err(path, "read zone tables"))?;
         let mut rec = recover(&geo, found, &boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
+        if let Some(r) = &sb_repair {
+            rec.repairs.insert(0, r.clone());
+        }
         if let Some(risk) = &rec.at_risk {
             if !opts.read_only && !opts.accept_rollback {
                 return Err(err(path, ImageErrorKind::MayLoseData(risk.clone())));
@@ -491,9 +492,6 @@ impl FileImage {
             let what =
                 if opts.read_only { "read-only; nothing changed" } else { "accepted: the image goes on from it" };
             rec.repairs.insert(0, format!("WARNING: {risk} ({what})"));
-        }
-        if let Some(r) = &sb_repair {
-            rec.repairs.insert(0, r.clone());
         }
         // Zeroing is probed once the image is known good, so that nothing is written
         // to a file that is then refused.
@@ -548,6 +546,7 @@ impl FileImage {
                 slot: rec.durable_slot,
                 entries: rec.durable_entries,
                 unsure: false,
+                witness_unsynced: false,
             }),
             read_only: opts.read_only,
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -556,12 +555,12 @@ impl FileImage {
             zeroing_probe: probe,
             repairs: rec.repairs,
             last_errno: std::sync::atomic::AtomicI32::new(0),
-            _lock: file,
+            file,
         };
         if !opts.read_only {
             if sb_repair.is_some() {
                 // Both copies are the same superblock: rewrite the damaged one.
-                let enc = image.sb.encode();
+                let enc = image.sb.encode(sbs.commit);
                 for at in format::SUPERBLOCK_OFFSETS {
                     image.media.write_at(&enc, at).map_err(io_err(path, "rewrite superblock"))?;
                 }
@@ -632,8 +631,21 @@ impl FileImage {
             return Ok(());
         }
         self.commit_io()?;
+        {
+            // The witnesses of the last commit are made durable before the live
+            // table says the close was clean.
+            let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+            if d.witness_unsynced {
+                self.media.sync_data()?;
+                d.witness_unsynced = false;
+            }
+        }
         let commit = self.durable_seq();
+        let nr_zones = self.geo.nr_zones();
         let mut st = self.lock_state();
+        // The entries are what commit `commit` holds (the commit above synced them);
+        // their digest ties them to the header that says so.
+        st.live.as_mut().expect("read-write image has a live table").set_digest(commit, nr_zones)?;
         st.set_live(LiveState::Clean, commit)?;
         st.live.as_mut().expect("read-write image has a live table").flush()
     }
@@ -667,6 +679,27 @@ impl FileImage {
     /// zone's data. zblk never writes past it.
     pub fn file_bytes(&self) -> u64 {
         self.sb.layout.file_bytes
+    }
+
+    /// The length of the image's file now, from its descriptor (the path may name
+    /// another file by now).
+    pub fn file_len(&self) -> Result<u64, ImageError> {
+        Ok(self.file.metadata().map_err(io_err(&self.path, "stat"))?.len())
+    }
+
+    /// Cuts off whatever the file holds past [`FileImage::file_bytes`] (zblk never
+    /// writes there), through the image's own descriptor.
+    pub fn cut_past_end(&self) -> Result<(), ImageError> {
+        assert!(!self.read_only, "cut_past_end on a read-only image");
+        self.file.set_len(self.file_bytes()).map_err(io_err(&self.path, "cut the file"))
+    }
+
+    /// Whether `other` is open on this image's file (the same device and inode).
+    pub fn is_same_file(&self, other: &File) -> Result<bool, ImageError> {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (self.file.metadata(), other.metadata());
+        let (a, b) = (a.map_err(io_err(&self.path, "stat"))?, b.map_err(io_err(&self.path, "stat"))?);
+        Ok((a.dev(), a.ino()) == (b.dev(), b.ino()))
     }
 
     /// How the image zeroes a range for a WRITE_ZEROES without NOUNMAP (its unmap
@@ -883,6 +916,7 @@ impl FileImage {
         // before the sync began, so the sync makes its data durable.
         let snap = self.lock_state().done.clone();
         self.media.sync_data()?;
+        d.witness_unsynced = false;
         if snap != d.entries || d.unsure {
             self.write_table(&mut d, snap)?;
         }
@@ -930,6 +964,20 @@ impl FileImage {
         d.seq = t.seq;
         d.slot = slot;
         d.entries = t.entries;
+        // Now that the table is durable, both superblocks and the live table witness
+        // its commit: a later open that finds no table of it (the table copied back
+        // from an older image, or lost by the disk) knows a commit is missing. Made
+        // durable by the next sync (every commit starts with one, and a close makes
+        // one); until then a power cut leaves an older witness, which proves less.
+        let enc = self.sb.encode(d.seq);
+        for at in format::SUPERBLOCK_OFFSETS {
+            self.media.write_at(&enc, at)?;
+        }
+        if let Some(live) = self.lock_state().live.as_mut() {
+            let seq = d.seq;
+            live.update_witness(|w| w.completed = seq)?;
+        }
+        d.witness_unsynced = true;
         Ok(())
     }
 
@@ -1240,60 +1288,9 @@ fn live_region(entries: &[Entry], table_bytes: u64, state: LiveState, commit: u6
         let at = format::entry_offset(ZoneNo(z as u32));
         buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32)).to_le_bytes());
     }
+    LiveHeader::put_digest(&mut buf, commit, entries.len() as u32);
+    format::put_live_witness(&mut buf, format::LiveWitness { completed: commit, announced: commit });
     buf
-}
-
-/// What kind of file `m` describes, in words.
-fn file_kind(m: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_block_device() {
-        "a block device (use the Linux device backend)"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_symlink() {
-        "a symbolic link"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// [`lock`], waiting for a holder to let go: forever with a blocking `flock` (as
-/// `flock` without `-w`), or up to `wait` (polled, as `flock -w` without its alarm
-/// signal); WouldBlock when the time is up.
-fn lock_waiting(file: &File, shared: bool, wait: Option<std::time::Duration>) -> io::Result<()> {
-    use rustix::fs::{FlockOperation, flock};
-    let Some(wait) = wait else { return lock(file, shared) };
-    if wait == std::time::Duration::MAX {
-        let op = if shared { FlockOperation::LockShared } else { FlockOperation::LockExclusive };
-        return loop {
-            match flock(file, op) {
-                Err(rustix::io::Errno::INTR) => continue,
-                r => break r.map_err(io::Error::from),
-            }
-        };
-    }
-    let until = std::time::Instant::now() + wait;
-    loop {
-        match lock(file, shared) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < until => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            r => return r,
-        }
-    }
-}
-
-fn lock(file: &File, shared: bool) -> io::Result<()> {
-    use rustix::fs::{FlockOperation, flock};
-    let op = if shared { FlockOperation::NonBlockingLockShared } else { FlockOperation::NonBlockingLockExclusive };
-    flock(file, op).map_err(io::Error::from)
 }
 
 /// Decides how the image zeroes (see [`mod@zeroing`]): probes on the padding between
@@ -1317,15 +1314,11 @@ fn probe_zeroing(path: &Path, media: &dyn Media, layout: &Layout, opts: &ImageOp
     }
 }
 
-/// Opens `path` with `O_DIRECT` if the file system allows it, with the alignment it
+/// Opens the image `file` is open on with `O_DIRECT` if the file system allows it
+/// (from the descriptor, not the path: see [`mod@claim`]), with the alignment it
 /// needs (`statx` STATX_DIOALIGN; 4 KiB when the kernel does not say).
-fn open_direct(path: &Path, read_only: bool) -> (Option<File>, u64) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(!read_only)
-        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-        .open(path);
-    let Ok(f) = f else { return (None, 4096) };
+fn open_direct(file: &File, read_only: bool) -> (Option<File>, u64) {
+    let Some(f) = claim::reopen(file, !read_only, rustix::fs::OFlags::DIRECT) else { return (None, 4096) };
     let align = rustix::fs::statx(&f, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::DIOALIGN)
         .ok()
         .filter(|s| s.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() != 0)
@@ -1334,414 +1327,6 @@ fn open_direct(path: &Path, read_only: bool) -> (Option<File>, u64) {
         Some(0) => (None, 4096), // the kernel says: no direct I/O on this file
         Some(a) if a.is_power_of_two() => (Some(f), a.max(512)),
         _ => (Some(f), 4096),
-    }
-}
-
-/// Reads both superblock copies and picks a valid one. Returns the superblock, its
-/// geometry, and what to say (and rewrite) when one copy is damaged.
-fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<(Superblock, Geometry, Option<String>), ImageError> {
-    let mut decoded = Vec::new();
-    for at in format::SUPERBLOCK_OFFSETS {
-        let n = len.saturating_sub(at).min(format::SUPERBLOCK_BYTES) as usize;
-        let mut head = vec![0u8; n];
-        file.read_exact_at(&mut head, at).map_err(io_err(path, "read superblock"))?;
-        decoded.push(Superblock::decode(&head));
-    }
-    let kind = |e: &SuperblockError| match e {
-        SuperblockError::NotAnImage if len == 0 => ImageErrorKind::NotAnImage("empty file".to_string()),
-        SuperblockError::NotAnImage => ImageErrorKind::NotAnImage("no zblk superblock".to_string()),
-        SuperblockError::Version(found) => {
-            ImageErrorKind::WrongVersion { found: *found, supported: format::FORMAT_VERSION }
-        }
-        SuperblockError::Corrupt(_) if len < format::SUPERBLOCK_BYTES => {
-            ImageErrorKind::Truncated { len, need: 2 * format::SUPERBLOCK_BYTES }
-        }
-        SuperblockError::Corrupt(why) => ImageErrorKind::Corrupt(why.clone()),
-    };
-    let describe = |e: &SuperblockError| match e {
-        SuperblockError::NotAnImage => "no zblk magic".to_string(),
-        SuperblockError::Version(v) => format!("format version {v}"),
-        SuperblockError::Corrupt(why) => why.clone(),
-    };
-    match (&decoded[0], &decoded[1]) {
-        (Ok((a, ga)), Ok((b, _))) => {
-            if a != b {
-                return Err(err(
-                    path,
-                    ImageErrorKind::Corrupt(
-                        "the two superblock copies are both valid and differ (a superblock is never rewritten): \
-                         which geometry is right cannot be told"
-                            .to_string(),
-                    ),
-                ));
-            }
-            Ok((a.clone(), ga.clone(), None))
-        }
-        (Ok((a, g)), Err(e)) | (Err(e), Ok((a, g))) => {
-            let which = if decoded[0].is_ok() { "second" } else { "first" };
-            Ok((
-                a.clone(),
-                g.clone(),
-                Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
-            ))
-        }
-        (Err(e0), Err(e1)) => {
-            // The first copy's error names the file best, unless only the second is
-            // a zblk superblock at all.
-            let e = if matches!(e0, SuperblockError::NotAnImage) && !matches!(e1, SuperblockError::NotAnImage) {
-                e1
-            } else {
-                e0
-            };
-            let mut k = kind(e);
-            if let ImageErrorKind::Corrupt(why) = &mut k {
-                *why =
-                    format!("both superblock copies are unusable (first: {}; second: {})", describe(e0), describe(e1));
-            }
-            Err(err(path, k))
-        }
-    }
-}
-
-/// What opening found: the tables as read.
-struct Found {
-    tables: [TableRead; 2],
-    live: LiveHeader,
-    live_entries: Result<Vec<Entry>, String>,
-}
-
-fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout) -> io::Result<Found> {
-    let mut buf = vec![0u8; layout.table_bytes as usize];
-    let mut read = |off: u64| -> io::Result<Vec<u8>> {
-        media.read_at(&mut buf, off)?;
-        Ok(buf.clone())
-    };
-    let a = read(layout.table_offset[0])?;
-    let b = read(layout.table_offset[1])?;
-    let live = read(layout.live_offset)?;
-    Ok(Found {
-        tables: [Table::read(&a, geo.nr_zones()), Table::read(&b, geo.nr_zones())],
-        live: LiveHeader::decode(&live),
-        live_entries: format::decode_live_entries(&live, geo.nr_zones()),
-    })
-}
-
-/// What recovery decided.
-struct Recovery {
-    entries: Vec<Entry>,
-    repairs: Vec<String>,
-    /// The image was not closed cleanly: punch past the write pointers.
-    unclean: bool,
-    /// A durable table was unusable.
-    bad_table: bool,
-    durable_seq: u64,
-    durable_slot: usize,
-    durable_entries: Vec<Entry>,
-    /// The state chosen cannot be proven as new as the last commit: what may be
-    /// lost. Opening for writing is refused unless the caller accepts it.
-    at_risk: Option<String>,
-}
-
-fn slot_name(slot: usize) -> char {
-    if slot == 0 { 'A' } else { 'B' }
-}
-
-/// Whether `entries` describe a possible state of `geo`'s zones; names the first
-/// impossible one.
-pub(crate) fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), String> {
-    if !geo.is_zoned() {
-        return if entries.is_empty() { Ok(()) } else { Err("zone entries on a regular device".to_string()) };
-    }
-    if entries.len() != geo.nr_zones() as usize {
-        return Err(format!("{} zone entries, the geometry has {} zones", entries.len(), geo.nr_zones()));
-    }
-    let lbs = u64::from(geo.lbs_sectors());
-    let infos: Vec<ZoneInfo> = entries.iter().enumerate().map(|(z, e)| e.info(geo, ZoneNo(z as u32))).collect();
-    for (z, (e, i)) in entries.iter().zip(&infos).enumerate() {
-        if e.wp_offset > i.len {
-            return Err(format!("zone {z}: write pointer offset {:#x} past the zone length {:#x}", e.wp_offset, i.len));
-        }
-        if geo.zone_is_conv(ZoneNo(z as u32)) != (e.cond == ZoneCond::NotWp) {
-            return Err(format!("zone {z}: condition {} does not fit the zone type", e.cond));
-        }
-        if e.cond == ZoneCond::NotWp && e.wp_offset != 0 {
-            return Err(format!("zone {z}: a conventional zone with a write pointer ({:#x})", e.wp_offset));
-        }
-        if e.wp_offset % lbs != 0 {
-            return Err(format!(
-                "zone {z}: write pointer offset {:#x} is not on a {}-byte logical block",
-                e.wp_offset,
-                geo.lbs_bytes()
-            ));
-        }
-        if e.cond == ZoneCond::Full && e.wp_offset != i.capacity && e.wp_offset != i.len {
-            return Err(format!(
-                "zone {z}: FULL with write pointer offset {:#x}, neither its capacity {:#x} nor its length {:#x}",
-                e.wp_offset, i.capacity, i.len
-            ));
-        }
-        if matches!(e.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen | ZoneCond::Closed) && e.wp_offset > i.capacity {
-            return Err(format!("zone {z}: {} with write pointer offset {:#x} past its capacity", e.cond, e.wp_offset));
-        }
-    }
-    let count = |f: &dyn Fn(ZoneCond) -> bool| entries.iter().filter(|e| f(e.cond)).count() as u32;
-    let open = count(&|c| matches!(c, ZoneCond::ImpOpen | ZoneCond::ExpOpen));
-    let active = open + count(&|c| c == ZoneCond::Closed);
-    if geo.max_open() != 0 && open > geo.max_open() {
-        return Err(format!("{open} open zones, more than the limit max_open={}", geo.max_open()));
-    }
-    if geo.max_active() != 0 && active > geo.max_active() {
-        return Err(format!("{active} active zones, more than the limit max_active={}", geo.max_active()));
-    }
-    ZoneSet::from_zones(geo, &infos).map(|_| ())
-}
-
-/// Decides the zone state of an image from every copy of it (see the module
-/// documentation), and what to say about it.
-///
-/// The newest commit any copy proves happened is `known`: a valid table's number, a
-/// damaged table's (its good sectors still carry it), the live header's. The state
-/// taken must be at least that new: the live table when it is trusted (same boot,
-/// or a clean close) and names `known`, else the newest valid durable table when it
-/// is `known`. Otherwise the state is older than a commit that happened: flushed
-/// writes, resets or finishes may be undone, and `at_risk` says which.
-fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<Recovery, String> {
-    let mut repairs = Vec::new();
-    // A table whose zone state is impossible is damaged too; its number stays known.
-    let tables: Vec<TableRead> = found
-        .tables
-        .into_iter()
-        .map(|t| match t {
-            TableRead::Valid(t) => match check_entries(geo, &t.entries) {
-                Ok(()) => TableRead::Valid(t),
-                Err(e) => TableRead::Damaged { seq: Some(t.seq), why: format!("impossible zone state: {e}") },
-            },
-            other => other,
-        })
-        .collect();
-    let newest = (0..2)
-        .filter_map(|s| match &tables[s] {
-            TableRead::Valid(t) => Some((s, t)),
-            _ => None,
-        })
-        .max_by_key(|(_, t)| t.seq);
-    let valid_seq = newest.map(|(_, t)| t.seq);
-    let hdr = found.live;
-    let mut known = valid_seq.unwrap_or(0);
-    let mut unknown_damage = false;
-    for t in &tables {
-        match t {
-            TableRead::Damaged { seq: Some(s), .. } => known = known.max(*s),
-            TableRead::Damaged { seq: None, .. } => unknown_damage = true,
-            _ => {}
-        }
-    }
-    // Tables claim commits; the live header announces a commit before its table
-    // is written, so every commit below the one it names is complete (at a clean
-    // close, the one it names too).
-    let claims = known;
-    if let Some(c) = hdr.commit {
-        known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
-    }
-    // New tables are numbered above every number seen, so that a later torn write
-    // never mixes two tables of the same number.
-    let highest = tables
-        .iter()
-        .filter_map(|t| match t {
-            TableRead::Torn { seqs } => Some(seqs.1),
-            t => t.claimed_seq(),
-        })
-        .chain(hdr.commit)
-        .max()
-        .unwrap_or(0);
-    let same_boot = *boot != [0; 36] && hdr.boot_id == *boot;
-    let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
-    let clean_at = |c: u64| hdr.state == LiveState::Clean && hdr.commit == Some(c);
-    // The live table is the state when it is trusted and has seen every known commit.
-    let trusted_live = match (&live, hdr.state, hdr.commit) {
-        (Ok(e), LiveState::Live, Some(c)) if same_boot && c >= claims => Some(e.clone()),
-        (Ok(e), LiveState::Clean, Some(c)) if c >= claims && valid_seq != Some(c) => Some(e.clone()),
-        (Err(why), LiveState::Live, Some(_)) if same_boot => {
-            repairs.push(format!("live zone table unusable ({why}): write pointers from the last commit"));
-            None
-        }
-        _ => None,
-    };
-    for (slot, t) in tables.iter().enumerate() {
-        let other_ok = newest.is_some() || trusted_live.is_some();
-        match t {
-            TableRead::Valid(_) => {}
-            TableRead::Torn { seqs } if other_ok => repairs.push(format!(
-                "durable zone table {}: torn write of commit {} (a power cut during a commit, which was never \
-                 acknowledged); rewritten",
-                slot_name(slot),
-                seqs.1
-            )),
-            TableRead::Damaged { seq, why } if other_ok => repairs.push(format!(
-                "durable zone table {}: {why}{}; rewritten from the {}",
-                slot_name(slot),
-                seq.map_or(String::new(), |s| format!(" (it held commit {s})")),
-                if trusted_live.is_some() && valid_seq < Some(known) { "live table" } else { "other copy" }
-            )),
-            _ => {}
-        }
-    }
-    let unclean = hdr.state != LiveState::Clean;
-    let mut at_risk = None;
-    let (durable_seq, durable_slot, durable_entries, entries) = match (&trusted_live, newest) {
-        (Some(live), _) => {
-            // Durable tables are rebuilt from the live one, numbered past every
-            // commit known; the slot of the newest valid table (if any) is kept so
-            // that the damaged one is written first.
-            let slot = newest.map_or(1, |(s, _)| s);
-            let durable = newest.map_or_else(|| live.clone(), |(_, t)| t.entries.clone());
-            if hdr.state == LiveState::Clean {
-                repairs.push(format!(
-                    "commit {known} has no valid durable table: zone state taken from the live table, which the \
-                     clean close left equal to it"
-                ));
-            } else {
-                repairs.push(
-                    "not closed cleanly (the process using it stopped): write pointers taken from the live zone \
-                     table, which every completed write updated"
-                        .to_string(),
-                );
-            }
-            (highest, slot, durable, live.clone())
-        }
-        (None, Some((slot, t))) => {
-            let proven =
-                t.seq >= known && (!unknown_damage || clean_at(t.seq) || same_boot && hdr.commit == Some(t.seq));
-            if !proven {
-                at_risk = Some(describe_risk(geo, t, known, unknown_damage, &live));
-            }
-            if hdr.state != LiveState::Clean {
-                let cause = if hdr.state == LiveState::Live && !same_boot {
-                    "not closed cleanly and the machine restarted since (power loss or crash)"
-                } else {
-                    "not closed cleanly (interrupted while opening, or its live table is damaged)"
-                };
-                repairs.push(format!(
-                    "{cause}: write pointers taken from the last commit (durable table {}, commit {}); writes not \
-                     flushed since are dropped",
-                    slot_name(slot),
-                    t.seq
-                ));
-                if let Ok(old) = &live {
-                    describe_rollback(geo, old, &t.entries, &mut repairs);
-                }
-            } else if hdr.commit != Some(t.seq) && at_risk.is_none() {
-                repairs.push(format!(
-                    "live zone table (clean, commit {}) older than durable table {} (commit {}): the durable table used",
-                    hdr.commit.map_or("?".to_string(), |c| c.to_string()),
-                    slot_name(slot),
-                    t.seq
-                ));
-            }
-            (highest.max(t.seq), slot, t.entries.clone(), t.entries.clone())
-        }
-        (None, None) => {
-            let why = |s: usize| match &tables[s] {
-                TableRead::Valid(_) => "valid".to_string(),
-                TableRead::Torn { seqs } => format!("torn write (commits {} and {})", seqs.0, seqs.1),
-                TableRead::Damaged { why, .. } => why.clone(),
-            };
-            let live_why = match (&live, hdr.state) {
-                (Err(e), _) => e.clone(),
-                (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
-                (Ok(_), LiveState::Live) if !same_boot => "it was live in another boot".to_string(),
-                (Ok(_), _) => format!("it has not seen commit {known}"),
-            };
-            return Err(format!(
-                "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted \
-                 ({live_why})",
-                why(0),
-                why(1)
-            ));
-        }
-    };
-    if unclean && geo.is_zoned() {
-        repairs.push("data past every write pointer discarded".to_string());
-    }
-    let bad_table = tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
-    Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries, at_risk })
-}
-
-/// Says what may be lost when the newest usable table `t` may be older than commit
-/// `known`: which commit, and the zones whose live entries (if readable, though not
-/// trusted) are ahead of `t`.
-fn describe_risk(geo: &Geometry, t: &Table, known: u64, unknown: bool, live: &Result<Vec<Entry>, String>) -> String {
-    let mut s = if t.seq < known {
-        format!(
-            "the newest usable zone table holds commit {}, but commit {known} happened (its table is damaged): \
-             flushed writes, resets and finishes of commits {}..={known} may be undone",
-            t.seq,
-            t.seq + 1
-        )
-    } else {
-        format!(
-            "a durable zone table is damaged beyond telling which commit it held: the newest usable one (commit {}) \
-             may be older than the last commit",
-            t.seq
-        )
-    };
-    match live {
-        Ok(l) => {
-            let differ: Vec<String> = l
-                .iter()
-                .zip(&t.entries)
-                .enumerate()
-                .filter(|(_, (a, b))| a != b)
-                .map(|(z, (a, b))| {
-                    let start = geo.zone_start(ZoneNo(z as u32)).0;
-                    format!(
-                        "zone {z} (sectors {:#x}..{:#x}: {} {:#x} in the live table, {} {:#x} in commit {})",
-                        start + a.wp_offset.min(b.wp_offset),
-                        start + a.wp_offset.max(b.wp_offset),
-                        a.cond,
-                        start + a.wp_offset,
-                        b.cond,
-                        start + b.wp_offset,
-                        t.seq
-                    )
-                })
-                .collect();
-            if differ.is_empty() {
-                s.push_str("; the live table (not trusted) agrees with it on every zone");
-            } else {
-                let n = differ.len();
-                s.push_str(&format!(
-                    "; zones at risk ({n}): {}{}",
-                    differ.into_iter().take(8).collect::<Vec<_>>().join(", "),
-                    if n > 8 { ", ..." } else { "" }
-                ));
-            }
-        }
-        Err(_) => s.push_str("; which zones cannot be told (the live table is unusable too)"),
-    }
-    let _ = unknown;
-    s.push_str(". Open read-only to copy out what is there, or accept the older state with `zblk check --repair -y`");
-    s
-}
-
-fn describe_rollback(geo: &Geometry, old: &[Entry], new: &[Entry], repairs: &mut Vec<String>) {
-    const MAX_LINES: usize = 16;
-    let mut n = 0;
-    for (z, (o, d)) in old.iter().zip(new).enumerate() {
-        if o.wp_offset > d.wp_offset && !geo.zone_is_conv(ZoneNo(z as u32)) {
-            n += 1;
-            if n <= MAX_LINES {
-                let start = geo.zone_start(ZoneNo(z as u32)).0;
-                repairs.push(format!(
-                    "zone {z} (start {start:#x}): write pointer {:#x} -> {:#x} (unflushed writes dropped)",
-                    start + o.wp_offset,
-                    start + d.wp_offset
-                ));
-            }
-        }
-    }
-    if n > MAX_LINES {
-        repairs.push(format!("... and {} more zones rolled back", n - MAX_LINES));
     }
 }
 

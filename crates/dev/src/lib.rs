@@ -17,6 +17,7 @@ pub mod file;
 pub mod fuzzing;
 pub mod linux;
 pub mod mem;
+pub mod pages;
 
 use zblk_core::bio::{Request, Status};
 use zblk_core::geometry::Geometry;
@@ -28,6 +29,7 @@ pub use device::{DataFds, Device, DeviceZeroing, Locked, Plan, Transfer};
 pub use error::{DeviceError, DeviceErrorKind};
 pub use file::FileImage;
 pub use mem::MemDevice;
+pub use pages::PageStore;
 
 /// The data of one request, owned by the driver and lent to the device while it
 /// executes the request.

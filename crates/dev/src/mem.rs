@@ -4,16 +4,12 @@
 //! geometry's `max_append_sectors`).
 
 use super::{BlockDevice, DeviceZeroing, IoBuf, check_append, check_discard, check_range, check_write_zeroes};
-use std::collections::BTreeMap;
+use crate::pages::PageStore;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
 use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::{ZoneInfo, ZoneSet};
-
-/// Bytes per page of the sparse store (null_blk uses the page size too).
-const PAGE_BYTES: usize = 4096;
-const SECTORS_PER_PAGE: u64 = PAGE_BYTES as u64 / SECTOR_SIZE;
 
 /// A null_blk-like device in memory.
 #[derive(Debug, Clone)]
@@ -21,15 +17,15 @@ pub struct MemDevice {
     geo: Geometry,
     zones: Option<ZoneSet>,
     memory_backed: bool,
-    /// Page index → page, only for pages written (sparse).
-    pages: BTreeMap<u64, Box<[u8; PAGE_BYTES]>>,
+    /// The data, only pages written (sparse).
+    pages: PageStore,
 }
 
 impl MemDevice {
     /// A fresh device: every sequential zone EMPTY, no data.
     pub fn new(geo: &Geometry, memory_backed: bool) -> MemDevice {
         let zones = geo.is_zoned().then(|| ZoneSet::new(geo));
-        MemDevice { geo: geo.clone(), zones, memory_backed, pages: BTreeMap::new() }
+        MemDevice { geo: geo.clone(), zones, memory_backed, pages: PageStore::new() }
     }
 
     /// The device-side zone state machine (None on a regular device).
@@ -50,96 +46,25 @@ impl MemDevice {
 
     /// Bytes of memory holding data (whole pages).
     pub fn resident_bytes(&self) -> u64 {
-        (self.pages.len() * PAGE_BYTES) as u64
+        self.pages.resident_bytes()
+    }
+
+    /// Bytes of new pages a write of `len` bytes at `sector` would take (0 on a
+    /// device that keeps no data): for a server that bounds its memory.
+    pub fn new_bytes(&self, sector: Sector, len: usize) -> u64 {
+        if self.memory_backed { self.pages.new_bytes(sector, len) } else { 0 }
     }
 
     /// The sectors the store holds pages for, in order (each page's first sector and
     /// its length in sectors): every sector outside reads as zeroes. For checkers.
     pub fn stored(&self) -> impl Iterator<Item = (Sector, u64)> + '_ {
-        self.pages.keys().map(|&p| (Sector(p * SECTORS_PER_PAGE), SECTORS_PER_PAGE))
+        self.pages.stored()
     }
 
     /// Reads `buf.len()` bytes at `sector` straight from the store, ignoring write
     /// pointers (for checkers): unwritten bytes read as zeroes.
     pub fn peek(&self, sector: Sector, buf: &mut [u8]) {
-        self.copy_out(sector, buf);
-    }
-
-    fn copy_out(&self, sector: Sector, buf: &mut [u8]) {
-        let mut done = 0;
-        let mut s = sector.0;
-        while done < buf.len() {
-            let page = s / SECTORS_PER_PAGE;
-            let in_page = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
-            let n = (PAGE_BYTES - in_page).min(buf.len() - done);
-            match self.pages.get(&page) {
-                Some(p) => buf[done..done + n].copy_from_slice(&p[in_page..in_page + n]),
-                None => buf[done..done + n].fill(0),
-            }
-            done += n;
-            s += (n as u64) / SECTOR_SIZE;
-        }
-    }
-
-    fn copy_in(&mut self, sector: Sector, data: &[u8]) {
-        let mut done = 0;
-        let mut s = sector.0;
-        while done < data.len() {
-            let page = s / SECTORS_PER_PAGE;
-            let in_page = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
-            let n = (PAGE_BYTES - in_page).min(data.len() - done);
-            let p = self.pages.entry(page).or_insert_with(|| Box::new([0; PAGE_BYTES]));
-            p[in_page..in_page + n].copy_from_slice(&data[done..done + n]);
-            done += n;
-            s += (n as u64) / SECTOR_SIZE;
-        }
-    }
-
-    /// Writes zeroes over `[sector, sector + nr_sectors)`, allocating its pages.
-    fn fill_zeroes(&mut self, sector: Sector, nr_sectors: u64) {
-        let end = sector.0 + nr_sectors;
-        let mut s = sector.0;
-        while s < end {
-            let page = s / SECTORS_PER_PAGE;
-            let page_end = ((page + 1) * SECTORS_PER_PAGE).min(end);
-            let a = ((s % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
-            let b = a + ((page_end - s) * SECTOR_SIZE) as usize;
-            self.pages.entry(page).or_insert_with(|| Box::new([0; PAGE_BYTES]))[a..b].fill(0);
-            s = page_end;
-        }
-    }
-
-    /// Makes `[sector, sector + nr_sectors)` read as zeroes, returning whole pages to
-    /// the allocator and zeroing the partial pages at the edges.
-    fn zero_range(&mut self, sector: Sector, nr_sectors: u64) {
-        let end = sector.0 + nr_sectors;
-        let first_full = sector.0.div_ceil(SECTORS_PER_PAGE);
-        let last_full = end / SECTORS_PER_PAGE; // exclusive
-        if first_full < last_full {
-            let doomed: Vec<u64> = self.pages.range(first_full..last_full).map(|(k, _)| *k).collect();
-            for k in doomed {
-                self.pages.remove(&k);
-            }
-        }
-        let zero_edge = |from: u64, to: u64, pages: &mut BTreeMap<u64, Box<[u8; PAGE_BYTES]>>| {
-            if from >= to {
-                return;
-            }
-            if let Some(p) = pages.get_mut(&(from / SECTORS_PER_PAGE)) {
-                let a = ((from % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
-                let b = a + ((to - from) * SECTOR_SIZE) as usize;
-                p[a..b].fill(0);
-            }
-        };
-        if first_full >= last_full {
-            // The range sits inside one or two pages.
-            let mid = (sector.0 / SECTORS_PER_PAGE + 1) * SECTORS_PER_PAGE;
-            zero_edge(sector.0, mid.min(end), &mut self.pages);
-            zero_edge(mid.min(end), end, &mut self.pages);
-        } else {
-            zero_edge(sector.0, first_full * SECTORS_PER_PAGE, &mut self.pages);
-            zero_edge(last_full * SECTORS_PER_PAGE, end, &mut self.pages);
-        }
+        self.pages.read(sector, buf);
     }
 
     fn write(&mut self, req: &Request, buf: IoBuf<'_>, append: bool) -> Result<Sector, Status> {
@@ -155,15 +80,15 @@ impl MemDevice {
             match buf {
                 IoBuf::Write(data) => {
                     assert_eq!(data.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "write buffer size");
-                    self.copy_in(at, data);
+                    self.pages.write(at, data);
                 }
                 // WRITE_ZEROES with NOUNMAP: zeroes are written, pages stay allocated.
                 _ if req.op == Op::WriteZeroes && req.flags.contains(BioFlags::NOUNMAP) => {
-                    self.fill_zeroes(at, u64::from(req.nr_sectors))
+                    self.pages.fill_zeroes(at, u64::from(req.nr_sectors))
                 }
                 // Unmapped WRITE_ZEROES (deallocate: pages go back to the allocator),
                 // or a driver that carries no data.
-                _ => self.zero_range(at, u64::from(req.nr_sectors)),
+                _ => self.pages.zero_range(at, u64::from(req.nr_sectors)),
             }
         }
         Ok(at)
@@ -178,7 +103,7 @@ impl MemDevice {
         if let IoBuf::Read(out) = buf {
             assert_eq!(out.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "read buffer size");
             if self.memory_backed {
-                self.copy_out(req.sector, out);
+                self.pages.read(req.sector, out);
                 // Past a write pointer, a sequential zone reads as zeroes even if
                 // stale pages remain (they never do: reset drops them).
                 if let (Some(zs), Some(valid)) = (&self.zones, valid) {
@@ -215,7 +140,7 @@ impl MemDevice {
         };
         if self.memory_backed {
             for z in reset {
-                self.zero_range(self.geo.zone_start(z), self.geo.zone_len(z));
+                self.pages.zero_range(self.geo.zone_start(z), self.geo.zone_len(z));
             }
         }
         Ok(req.sector)
@@ -244,7 +169,7 @@ impl BlockDevice for MemDevice {
             Op::Discard => {
                 check_discard(&self.geo, req)?;
                 if self.memory_backed {
-                    self.zero_range(req.sector, u64::from(req.nr_sectors));
+                    self.pages.zero_range(req.sector, u64::from(req.nr_sectors));
                 }
                 Ok(req.sector)
             }
@@ -329,26 +254,6 @@ mod tests {
         assert_eq!(d.execute(&req(Op::ZoneAppend, 2048, 8), IoBuf::Write(&data)), Ok(Sector(2056)));
         let mut d = MemDevice::new(&geo(0), true);
         assert_eq!(d.execute(&req(Op::ZoneAppend, 2048, 8), IoBuf::Write(&data)), Err(Status::NotSupported));
-    }
-
-    #[test]
-    fn unaligned_partial_zeroing() {
-        let mut d = MemDevice::new(&geo(0), true);
-        let data = vec![7u8; 8192];
-        d.execute(&req(Op::Write, 0, 16), IoBuf::Write(&data)).unwrap();
-        d.zero_range(Sector(3), 2);
-        let mut out = vec![0; 8192];
-        d.peek(Sector(0), &mut out);
-        for s in 0..16 {
-            let expect = if (3..5).contains(&s) { 0 } else { 7 };
-            assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == expect), "sector {s}");
-        }
-        d.zero_range(Sector(6), 9);
-        d.peek(Sector(0), &mut out);
-        for s in 0..16 {
-            let expect = if (3..5).contains(&s) || (6..15).contains(&s) { 0 } else { 7 };
-            assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == expect), "sector {s}");
-        }
     }
 
     #[test]

@@ -30,10 +30,12 @@
 
 pub mod bench;
 
+mod local;
 mod uring;
 pub mod vopr;
 pub mod zeroing;
 
+pub use local::LocalIo;
 pub use zblk_dev::buf::{AlignedBuf, Buffer};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -195,6 +197,9 @@ struct BioCtx {
 struct Core {
     engine: Engine,
     bios: Slab<BioCtx>,
+    /// Threads waiting on [`Shared::idle`]: it is signalled only when some wait (a
+    /// condition variable's signal is a system call even with no one to wake).
+    idle_waiters: usize,
 }
 
 enum Job {
@@ -225,7 +230,19 @@ struct Shared {
     stopping: AtomicBool,
 }
 
+/// A pump's working vectors, kept by each thread between its pumps.
+#[derive(Default)]
+struct Scratch {
+    issues: Vec<(Request, Option<RawBuf>)>,
+    dones: Vec<(Done, Result<Sector, Status>)>,
+    reports: Vec<ZoneNo>,
+    results: Vec<(ReqId, Result<Sector, Status>)>,
+    answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)>,
+}
+
 thread_local! {
+    /// The vectors of this thread's last pump (none while one runs).
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
     /// This thread is the io_uring completion thread: its next wait submits too.
     static REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// This thread is inside [`Runtime::batch`]: entries queued on the ring are
@@ -281,6 +298,12 @@ impl Shared {
         self.pump(core);
     }
 
+    fn complete_one(&self, id: ReqId, result: Result<Sector, Status>) {
+        let mut core = self.lock_core();
+        core.engine.complete(id, result);
+        self.pump(core);
+    }
+
     fn complete_many(&self, results: &mut Vec<(ReqId, Result<Sector, Status>)>) {
         let mut core = self.lock_core();
         for (id, r) in results.drain(..) {
@@ -293,21 +316,22 @@ impl Shared {
     /// lock, then starts requests, calls completions and answers zone reports
     /// outside it, and feeds what that produced back in.
     fn pump<'a>(&'a self, mut core: MutexGuard<'a, Core>) {
-        let mut issues: Vec<(Request, Option<RawBuf>)> = Vec::new();
-        let mut dones: Vec<(Done, Result<Sector, Status>)> = Vec::new();
-        let mut reports: Vec<ZoneNo> = Vec::new();
+        // The thread's vectors from its last pump: a request's trip through the engine
+        // then allocates nothing here. (A pump nested in a callback finds none and
+        // makes its own.)
+        let mut sc = SCRATCH.with(|s| s.take()).unwrap_or_default();
         loop {
             while let Some(action) = core.engine.poll_action() {
                 match action {
                     Action::Issue(req) => {
                         let buf = core.bios[req.user_data as usize].buf.map(|b| b.part(&req));
-                        issues.push((req, buf));
+                        sc.issues.push((req, buf));
                     }
                     Action::Complete(c) => {
                         let ctx = core.bios.remove(c.user_data as usize);
-                        dones.push((ctx.done, c.result));
+                        sc.dones.push((ctx.done, c.result));
                     }
-                    Action::ReportZone(z) => reports.push(z),
+                    Action::ReportZone(z) => sc.reports.push(z),
                     Action::Anticipate { token, ns } => {
                         let at = std::time::Instant::now() + std::time::Duration::from_nanos(ns);
                         // Unbounded: never blocks under the lock. If the timer thread
@@ -316,16 +340,16 @@ impl Shared {
                     }
                 }
             }
-            if core.bios.is_empty() {
+            if core.bios.is_empty() && core.idle_waiters > 0 {
                 self.idle.notify_all();
             }
             drop(core);
-            let mut results = Vec::new();
             let mut queued = false;
-            for (req, buf) in issues.drain(..) {
+            for (req, buf) in sc.issues.drain(..) {
                 match self.start(req, buf) {
-                    Ok(on_ring) => queued |= on_ring,
-                    Err(status) => results.push((req.id, Err(status))),
+                    Started::Ring => queued = true,
+                    Started::Local | Started::Worker => {}
+                    Started::Done(r) => sc.results.push((req.id, r)),
                 }
             }
             if let (true, Some(u)) = (queued, &self.uring) {
@@ -338,44 +362,97 @@ impl Shared {
                     assert!(r.is_ok(), "io_uring submission failed: {r:?}");
                 }
             }
-            for (done, r) in dones.drain(..) {
+            for (done, r) in sc.dones.drain(..) {
                 done.run(r);
             }
-            let answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)> =
-                reports.drain(..).map(|z| (z, self.device.report_zone(self.geo.zone_start(z)))).collect();
-            if results.is_empty() && answers.is_empty() {
-                return;
+            for z in sc.reports.drain(..) {
+                sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+            }
+            if sc.results.is_empty() && sc.answers.is_empty() {
+                break;
             }
             core = self.lock_core();
-            for (id, r) in results {
+            for (id, r) in sc.results.drain(..) {
                 core.engine.complete(id, r);
             }
-            for (z, answer) in answers {
+            for (z, answer) in sc.answers.drain(..) {
                 match answer {
                     Ok(info) => core.engine.zone_report(&info),
                     Err(s) => core.engine.zone_report_failed(z, s),
                 }
             }
         }
+        SCRATCH.with(|s| s.set(Some(sc)));
     }
 
-    /// Device-side checks, then the request goes to the ring (returns true) or to a
-    /// worker (false). An error is the request's result.
-    fn start(&self, req: Request, buf: Option<RawBuf>) -> Result<bool, Status> {
-        let plan = self.device.prepare(&req)?;
-        if let (Some(u), Plan::Transfer(t), Some(b)) = (&self.uring, plan, buf) {
+    /// Device-side checks, then the request goes to a ring (the calling thread's own,
+    /// [`local`], or the runtime's), is carried out here (a device that works in
+    /// memory), or goes to a worker.
+    fn start(&self, req: Request, buf: Option<RawBuf>) -> Started {
+        let plan = match self.device.prepare(&req) {
+            Ok(plan) => plan,
+            Err(status) => return Started::Done(Err(status)),
+        };
+        if let (Plan::Transfer(t), Some(b)) = (plan, buf) {
             let direct = match self.direct {
                 Some((fd, a)) if (b.ptr as u64) % a == 0 && (b.len as u64) % a == 0 && t.offset % a == 0 => Some(fd),
                 _ => None,
             };
             if let Some(fd) = direct.or(self.buffered) {
-                u.push_rw(Box::new(Inflight { req, t, ptr: b.ptr, len: b.len, fd }));
-                return Ok(true);
+                let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd }) {
+                    None => return Started::Local,
+                    Some(r) => r,
+                };
+                if let Some(u) = &self.uring {
+                    u.push_rw(Box::new(r));
+                    return Started::Ring;
+                }
             }
+        }
+        if self.device.inline() {
+            // SAFETY: as in worker_loop: the request's part of its BIO's buffer.
+            return Started::Done(self.device.perform(&req, plan, unsafe { iobuf(req.op, buf) }));
         }
         let sent = self.jobs.send(Job::Run { req, plan, buf });
         assert!(sent.is_ok(), "worker threads gone while requests are issued");
-        Ok(false)
+        Started::Worker
+    }
+
+    /// Ends a transfer a ring carried: a short one is finished synchronously, a read
+    /// zeroed past the write pointer, and the device records the outcome.
+    fn finish_transfer(&self, r: &Inflight, res: i32) -> Result<Sector, Status> {
+        let io = transfer_result(r, res);
+        if !r.t.write {
+            // SAFETY: the request's part of its BIO's buffer, as in worker_loop.
+            zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
+        }
+        self.device.finish(&r.req, r.t, io)
+    }
+}
+
+/// Where [`Shared::start`] sent a request.
+enum Started {
+    /// On the runtime's ring: submitted when the batch ends.
+    Ring,
+    /// On the calling thread's ring ([`local`]).
+    Local,
+    /// To a worker thread.
+    Worker,
+    /// Already over (refused, or carried out here): its result.
+    Done(Result<Sector, Status>),
+}
+
+/// The data of a request as a device takes it.
+///
+/// # Safety
+/// `buf` must be the request's part of its BIO's buffer, valid and used by nobody
+/// else until the request completes.
+unsafe fn iobuf<'a>(op: Op, buf: Option<RawBuf>) -> IoBuf<'a> {
+    // SAFETY: the caller's guarantee.
+    match (buf, op) {
+        (Some(b), Op::Read) => IoBuf::Read(unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }),
+        (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
+        (None, _) => IoBuf::None,
     }
 }
 
@@ -416,12 +493,7 @@ fn worker_loop(sh: Arc<Shared>, rx: Receiver<Job>) {
     while let Ok(Job::Run { req, plan, buf }) = rx.recv() {
         // SAFETY: the buffer is the request's part of its BIO's buffer, valid and
         // untouched by anyone else until the BIO completes (after this request).
-        let iobuf = match (buf, req.op) {
-            (Some(b), Op::Read) => IoBuf::Read(unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }),
-            (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
-            (None, _) => IoBuf::None,
-        };
-        let r = sh.device.perform(&req, plan, iobuf);
+        let r = sh.device.perform(&req, plan, unsafe { iobuf(req.op, buf) });
         results.push((req.id, r));
         sh.complete_many(&mut results);
     }
@@ -444,12 +516,7 @@ fn completion_loop(sh: Arc<Shared>) {
             }
             // SAFETY: every other token is a request pushed by push_rw, reaped once.
             let r = unsafe { uring::take(token) };
-            let io = transfer_result(&r, res);
-            if !r.t.write {
-                // SAFETY: the request's part of its BIO's buffer, as in worker_loop.
-                zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
-            }
-            results.push((r.req.id, sh.device.finish(&r.req, r.t, io)));
+            results.push((r.req.id, sh.finish_transfer(&r, res)));
         }
         if !results.is_empty() {
             sh.complete_many(&mut results);
@@ -489,8 +556,9 @@ fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
 /// The I/O driver in words: io_uring or threads, and how data moves (`direct`: the
 /// alignment of the device's `O_DIRECT` descriptor; `buffered`: it has a page cache
 /// one for the rest).
-fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize) -> String {
+fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, inline: bool) -> String {
     let data = match (direct, buffered) {
+        (None, false) if inline => return "inline on the submitting thread (the device works in memory)".to_string(),
         (Some(a), true) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
         (Some(a), false) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O bounced by workers)"),
         (Some(a), _) => format!("O_DIRECT (aligned to {a} bytes)"),
@@ -579,6 +647,12 @@ impl Io {
         Io { op: Op::WriteZeroes, sector, nr_sectors, flags: BioFlags::NONE, buf: None }
     }
 
+    /// Deallocate `nr_sectors` at `sector` (DISCARD: only conventional zones and
+    /// regular devices take it).
+    pub fn discard(sector: Sector, nr_sectors: u32) -> Io {
+        Io { op: Op::Discard, sector, nr_sectors, flags: BioFlags::NONE, buf: None }
+    }
+
     /// A zone management operation on the zone starting at `zone_start` (any sector
     /// for RESET_ALL).
     pub fn zone(op: Op, zone_start: Sector) -> Io {
@@ -589,6 +663,19 @@ impl Io {
     /// Make every completed write durable.
     pub fn flush() -> Io {
         Io { op: Op::Flush, sector: Sector::ZERO, nr_sectors: 0, flags: BioFlags::NONE, buf: None }
+    }
+
+    /// The same I/O on the first `bytes` of its buffer, for a buffer kept at its
+    /// largest size and reused for I/Os of every length (a server's per-request
+    /// buffer). A length past the buffer, or no whole number of sectors, makes a
+    /// zero-sector BIO, which the engine refuses with EINVAL.
+    pub fn with_len(mut self, bytes: usize) -> Io {
+        let fits = self.buf.as_ref().is_some_and(|b| bytes <= b.as_slice().len());
+        self.nr_sectors = match u32::try_from(bytes as u64 >> SECTOR_SHIFT) {
+            Ok(n) if fits && bytes as u64 % SECTOR_SIZE == 0 => n,
+            _ => 0,
+        };
+        self
     }
 
     /// The same I/O with `flags` added (FUA, PREFLUSH).
@@ -721,11 +808,14 @@ impl Runtime {
             Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
         };
         let workers = match (cfg.workers, &uring) {
+            // Every request runs on its submitting thread: none to hand over.
+            (0, _) if device.inline() => 0,
             (0, Some(_)) => 4,
             (0, None) => cfg.engine.queue_depth.clamp(1, 64) as usize,
             (n, _) => n,
         };
-        let description = describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers);
+        let description =
+            describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers, device.inline());
         let description = match (&uring, cfg.backend, has_fds) {
             (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
             _ => description,
@@ -735,7 +825,7 @@ impl Runtime {
         let shared = Arc::new(Shared {
             device,
             geo,
-            core: Mutex::new(Core { engine, bios: Slab::new() }),
+            core: Mutex::new(Core { engine, bios: Slab::new(), idle_waiters: 0 }),
             idle: Condvar::new(),
             uring,
             jobs: tx,
@@ -1021,9 +1111,11 @@ impl Runtime {
         let shared = self.shared.take()?;
         {
             let mut core = shared.lock_core();
+            core.idle_waiters += 1;
             while !core.bios.is_empty() {
                 core = shared.idle.wait(core).unwrap_or_else(|p| p.into_inner());
             }
+            core.idle_waiters -= 1;
             // Idle: the engine's invariants cost O(plugs) here.
             core.engine.check_invariants();
         }

@@ -25,6 +25,19 @@ pub(super) struct Inflight {
     pub fd: RawFd,
 }
 
+impl Inflight {
+    /// The read or write that moves the request's data (its user data is the ring
+    /// owner's to set).
+    pub fn entry(&self) -> io_uring::squeue::Entry {
+        let (fd, ptr, len, off) = (types::Fd(self.fd), self.ptr, self.len as u32, self.t.offset);
+        if self.t.write {
+            opcode::Write::new(fd, ptr, len).offset(off).build()
+        } else {
+            opcode::Read::new(fd, ptr, len).offset(off).build()
+        }
+    }
+}
+
 // SAFETY: `ptr` points into a BIO's buffer, which its submitter keeps valid until the
 // BIO completes; the request is owned by exactly one thread at a time.
 unsafe impl Send for Inflight {}
@@ -81,12 +94,7 @@ impl Uring {
 
     /// Queues a read or write for `r` (boxed; its pointer is the entry's user data).
     pub fn push_rw(&self, r: Box<Inflight>) {
-        let (fd, ptr, len, off) = (types::Fd(r.fd), r.ptr, r.len as u32, r.t.offset);
-        let entry = if r.t.write {
-            opcode::Write::new(fd, ptr, len).offset(off).build()
-        } else {
-            opcode::Read::new(fd, ptr, len).offset(off).build()
-        };
+        let entry = r.entry();
         let token = Box::into_raw(r) as u64;
         assert_ne!(token, WAKE, "a heap pointer cannot be all ones");
         // The buffer stays valid until the completion thread takes the box back.

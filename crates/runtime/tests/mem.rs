@@ -1,5 +1,6 @@
 //! The threaded runtime over the in-memory device (`Locked<MemDevice>`): a device
-//! without descriptors, whose every request a worker performs. The blocking, callback
+//! without descriptors that works in memory, whose every request runs on the thread
+//! that submits it (no worker is started). The blocking, callback
 //! and future APIs; emulated and native zone append; reads past the write pointer;
 //! zone management; the errors of the device's zone state machine, which the engine
 //! meets only when the device reports them.
@@ -47,7 +48,7 @@ fn blocking_api(append: u32, backend: Backend) {
     let what = format!("append {append}, {backend:?}");
     let dev = device(append, 2, 0);
     let rt = start(&dev, backend);
-    assert!(rt.backend().contains("threads (the device moves its own data)"), "{}", rt.backend());
+    assert!(rt.backend().contains("inline on the submitting thread"), "{}", rt.backend());
     assert!(!rt.uses_io_uring());
     assert_eq!(rt.device().name(), "memory");
     // Writes, an append where the write pointer is, a write elsewhere refused.

@@ -80,15 +80,15 @@ pub fn run(a: &CheckArgs) -> u8 {
     }
     // The data region. Unreadable data is left as it is (no copy makes up for it).
     let mut left = 0;
-    match std::fs::metadata(&a.image).map(|m| m.len()) {
+    // The file the image was opened on, through its descriptor: the path may name
+    // another file by now.
+    match img.file_len() {
         Ok(len) if len > img.file_bytes() => {
             let extra = len - img.file_bytes();
             let what = format!("the file has {extra} bytes past the image's end (byte {})", img.file_bytes());
             if repair {
-                let cut =
-                    std::fs::OpenOptions::new().write(true).open(&a.image).and_then(|f| f.set_len(img.file_bytes()));
-                if let Err(e) = cut {
-                    errln!("zblk: {name}: cutting the file to {} bytes: {e}", img.file_bytes());
+                if let Err(e) = img.cut_past_end() {
+                    errln!("zblk: {e}");
                     return OPERATIONAL;
                 }
                 outln!("{name}: corrected: {what}: cut off");
@@ -100,7 +100,7 @@ pub fn run(a: &CheckArgs) -> u8 {
         }
         Ok(_) => {}
         Err(e) => {
-            errln!("zblk: {name}: {e}");
+            errln!("zblk: {e}");
             return OPERATIONAL;
         }
     }

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 use zblk_core::bio::{Status, StatusCode};
 use zblk_core::engine::{EngineConfig, ZeroingMethod};
-use zblk_core::geometry::Geometry;
 use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
-use zblk_runtime::{Backend, ZeroingFlags};
+use zblk_core::zone::ZoneType;
+use zblk_runtime::{Backend, Runtime, ZeroingFlags};
 
 const ABOUT: &str = "\
 Zeroes a range of an image as fallocate(1) zeroes a range of a block device. \
@@ -127,9 +127,25 @@ fn parse_set(text: &str) -> Result<(String, u64), CliError> {
 }
 
 /// What went wrong, in words: the errno, the status and, for the zoned refusals, the
-/// rule that refused the range (carried in the status from where it was decided).
-fn explain(geo: &Geometry, offset: u64, status: Status) -> String {
-    let base = format!("{}: {status}", status.errno_name());
+/// rule that refused the range (carried in the status from where it was decided);
+/// for an EIO under an image, the file system's errno (ENOSPC, EFBIG, EDQUOT, ...)
+/// and where the zone's write pointer is now.
+fn explain(rt: &Runtime, offset: u64, status: Status) -> String {
+    let geo = rt.geometry();
+    let base = image::status_words(rt, status);
+    if status == Status::IoErr {
+        let zone = rt.report_zone(Sector(offset / SECTOR_SIZE)).ok();
+        return match zone {
+            Some(z) if z.ztype != ZoneType::Conventional => format!(
+                "{base}; zone {}'s write pointer is now at byte offset {} (sector {}, {})",
+                geo.zone_no(z.start).0,
+                z.wp.0 * SECTOR_SIZE,
+                z.wp.0,
+                z.cond
+            ),
+            _ => base,
+        };
+    }
     match (status.rule(), status.code()) {
         (Some(Rule::NotAtWp { wp }), _) => format!(
             "{base}: on a sequential zone the range must start at the zone's write pointer, byte {} (sector {}); \
@@ -197,9 +213,9 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         ZeroingFlags { nounmap, no_fallback: false },
     );
     let t1 = Instant::now();
-    let flushed = if result.is_ok() { rt.flush() } else { Ok(()) };
+    let flushed = if result.is_ok() { rt.flush().map_err(|s| image::status_words(&rt, s)) } else { Ok(()) };
     let t2 = Instant::now();
-    let failure = result.as_ref().err().map(|&s| explain(&geo, a.offset, s));
+    let failure = result.as_ref().err().map(|&s| explain(&rt, a.offset, s));
     let backend = rt.backend().to_string();
     rt.close().map_err(CliError::msg)?;
     let report = result.map_err(|_| {
@@ -210,7 +226,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
             failure.unwrap_or_default()
         ))
     })?;
-    flushed.map_err(|s| CliError(format!("{name}: commit: {}: {s}", s.errno_name())))?;
+    flushed.map_err(|why| CliError(format!("{name}: commit: {why}")))?;
     out::done(format!("zeroed {} bytes at byte offset {} of {name}", a.length, a.offset));
     let (zeroing_s, commit_s) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
     let file_method = report.device_method.map_or("zero buffers (ordinary writes)", |m| m.name());

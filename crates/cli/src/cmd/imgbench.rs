@@ -42,6 +42,9 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let name = path.display().to_string();
     let report = run_jobs(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting)
         .map_err(|e| CliError(format!("{e}")));
+    // What an EIO stood for under an image (ENOSPC, EFBIG, ...), the report's words
+    // being the request's status.
+    let fs_cause = rt.device().last_error();
     rt.close().map_err(CliError::msg)?;
     let report = report?;
     let written: u64 = report.jobs.iter().map(|j| j.write.io_bytes).sum();
@@ -56,7 +59,8 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     // As fio: a run where I/Os failed is a failed run, whatever was measured.
     let failed: u64 = report.jobs.iter().map(|j| j.errors).sum();
     if failed > 0 {
-        return Err(CliError(format!("{failed} I/Os failed (the report above names the first)")));
+        let cause = fs_cause.map_or(String::new(), |c| format!("; the file system under the image said {c}"));
+        return Err(CliError(format!("{failed} I/Os failed (the report above names the first){cause}")));
     }
     Ok(())
 }

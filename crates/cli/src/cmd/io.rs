@@ -14,11 +14,11 @@
 
 use crate::explain::explain;
 use crate::out::{self, outln};
-use crate::{CliError, image, parse};
+use crate::{CliError, image, output, parse};
 use clap::Args;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use zblk_core::bio::{BioFlags, Op, Status, StatusCode};
+use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::engine::EngineConfig;
 use zblk_core::geometry::Geometry;
 use zblk_core::rule::Rule;
@@ -156,14 +156,6 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if a.length == Some(0) {
         return Err(CliError(format!("{name}: EINVAL: length 0")));
     }
-    if let Some(out) = a.output.as_ref().filter(|p| p.as_os_str() != "-") {
-        use std::os::unix::fs::MetadataExt;
-        if let (Ok(o), Ok(i)) = (std::fs::metadata(out), std::fs::metadata(&a.image)) {
-            if (o.dev(), o.ino()) == (i.dev(), i.ino()) {
-                return Err(CliError(format!("{}: --output is the image itself: refused", out.display())));
-            }
-        }
-    }
     if a.offset % SECTOR_SIZE != 0 {
         return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));
     }
@@ -206,16 +198,24 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     // An append is one request: its data is read whole (at most the append limit,
     // checked before the runtime starts) and never split.
     let append_data = if cmd == IoCmd::Append { Some(append_data(a, &geo, &mut input, len)?) } else { None };
+    // Opened once every argument is known good, and before anything is read: never an
+    // image (this one or another), a device, or a file in use (see `output`).
+    let out_file = match a.output.as_ref().filter(|p| p.as_os_str() != "-") {
+        Some(p) => Some(output::create(p, img.image())?),
+        None => None,
+    };
     let engine = EngineConfig { policy: img.default_policy(), ..EngineConfig::default() };
     let rt = img.start(engine, Backend::Auto)?;
     let flags = if a.fua { BioFlags::FUA } else { BioFlags::NONE };
     let io = Io { rt: &rt, geo: &geo, name: &name, what, offset: a.offset };
     let result = match (cmd, append_data) {
         (IoCmd::Append, Some(data)) => io.append(&data, flags).map(|at| (at, data.len() as u64, None)),
-        (IoCmd::Read, _) => io.read(a, len.unwrap_or(0)).map(|(n, crc)| (Sector(a.offset / SECTOR_SIZE), n, Some(crc))),
+        (IoCmd::Read, _) => {
+            io.read(a, out_file, len.unwrap_or(0)).map(|(n, crc)| (Sector(a.offset / SECTOR_SIZE), n, Some(crc)))
+        }
         _ => io.write(&mut input, len, flags, &input_name(a)).map(|n| (Sector(a.offset / SECTOR_SIZE), n, None)),
     };
-    let flushed = if a.flush && result.is_ok() { rt.flush() } else { Ok(()) };
+    let flushed = if a.flush && result.is_ok() { rt.flush().map_err(|s| image::status_words(&rt, s)) } else { Ok(()) };
     rt.close().map_err(CliError::msg)?;
     let (at, moved, crc) = result?;
     // What took effect, said on standard error if standard output is lost.
@@ -227,7 +227,7 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
         (IoCmd::Read, Some(p)) if p.as_os_str() != "-" => out::done(format!("read {moved} bytes into {}", p.display())),
         (IoCmd::Read, _) => {}
     }
-    flushed.map_err(|s| CliError(format!("{name}: flush: {}: {s}", s.errno_name())))?;
+    flushed.map_err(|why| CliError(format!("{name}: flush: {why}")))?;
     if a.json {
         let doc = serde_json::json!({
             "op": what,
@@ -302,10 +302,8 @@ impl Io<'_> {
     /// The cause of a failed request, in words: the zone rule, or what the device
     /// knows of an EIO (the file system's ENOSPC or EFBIG under an image).
     fn cause(&self, op: Op, pos: u64, n: u64, st: Status) -> String {
-        match (st.code(), st.rule(), self.rt.device().last_error()) {
-            (StatusCode::IoErr, None, Some(why)) => why,
-            _ => explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, st),
-        }
+        image::fs_cause(self.rt, st)
+            .unwrap_or_else(|| explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, st))
     }
 
     fn fail(&self, len: Option<u64>, why: &str) -> CliError {
@@ -439,14 +437,12 @@ impl Io<'_> {
         })
     }
 
-    /// Reads `len` bytes in chunks to the output; returns the bytes read and their
-    /// CRC32.
-    fn read(&self, a: &IoArgs, len: u64) -> Result<(u64, u32), CliError> {
-        let mut out: Box<dyn Write> = match &a.output {
-            Some(p) if p.as_os_str() != "-" => {
-                Box::new(std::fs::File::create(p).map_err(|e| CliError(format!("{}: {e}", p.display())))?)
-            }
-            None if a.json => Box::new(std::io::sink()),
+    /// Reads `len` bytes in chunks to the output (`file`, or standard output);
+    /// returns the bytes read and their CRC32.
+    fn read(&self, a: &IoArgs, file: Option<std::fs::File>, len: u64) -> Result<(u64, u32), CliError> {
+        let mut out: Box<dyn Write> = match (file, &a.output) {
+            (Some(f), _) => Box::new(f),
+            (None, None) if a.json => Box::new(std::io::sink()),
             _ => Box::new(std::io::stdout().lock()),
         };
         let out_name = a

@@ -1,38 +1,19 @@
-//! `zblk serve IMG | --dev SPEC`: a zblk device exposed to the kernel as a zoned ublk
-//! block device (`/dev/ublkbN`), every request going through zblk's runtime and engine.
-//!
-//! The ublk driver requires `UBLK_F_USER_COPY` with `UBLK_F_ZONED` (it refuses a zoned
-//! device without it: zone reports travel back through the character device), so data
-//! moves with `pread`/`pwrite` on `/dev/ublkcN` at the request's user-copy position.
-//! Each queue thread serves its requests one at a time through the runtime's blocking
-//! API: the kernel plugs zone writes itself (one write per zone in flight), and with
-//! several queues requests of different zones still run side by side.
-
+//! `zblk serve IMG | --dev SPEC | --stack SPEC`: a zblk device exposed to the kernel
+//! as a zoned ublk block device (`/dev/ublkbN`), every request going through zblk's
+//! engine. This command builds the device from its arguments, prints the ready line
+//! and waits for a signal; the serving itself is `zblk_serve`'s.
 //!
 //! The ublk part needs the `ublk` feature (`cargo build --release --features
 //! zblk-cli/ublk`): the ublk library generates its bindings at build time with
 //! libclang, which the rest of zblk does not need. Without it, `zblk serve` says how
 //! to get it.
 
-#[cfg(feature = "ublk")]
-mod paced;
-#[cfg(feature = "ublk")]
-mod served;
-#[cfg(feature = "ublk")]
-mod ublk;
-
 use crate::CliError;
 use clap::Args;
 use std::path::{Path, PathBuf};
-use zblk_core::geometry::Geometry;
 
 /// Where the ublk driver's control device is (`ublk_drv`).
 const UBLK_CONTROL: &str = "/dev/ublk-control";
-
-/// Largest request the server takes (the driver's `max_io_buf_bytes`): 512 KiB, the
-/// library's default, so each tag's buffer stays small.
-#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
-pub(crate) const IO_BUF_BYTES: u32 = 512 * 1024;
 
 /// Serve a zblk device to the kernel as a zoned ublk block device.
 ///
@@ -44,20 +25,24 @@ pub(crate) const IO_BUF_BYTES: u32 = 512 * 1024;
 /// device's zone size, conventional zones, open/active limits and a volatile write
 /// cache with FUA: its flushes reach the image's durable state before they complete.
 ///
-/// A simulated device (`--dev smr-30tb`) or stack (`--stack ...`) is paced to
-/// wall-clock time: each request enters the simulation when it arrives and completes
-/// when wall time reaches the time the device's timing model completes it. Its data
-/// is kept in memory, only what is written, up to `--data-limit` (further writes fail
-/// with ENOSPC); with `--no-data` nothing is kept and every read returns zeroes.
+/// `--dev nullb:...,completion_nsec=0` is zblk's memory device (null_blk without a
+/// latency: nothing to pace), served from memory. Any other simulated device (`--dev
+/// smr-30tb`) or stack (`--stack ...`) is paced to wall-clock time: each request
+/// enters the simulation when it arrives and completes when wall time reaches the
+/// time the device's timing model completes it, every time of the model stretched
+/// `--time-scale` times. Their data is kept in memory, only what is written, up to
+/// `--data-limit` (further writes fail with ENOSPC); with `--no-data` nothing is kept
+/// and every read returns zeroes.
 #[derive(Args, Debug)]
 #[command(after_help = serve_help())]
 pub struct ServeArgs {
     /// The image to serve (persistent).
     #[arg(required_unless_present_any = ["dev", "stack"], conflicts_with_all = ["dev", "stack"])]
     pub image: Option<PathBuf>,
-    /// Serve a simulated device paced to wall-clock time: a preset with null_blk
-    /// parameters, as `zblk bench --dev` takes it (`smr-30tb`,
-    /// `nullb:zone_size=64,size=1024`; its data is lost when the server stops).
+    /// Serve a simulated device: a preset with null_blk parameters, as `zblk bench
+    /// --dev` takes it (`smr-30tb`, `nullb:zone_size=64,size=1024`; its data is lost
+    /// when the server stops). `nullb` with `completion_nsec=0` is the memory device,
+    /// served from memory; the others are paced to wall-clock time.
     #[arg(long, conflicts_with = "stack")]
     pub dev: Option<String>,
     /// Waiting for an image another process holds.
@@ -75,6 +60,13 @@ pub struct ServeArgs {
     /// image always keeps its data: refused with one.
     #[arg(long, conflicts_with = "image")]
     pub no_data: bool,
+    /// Paced devices: every time of the timing model stretched N times (a request the
+    /// model takes 8 ms for takes 8N ms), so that the host's own cost per request (the
+    /// kernel's, a VM's) becomes small beside the model's. What the kernel measures is
+    /// then N times slower than the model: scale its figures back by N. 1: real time.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+          conflicts_with = "image")]
+    pub time_scale: u32,
     /// Zone write issue policy of zblk's engine under the kernel (zwp, qd1, batch,
     /// zwl, passthrough). Default: an image's (qd1 on a rotational one, else zwp);
     /// zwp for simulated devices, so the model sees the kernel's own order.
@@ -89,6 +81,15 @@ pub struct ServeArgs {
     /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", "data": ...}).
     #[arg(long)]
     pub json: bool,
+    /// Add the device recoverable (images and Linux devices): if this server dies
+    /// (SIGKILL, a crash) the kernel keeps /dev/ublkbN, holds the I/O sent to it, and
+    /// gives what was in flight again to the server `zblk serve --recover N` starts.
+    #[arg(long, conflicts_with_all = ["dev", "stack", "recover"])]
+    pub recoverable: bool,
+    /// Serve recoverable device N (/dev/ublkbN), whose server died, from the same
+    /// image: the I/O the kernel held goes on. Its queues and depth are the device's.
+    #[arg(long, value_name = "N", conflicts_with_all = ["dev", "stack"], requires = "image")]
+    pub recover: Option<u32>,
 }
 
 fn parse_limit(text: &str) -> Result<u64, String> {
@@ -99,7 +100,13 @@ fn serve_help() -> String {
     format!(
         "Simulated devices keep their written data in memory (4 KiB pages, only what is written) up to \
          --data-limit; --no-data keeps none (reads return zeroes; the JSON ready line says \
-         \"data\": \"none: reads return zeroes\").\n\n{}",
+         \"data\": \"none: reads return zeroes\").\n\n\
+         A time scale (--time-scale N) slows the timing model down N times, wall-clock time against model \
+         time: the device serves N times fewer requests per second than the model would, and a \
+         measurement of it (fio's bandwidth, IOPS) multiplied by N (latencies divided by N) is the model's \
+         under the kernel. It exists so that a slow host (an emulated VM) does not add its own cost to the \
+         model's: pick N so that the host's cost per request is small beside the model's time for it. The \
+         ready line's JSON says \"time_scale\".\n\n{}",
         crate::devspec::help()
     )
 }
@@ -124,35 +131,11 @@ fn check_driver(control: &Path) -> Result<(), CliError> {
     }
 }
 
-/// What the kernel can be given: a zoned geometry whose zones are a power of two
-/// sectors (the block layer refuses others) and whose capacity is whole zones (ublk
-/// counts zones as capacity / zone size).
-#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
-pub(crate) fn check_geometry(geo: &Geometry) -> Result<(), CliError> {
-    if !geo.is_zoned() {
-        return Err(CliError::msg("zblk serve serves zoned devices only (this one is not zoned)"));
-    }
-    let zs = geo.zone_sectors();
-    if !zs.is_power_of_two() {
-        return Err(CliError(format!(
-            "zone size {} sectors is not a power of two: the Linux block layer refuses such zoned devices",
-            zs
-        )));
-    }
-    if geo.nr_sectors() % zs != 0 {
-        return Err(CliError::msg("the last zone is smaller than the others: ublk cannot expose it"));
-    }
-    if u32::try_from(zs).is_err() {
-        return Err(CliError::msg("zone size too large for ublk (chunk_sectors is 32 bits)"));
-    }
-    Ok(())
-}
-
 /// Runs the command.
 pub fn run(a: &ServeArgs) -> Result<(), CliError> {
     check_driver(Path::new(UBLK_CONTROL))?;
     #[cfg(feature = "ublk")]
-    return ublk::run(a);
+    return with_ublk::run(a);
     #[cfg(not(feature = "ublk"))]
     {
         let _ = a;
@@ -160,6 +143,267 @@ pub fn run(a: &ServeArgs) -> Result<(), CliError> {
             "this zblk was built without ublk: build it with `cargo build --release --features zblk-cli/ublk` \
              (needs libclang: apt-get install libclang-dev)",
         ))
+    }
+}
+
+#[cfg(feature = "ublk")]
+mod with_ublk {
+    use super::ServeArgs;
+    use crate::out::{self, errln};
+    use crate::{CliError, devspec, image, stacksim};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+    use zblk_core::engine::{EngineConfig, IssuePolicy};
+    use zblk_core::stack::{SplitOrder, StackConfig};
+    use zblk_dev::{Locked, MemDevice};
+    use zblk_runtime::{Backend, Runtime, RuntimeConfig};
+    use zblk_serve::ublk::{Ready, Recovery, ServeConfig, served_summary};
+    use zblk_serve::{DataLimit, DataStore, PacedSim, Replay, RuntimeServed, Served, SimBuilder, check_geometry};
+    use zblk_sim::presets::ModelParams;
+    use zblk_sim::{Sim, SimConfig, StackSimConfig, null_model};
+
+    /// What must be stopped once the queues have ended.
+    enum Owner {
+        /// The runtime: closing it persists every acknowledged write.
+        Runtime(Runtime),
+        /// The pacing thread, which ends once the queues' handles are dropped.
+        Paced(JoinHandle<()>),
+    }
+
+    /// The device to serve and what the ready line says of it.
+    struct Device {
+        served: Arc<dyn Served>,
+        owner: Owner,
+        /// The image's path, or the simulated device's spec.
+        name: String,
+        /// Whether the data survives the server (an image).
+        persistent: bool,
+        /// The kernel sees a rotational disk.
+        rotational: bool,
+        /// What the ready line's JSON adds: `data`, `policy`, `models`, ...
+        extra: serde_json::Map<String, serde_json::Value>,
+    }
+
+    fn serve_error(e: zblk_serve::ServeError) -> CliError {
+        CliError(e.0)
+    }
+
+    /// Serves the device (the driver is there: [`super::check_driver`] said so).
+    pub(super) fn run(a: &ServeArgs) -> Result<(), CliError> {
+        // SIGINT and SIGTERM are blocked in every thread (the runtime's, the pacing
+        // thread's and the queues' inherit the mask from here) and taken synchronously
+        // by the thread that waits for them, which then stops the device: no handler
+        // runs in the middle of a request.
+        let signals = block_signals();
+        let dev = start_device(a)?;
+        let Device { served, owner, name, persistent, rotational, extra } = dev;
+        let recovery = match (a.recoverable, a.recover) {
+            (_, Some(n)) => Recovery::Recover(n),
+            (true, None) => Recovery::Recoverable,
+            (false, None) => Recovery::None,
+        };
+        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery };
+        let json = a.json;
+        let shown = name.clone();
+        let outcome = zblk_serve::ublk::serve(&cfg, served, move |ready: &Ready| {
+            print_ready(ready, json, &shown, extra);
+            let sig = wait_signal(&signals);
+            errln!("zblk: signal {sig}: stopping the device");
+        })
+        .map_err(serve_error);
+        // The queue threads have ended and dropped their handles to the device.
+        let closed = match owner {
+            Owner::Runtime(rt) => rt.close().map_err(|e| CliError(format!("{name}: closing: {e}"))),
+            Owner::Paced(t) => t.join().map_err(|_| CliError(format!("{name}: the simulation's thread panicked"))),
+        };
+        // What the kernel sent, by operation: shows which of the block layer's
+        // operations (zone append, RESET_ALL, FLUSH) a file system or a tool issued.
+        errln!("zblk: {name}: requests served: {}", served_summary());
+        outcome?;
+        closed?;
+        if persistent {
+            errln!("zblk: {name}: stopped, every acknowledged write persisted");
+        }
+        Ok(())
+    }
+
+    /// The ready line: the device's path, or with `--json` an object.
+    fn print_ready(ready: &Ready, json: bool, name: &str, extra: serde_json::Map<String, serde_json::Value>) {
+        let line = if json {
+            let mut obj = serde_json::Map::new();
+            obj.insert("device".into(), ready.device.clone().into());
+            obj.insert("id".into(), ready.id.into());
+            obj.insert("serving".into(), name.into());
+            obj.extend(extra);
+            serde_json::Value::Object(obj).to_string()
+        } else {
+            ready.device.clone()
+        };
+        // The device serves whether or not its ready line could be written (a closed
+        // or full standard output): its path is then said on standard error now, and
+        // the exit status says at the end that output was lost.
+        if !out::stdout(format_args!("{line}\n")) {
+            errln!("zblk: standard output could not be written: serving {}", ready.device);
+        }
+        out::done(format!("served {}", ready.device));
+    }
+
+    fn start_device(a: &ServeArgs) -> Result<Device, CliError> {
+        if let Some(text) = &a.dev {
+            let spec = devspec::parse(text)?;
+            if matches!(spec.model, ModelParams::Null) && spec.params.completion_nsec == 0 {
+                return start_memory(a, text, spec.params.clone());
+            }
+        }
+        if a.dev.is_some() || a.stack.is_some() {
+            return start_paced(a);
+        }
+        let path = a.image.as_ref().ok_or_else(|| CliError::msg("give an image, --dev or --stack"))?;
+        let target = image::Target::open(path, false, a.lock)?;
+        check_geometry(target.geo()).map_err(serve_error)?;
+        let rotational = target.rotational();
+        let policy = a.policy.unwrap_or_else(|| target.default_policy());
+        let rt = target.start(EngineConfig { policy, ..EngineConfig::default() }, Backend::Auto)?;
+        let mut served = RuntimeServed::new(rt.submitter(), rt.geometry().clone(), None);
+        if a.recover.is_some() {
+            let zones = rt.report_zones().map_err(|s| CliError(format!("{}: zone report: {s}", path.display())))?;
+            served = served.recovering(Replay::new(&zones));
+        }
+        let served: Arc<dyn Served> = Arc::new(served);
+        let mut extra = serde_json::Map::new();
+        extra.insert("data".into(), "image".into());
+        extra.insert("policy".into(), policy.name().into());
+        extra.insert("recoverable".into(), (a.recoverable || a.recover.is_some()).into());
+        Ok(Device {
+            served,
+            owner: Owner::Runtime(rt),
+            name: path.display().to_string(),
+            persistent: true,
+            rotational,
+            extra,
+        })
+    }
+
+    /// The memory device (null_blk with no latency): served from memory through the
+    /// runtime, each request completed on the queue's thread.
+    fn start_memory(a: &ServeArgs, text: &str, params: zblk_core::params::DeviceParams) -> Result<Device, CliError> {
+        if a.time_scale != 1 {
+            return Err(CliError::msg(
+                "--time-scale: the memory device (completion_nsec=0) has no timing model to stretch",
+            ));
+        }
+        let geo = params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
+        check_geometry(&geo).map_err(serve_error)?;
+        let policy = a.policy.unwrap_or(IssuePolicy::Zwp);
+        let dev = Arc::new(Locked::new(MemDevice::new(&geo, !a.no_data), "memory", params.rotational));
+        let engine = EngineConfig { policy, ..EngineConfig::default() };
+        let rt = Runtime::start(dev.clone(), RuntimeConfig { engine, ..RuntimeConfig::default() })
+            .map_err(|e| CliError(format!("--dev: {e}")))?;
+        let limit = (!a.no_data).then(|| DataLimit::new(dev, a.data_limit));
+        let served: Arc<dyn Served> = Arc::new(RuntimeServed::new(rt.submitter(), geo, limit));
+        let mut extra = serde_json::Map::new();
+        extra.insert("data".into(), if a.no_data { "none: reads return zeroes" } else { "memory" }.into());
+        if !a.no_data {
+            extra.insert("data_limit".into(), a.data_limit.into());
+        }
+        extra.insert("policy".into(), policy.name().into());
+        extra.insert("paced".into(), "none: the memory device (completion_nsec=0)".into());
+        if a.no_data {
+            errln!("zblk: --no-data: written data is not kept, every read returns zeroes");
+        }
+        Ok(Device {
+            served,
+            owner: Owner::Runtime(rt),
+            name: text.to_string(),
+            persistent: false,
+            rotational: params.rotational,
+            extra,
+        })
+    }
+
+    /// A simulated device or stack, paced to wall-clock time.
+    fn start_paced(a: &ServeArgs) -> Result<Device, CliError> {
+        let limit = if a.no_data { None } else { Some(a.data_limit) };
+        let policy = a.policy.unwrap_or(IssuePolicy::Zwp);
+        let (build, name, rotational): (SimBuilder, String, bool) = if let Some(text) = &a.dev {
+            let spec = devspec::parse(text)?;
+            let geo = spec.params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
+            check_geometry(&geo).map_err(serve_error)?;
+            let rotational = spec.rotational();
+            let build: SimBuilder = Box::new(move || {
+                let mut cfg = SimConfig::new(spec.params.clone(), 1);
+                cfg.engine = EngineConfig { policy, ..EngineConfig::default() };
+                // The simulator keeps no data: the server does (DataStore).
+                cfg.device.memory_backed = false;
+                spec.sim(&cfg).map_err(|e| zblk_serve::ServeError(format!("--dev: {e}")))
+            });
+            (build, text.clone(), rotational)
+        } else {
+            let text = a.stack.clone().expect("--stack");
+            let spec = stacksim::parse_stack(&text)?;
+            let build: SimBuilder = Box::new(move || {
+                let mut built = spec
+                    .build(StackConfig { split_order: SplitOrder::Head, ..StackConfig::default() }, Some(policy))
+                    .map_err(|e| zblk_serve::ServeError(format!("--stack: {e}")))?;
+                for (_, p) in &mut built.disks {
+                    p.memory_backed = false;
+                }
+                Ok(Sim::with_stack(built, StackSimConfig::new(1), &mut null_model))
+            });
+            (build, text, false)
+        };
+        let (served, info, thread) =
+            PacedSim::start(build, DataStore::new(limit), a.time_scale).map_err(serve_error)?;
+        check_geometry(&info.geo).map_err(serve_error)?;
+        let mut extra = serde_json::Map::new();
+        extra.insert("data".into(), if a.no_data { "none: reads return zeroes" } else { "memory" }.into());
+        if !a.no_data {
+            extra.insert("data_limit".into(), a.data_limit.into());
+        }
+        extra.insert("policy".into(), policy.name().into());
+        extra.insert("paced".into(), "wall-clock".into());
+        extra.insert("time_scale".into(), a.time_scale.into());
+        extra.insert("models".into(), info.models.clone().into());
+        if a.no_data {
+            errln!("zblk: --no-data: written data is not kept, every read returns zeroes");
+        }
+        let scaled = match a.time_scale {
+            1 => String::new(),
+            n => format!(", every time stretched {n} times"),
+        };
+        for m in &info.models {
+            errln!("zblk: {m} (paced to wall-clock time{scaled})");
+        }
+        let served: Arc<dyn Served> = served;
+        Ok(Device { served, owner: Owner::Paced(thread), name, persistent: false, rotational, extra })
+    }
+
+    /// The signal set the waiting thread takes.
+    struct Signals(libc::sigset_t);
+
+    // SAFETY: a sigset_t is plain data.
+    unsafe impl Send for Signals {}
+    // SAFETY: as above; sigwait only reads it.
+    unsafe impl Sync for Signals {}
+
+    fn block_signals() -> Signals {
+        // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask
+        // only changes this thread's mask (threads started later inherit it).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Signals(set)
+        }
+    }
+
+    fn wait_signal(s: &Signals) -> i32 {
+        let mut sig = 0;
+        // SAFETY: the set is initialised; sigwait writes the signal number.
+        unsafe { libc::sigwait(&s.0, &mut sig) };
+        sig
     }
 }
 
@@ -171,20 +415,5 @@ mod tests {
     fn a_missing_control_device_says_to_load_the_driver() {
         let e = check_driver(Path::new("/nonexistent/ublk-control")).unwrap_err();
         assert!(e.0.contains("modprobe ublk_drv"), "{}", e.0);
-    }
-
-    fn geo(zone_size: u64, size: u64) -> Geometry {
-        let mut p = zblk_core::params::DeviceParams::default();
-        p.apply(&format!("zone_size={zone_size},size={size}")).unwrap();
-        p.validate().unwrap()
-    }
-
-    #[test]
-    fn the_kernel_gets_only_whole_zones() {
-        // (Zone sizes that are not a power of two never get this far: the device
-        // parameters refuse them, as the VM test's `--dev nullb:zone_size=3` shows.)
-        assert!(check_geometry(&geo(4, 64)).is_ok());
-        let e = check_geometry(&geo(4, 66)).unwrap_err();
-        assert!(e.0.contains("smaller than the others"), "{}", e.0);
     }
 }

@@ -277,10 +277,12 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
         }
         r
     };
+    // An EIO under an image is told by the file system's errno (ENOSPC, ...).
+    let fs_cause = result.as_ref().err().and_then(|&(_, st)| image::fs_cause(&rt, st));
     rt.close().map_err(CliError::msg)?;
     result.map_err(|(at, st)| {
         let op = if reset_all { Op::ZoneResetAll } else { cmd.op() };
-        let why = crate::explain::explain(&geo, op, at, 0, st);
+        let why = fs_cause.unwrap_or_else(|| crate::explain::explain(&geo, op, at, 0, st));
         // What took effect before the refusal is said with it.
         let before_it = match (done.first(), done.last()) {
             (Some(f), Some(l)) => format!(

@@ -2,13 +2,15 @@
 //! superblock, two durable zone tables, a live zone table and the data region.
 //!
 //! ```text
-//! 0                 superblock (4 KiB): magic, version, geometry, layout, CRC32
-//! 4096              its copy (identical; written once, at creation)
+//! 0                 superblock (4 KiB): magic, version, geometry, layout, the last
+//!                   commit it witnessed, CRC32
+//! 4096              its copy (the same geometry; rewritten by every commit)
 //! table_offset[0]   durable zone table A  ┐ written only by a commit (after fdatasync
 //! table_offset[1]   durable zone table B  ┘ of the data), alternately; every 512-byte
 //!                   sector carries the commit number and its own CRC32
 //! live_offset       live zone table: updated in place (shared mapping) as writes
-//!                   complete; its header names the last commit it saw
+//!                   complete; its header names the last commit it saw, its last
+//!                   16 bytes the last commit completed while it was live
 //! data_offset       the device's sectors: sector s is at data_offset + 512 * s
 //! ```
 //!
@@ -27,6 +29,18 @@
 //! every sector stamped with its commit number and checksummed, the two are told
 //! apart: a torn table is made of sectors that each check out; a damaged one has a
 //! sector that does not, and its other sectors still say which commit it held.
+//!
+//! # Witnesses of the last commit
+//!
+//! A durable table, the live header, both superblocks and the live table's last
+//! bytes each say which commit they belong to, and a clean close binds the live
+//! entries to the live header with a digest. The parts are written at different moments of a commit (the live header
+//! announces it before its table is written, the superblocks record it after the
+//! table's sync), so each part bounds the last commit in its own way; parts copied
+//! back from an older image, or sectors a disk lost after acknowledging them,
+//! contradict the others, and an open says so (`recovery`). Only all of them
+//! rolled back together, the older image byte for byte, goes unseen: see
+//! `docs/images.md`.
 //!
 //! # Zone entries
 //!
@@ -115,6 +129,10 @@ impl Layout {
         let durable = TSECT as u64 * (1 + nr.div_ceil(ENTRIES_PER_TSECT));
         let too_big = || "the image size overflows 64 bits".to_string();
         let table_bytes = round_up(live.max(durable), META_ALIGN).ok_or_else(too_big)?;
+        assert!(
+            live + LIVE_WITNESS_BYTES as u64 <= table_bytes,
+            "the live table's witness overlaps its entries ({nr} zones)"
+        );
         let a = 2 * SUPERBLOCK_BYTES;
         let b = a + table_bytes;
         let live = b + table_bytes;
@@ -216,8 +234,10 @@ pub enum SuperblockError {
 }
 
 impl Superblock {
-    /// Encodes the superblock into its 4 KiB block.
-    pub fn encode(&self) -> Vec<u8> {
+    /// Encodes the superblock into its 4 KiB block, witnessing `commit`: the last
+    /// commit whose durable table was synced when the superblock was written (0 in
+    /// images of zblk versions before the witness, whose bytes there were zero).
+    pub fn encode(&self, commit: u64) -> Vec<u8> {
         let mut buf = vec![0u8; SUPERBLOCK_BYTES as usize];
         let mut p = Put { buf: &mut buf, at: 0 };
         p.bytes(&MAGIC);
@@ -242,6 +262,8 @@ impl Superblock {
         p.u64(l.live_offset);
         p.u64(l.data_offset);
         p.u64(l.file_bytes);
+        assert!(commit <= MAX_COMMIT, "superblock commit number {commit} past {MAX_COMMIT}");
+        p.u64(commit);
         assert!(p.at <= SB_CRC_AT, "superblock fields overflow the CRC position");
         let crc = crc32fast::hash(&buf[..SB_CRC_AT]);
         buf[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
@@ -249,8 +271,9 @@ impl Superblock {
     }
 
     /// Decodes and checks a superblock: magic, version, CRC, a valid geometry within
-    /// the format's limits, and a layout equal to the one the geometry gives.
-    pub fn decode(buf: &[u8]) -> Result<(Superblock, Geometry), SuperblockError> {
+    /// the format's limits, a layout equal to the one the geometry gives, and the
+    /// commit it witnesses (returned third).
+    pub fn decode(buf: &[u8]) -> Result<(Superblock, Geometry, u64), SuperblockError> {
         if buf.len() < 8 || buf[..8] != MAGIC {
             return Err(SuperblockError::NotAnImage);
         }
@@ -296,13 +319,19 @@ impl Superblock {
             data_offset: g.u64(),
             file_bytes: g.u64(),
         };
+        let commit = g.u64();
+        if commit > MAX_COMMIT {
+            return Err(SuperblockError::Corrupt(format!(
+                "superblock witnesses commit number {commit}, past the limit {MAX_COMMIT}"
+            )));
+        }
         let geo = Geometry::new(&params)
             .map_err(|e| SuperblockError::Corrupt(format!("superblock holds an invalid geometry: {e}")))?;
         let expect = Layout::try_of(&geo).map_err(|e| SuperblockError::Corrupt(format!("superblock geometry: {e}")))?;
         if layout != expect {
             return Err(SuperblockError::Corrupt("superblock layout does not match its geometry".to_string()));
         }
-        Ok((Superblock { params, rotational, layout }, geo))
+        Ok((Superblock { params, rotational, layout }, geo, commit))
     }
 }
 
@@ -531,7 +560,7 @@ pub enum LiveState {
 }
 
 /// The live table's header: its state, the last commit it saw, the boot it was
-/// written in.
+/// written in, and the digest of the entries a clean close left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveHeader {
     /// Whether the entries can be trusted (within `boot_id`).
@@ -541,6 +570,10 @@ pub struct LiveHeader {
     pub commit: Option<u64>,
     /// `/proc/sys/kernel/random/boot_id` of the boot that wrote the entries.
     pub boot_id: [u8; 36],
+    /// What the last clean close stored of the entries ([`live_digest`]), if a
+    /// digest is recorded (none in images of earlier zblk versions). It speaks for
+    /// the entries only while the state is [`LiveState::Clean`].
+    pub digest: Option<u32>,
 }
 
 /// Byte offsets inside the live header. The state and the commit number share one
@@ -549,6 +582,10 @@ pub struct LiveHeader {
 const LIVE_WORD_AT: usize = 8;
 const LIVE_BOOT_AT: usize = 16;
 const LIVE_ID_CRC_AT: usize = 52;
+/// The digest of the entries a clean close left, and its bitwise complement (a
+/// header of an earlier zblk holds zeroes there: no digest).
+const LIVE_DIGEST_AT: usize = 56;
+const LIVE_DIGEST_NOT_AT: usize = 60;
 const LIVE_COMMIT_BITS: u32 = 46;
 /// The largest commit number: the live header holds it in 46 bits. A table that
 /// claims a larger one is damaged; a commit past it is refused (at one commit a
@@ -576,7 +613,9 @@ impl LiveHeader {
     pub fn decode(buf: &[u8]) -> LiveHeader {
         let mut boot_id = [0u8; 36];
         boot_id.copy_from_slice(&buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
-        let invalid = LiveHeader { state: LiveState::Invalid, commit: None, boot_id };
+        let d = le32(buf, LIVE_DIGEST_AT);
+        let digest = (le32(buf, LIVE_DIGEST_NOT_AT) == !d).then_some(d);
+        let invalid = LiveHeader { state: LiveState::Invalid, commit: None, boot_id, digest };
         if buf[..8] != LIVE_MAGIC || le32(buf, LIVE_ID_CRC_AT) != live_id_crc(buf) {
             return invalid;
         }
@@ -592,7 +631,16 @@ impl LiveHeader {
             2 => LiveState::Clean,
             _ => LiveState::Invalid,
         };
-        LiveHeader { state, commit: Some(commit), boot_id }
+        LiveHeader { state, commit: Some(commit), boot_id, digest }
+    }
+
+    /// Stores in `buf` (a live table region of `nr_zones` entries) the digest of its
+    /// entries as commit `commit` leaves them: what a clean close does before it
+    /// marks the table clean.
+    pub fn put_digest(buf: &mut [u8], commit: u64, nr_zones: u32) {
+        let d = live_digest(buf, commit, nr_zones);
+        buf[LIVE_DIGEST_AT..LIVE_DIGEST_AT + 4].copy_from_slice(&d.to_le_bytes());
+        buf[LIVE_DIGEST_NOT_AT..LIVE_DIGEST_NOT_AT + 4].copy_from_slice(&(!d).to_le_bytes());
     }
 
     /// Writes the magic and the boot id (not the state) into `buf`.
@@ -618,6 +666,63 @@ impl LiveHeader {
     }
 }
 
+/// The digest of a live table region's `nr_zones` entries as commit `commit`
+/// leaves them: CRC32 of the commit number and the entries' bytes. A clean close
+/// stores it in the header, so that entries and header copied back from different
+/// moments (or a sector of entries a disk lost) do not pass for the state the close
+/// left.
+pub fn live_digest(region: &[u8], commit: u64, nr_zones: u32) -> u32 {
+    let end = (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(nr_zones)) as usize;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&commit.to_le_bytes());
+    h.update(&region[TABLE_HEADER_BYTES as usize..end.min(region.len())]);
+    h.finalize()
+}
+
+/// What the live table's last bytes witness: the last commit completed while it was
+/// live (stored once the commit's table is synced) and the last commit announced
+/// (stored with each announcement, just before the header's word). The entries and
+/// these bytes lie in one region that an open rewrites whole, so that entries copied
+/// back from another moment come with another witness, which then disagrees with the
+/// header. Zeroes in images of earlier zblk versions: no witness. The region always
+/// has room past its last entry: it is as long as a durable table, whose sectors
+/// carry more than entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct LiveWitness {
+    /// The last commit completed (its table synced) while the table was live.
+    pub completed: u64,
+    /// The last commit announced while the table was live.
+    pub announced: u64,
+}
+
+/// Bytes of the live table's witness, at the end of its region: the two commit
+/// numbers, a CRC32 of them, and padding.
+pub const LIVE_WITNESS_BYTES: usize = 24;
+
+fn live_witness_crc(w: LiveWitness) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&LIVE_MAGIC);
+    h.update(&w.completed.to_le_bytes());
+    h.update(&w.announced.to_le_bytes());
+    h.finalize()
+}
+
+/// Stores `w` at the end of a live table region.
+pub fn put_live_witness(region: &mut [u8], w: LiveWitness) {
+    let at = region.len() - LIVE_WITNESS_BYTES;
+    region[at..at + 8].copy_from_slice(&w.completed.to_le_bytes());
+    region[at + 8..at + 16].copy_from_slice(&w.announced.to_le_bytes());
+    region[at + 16..at + 20].copy_from_slice(&live_witness_crc(w).to_le_bytes());
+}
+
+/// What a live table region's witness holds, if it checks out.
+pub fn live_witness(region: &[u8]) -> Option<LiveWitness> {
+    let at = region.len().checked_sub(LIVE_WITNESS_BYTES)?;
+    let w = LiveWitness { completed: le64(region, at), announced: le64(region, at + 8) };
+    let ok = le32(region, at + 16) == live_witness_crc(w) && w.completed.max(w.announced) <= MAX_COMMIT;
+    ok.then_some(w)
+}
+
 /// Decodes the live table's entries (the region after its header); says which entry
 /// is refused.
 pub fn decode_live_entries(region: &[u8], nr_zones: u32) -> Result<Vec<Entry>, String> {
@@ -636,9 +741,10 @@ pub fn entry_offset(z: ZoneNo) -> usize {
 /// Recomputes every check value of an image's metadata held in `meta` (the file's
 /// bytes from its start to the end of the live table, laid out as `layout` with
 /// `nr_zones` zones): each zone entry's check bits in the three tables, each durable
-/// table sector's CRC32, the live header's checks and both superblock CRCs. Whatever
-/// the bytes say is kept, checked or not: this is for tools that damage metadata on
-/// purpose and want the damage read past the checksums (the fuzz targets, tests).
+/// table sector's CRC32, the live header's checks, the live digest and witness, and
+/// both superblock CRCs. Whatever the bytes say is kept, checked or not: this is for
+/// tools that damage metadata on purpose and want the damage read past the checksums
+/// (the fuzz targets, tests).
 pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
     let end = (layout.live_offset + layout.table_bytes) as usize;
     assert!(meta.len() >= end, "reseal: {} bytes of metadata, the layout needs {end}", meta.len());
@@ -674,6 +780,9 @@ pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
     live[LIVE_ID_CRC_AT..LIVE_ID_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     let word = le64(live, LIVE_WORD_AT);
     let (state, commit) = (word >> 62, word & ((1 << LIVE_COMMIT_BITS) - 1));
+    LiveHeader::put_digest(live, commit, nr_zones);
+    let at = live.len() - LIVE_WITNESS_BYTES;
+    put_live_witness(live, LiveWitness { completed: le64(live, at), announced: le64(live, at + 8) });
     let check = live_word_check(state, commit, &live[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
     let word = (state << 62) | (check << LIVE_COMMIT_BITS) | commit;
     live[LIVE_WORD_AT..LIVE_WORD_AT + 8].copy_from_slice(&word.to_le_bytes());
@@ -713,10 +822,13 @@ mod tests {
     fn superblock_round_trip_and_refusals() {
         let (p, g) = geo();
         let sb = Superblock { params: p, rotational: true, layout: Layout::of(&g) };
-        let buf = sb.encode();
-        let (back, g2) = Superblock::decode(&buf).unwrap();
+        let buf = sb.encode(77);
+        let (back, g2, commit) = Superblock::decode(&buf).unwrap();
         assert_eq!(back, sb);
         assert_eq!(g2, g);
+        assert_eq!(commit, 77);
+        // An image of an earlier zblk (zeroes where the witness is) witnesses nothing.
+        assert_eq!(Superblock::decode(&sb.encode(0)).unwrap().2, 0);
         let mut bad = buf.clone();
         bad[40] ^= 1;
         assert!(matches!(Superblock::decode(&bad), Err(SuperblockError::Corrupt(_))));
@@ -800,6 +912,32 @@ mod tests {
             let mut bad = buf.clone();
             bad[at] ^= 4;
             assert_eq!(LiveHeader::decode(&bad).state, LiveState::Invalid, "byte {at}");
+        }
+        // No digest until a clean close stores one; then it is the entries'.
+        assert_eq!(h.digest, None);
+        let mut region = vec![0u8; 64 + 8 * 4];
+        region[..64].copy_from_slice(&buf);
+        region[64 + 8] = 0x2a;
+        LiveHeader::put_digest(&mut region, 42, 4);
+        assert_eq!(LiveHeader::decode(&region).digest, Some(live_digest(&region, 42, 4)));
+        let mut other = region.clone();
+        other[64 + 8] = 0x2b;
+        assert_ne!(LiveHeader::decode(&other).digest, Some(live_digest(&other, 42, 4)), "entries changed");
+        assert_ne!(live_digest(&region, 41, 4), live_digest(&region, 42, 4), "another commit");
+    }
+
+    #[test]
+    fn live_witness_is_checked() {
+        let mut region = vec![0u8; 4096];
+        assert_eq!(live_witness(&region), None, "zeroes (an earlier zblk's image) witness nothing");
+        let w = LiveWitness { completed: 6, announced: 7 };
+        put_live_witness(&mut region, w);
+        assert_eq!(live_witness(&region), Some(w));
+        assert!(region[..4096 - LIVE_WITNESS_BYTES].iter().all(|&b| b == 0), "written past its bytes");
+        for at in 4096 - LIVE_WITNESS_BYTES..4096 - 4 {
+            let mut bad = region.clone();
+            bad[at] ^= 1;
+            assert_eq!(live_witness(&bad), None, "byte {at}");
         }
     }
 

@@ -1,0 +1,573 @@
+//! Reading an image's metadata at open and deciding its zone state: the superblock
+//! copies, the two durable tables and the live table, each checked, and the newest
+//! state some copy proves (see `docs/images.md`, "How an open decides").
+
+use super::format::{self, Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table, TableRead};
+use super::media::Media;
+use super::{ImageError, ImageErrorKind, err, io_err};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use zblk_core::geometry::Geometry;
+use zblk_core::units::ZoneNo;
+use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneSet};
+
+/// What the superblock copies say.
+pub(super) struct Superblocks {
+    /// The superblock (both valid copies hold it).
+    pub(super) sb: Superblock,
+    /// Its geometry.
+    pub(super) geo: Geometry,
+    /// The newest commit a valid copy witnesses (the copies are rewritten one after
+    /// the other, so they may differ by one commit).
+    pub(super) commit: u64,
+    /// What to say (and rewrite) when one copy is damaged.
+    pub(super) repair: Option<String>,
+}
+
+/// Reads both superblock copies and picks a valid one.
+pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Superblocks, ImageError> {
+    let mut decoded = Vec::new();
+    for at in format::SUPERBLOCK_OFFSETS {
+        let n = len.saturating_sub(at).min(format::SUPERBLOCK_BYTES) as usize;
+        let mut head = vec![0u8; n];
+        file.read_exact_at(&mut head, at).map_err(io_err(path, "read superblock"))?;
+        decoded.push(Superblock::decode(&head));
+    }
+    let kind = |e: &SuperblockError| match e {
+        SuperblockError::NotAnImage if len == 0 => ImageErrorKind::NotAnImage("empty file".to_string()),
+        SuperblockError::NotAnImage => ImageErrorKind::NotAnImage("no zblk superblock".to_string()),
+        SuperblockError::Version(found) => {
+            ImageErrorKind::WrongVersion { found: *found, supported: format::FORMAT_VERSION }
+        }
+        SuperblockError::Corrupt(_) if len < format::SUPERBLOCK_BYTES => {
+            ImageErrorKind::Truncated { len, need: 2 * format::SUPERBLOCK_BYTES }
+        }
+        SuperblockError::Corrupt(why) => ImageErrorKind::Corrupt(why.clone()),
+    };
+    let describe = |e: &SuperblockError| match e {
+        SuperblockError::NotAnImage => "no zblk magic".to_string(),
+        SuperblockError::Version(v) => format!("format version {v}"),
+        SuperblockError::Corrupt(why) => why.clone(),
+    };
+    match (&decoded[0], &decoded[1]) {
+        (Ok((a, ga, ca)), Ok((b, _, cb))) => {
+            if a != b {
+                return Err(err(
+                    path,
+                    ImageErrorKind::Corrupt(
+                        "the two superblock copies are both valid and hold different geometries (only the commit \
+                         they witness is ever rewritten): which geometry is right cannot be told"
+                            .to_string(),
+                    ),
+                ));
+            }
+            Ok(Superblocks { sb: a.clone(), geo: ga.clone(), commit: *ca.max(cb), repair: None })
+        }
+        (Ok((a, g, c)), Err(e)) | (Err(e), Ok((a, g, c))) => {
+            let which = if decoded[0].is_ok() { "second" } else { "first" };
+            Ok(Superblocks {
+                sb: a.clone(),
+                geo: g.clone(),
+                commit: *c,
+                repair: Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
+            })
+        }
+        (Err(e0), Err(e1)) => {
+            // The first copy's error names the file best, unless only the second is
+            // a zblk superblock at all.
+            let e = if matches!(e0, SuperblockError::NotAnImage) && !matches!(e1, SuperblockError::NotAnImage) {
+                e1
+            } else {
+                e0
+            };
+            let mut k = kind(e);
+            if let ImageErrorKind::Corrupt(why) = &mut k {
+                *why =
+                    format!("both superblock copies are unusable (first: {}; second: {})", describe(e0), describe(e1));
+            }
+            Err(err(path, k))
+        }
+    }
+}
+
+/// What opening found: the tables as read, and the commit the superblocks witness.
+pub(super) struct Found {
+    tables: [TableRead; 2],
+    live: LiveHeader,
+    live_entries: Result<Vec<Entry>, String>,
+    /// Whether the live entries are those the last clean close left (the header's
+    /// digest of them matches); `None` when the header records no digest.
+    live_digest_ok: Option<bool>,
+    /// The newest commit a valid superblock copy witnesses.
+    sb_commit: u64,
+    /// The live table's witness, if it checks out.
+    live_witness: Option<format::LiveWitness>,
+}
+
+/// Reads the durable tables and the live table; `sb_commit` is what the superblocks
+/// witness.
+pub(super) fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout, sb_commit: u64) -> io::Result<Found> {
+    let mut buf = vec![0u8; layout.table_bytes as usize];
+    let mut read = |off: u64| -> io::Result<Vec<u8>> {
+        media.read_at(&mut buf, off)?;
+        Ok(buf.clone())
+    };
+    let a = read(layout.table_offset[0])?;
+    let b = read(layout.table_offset[1])?;
+    let live = read(layout.live_offset)?;
+    let hdr = LiveHeader::decode(&live);
+    let live_digest_ok = match (hdr.digest, hdr.commit) {
+        (Some(d), Some(c)) => Some(d == format::live_digest(&live, c, geo.nr_zones())),
+        _ => None,
+    };
+    Ok(Found {
+        tables: [Table::read(&a, geo.nr_zones()), Table::read(&b, geo.nr_zones())],
+        live: hdr,
+        live_entries: format::decode_live_entries(&live, geo.nr_zones()),
+        live_digest_ok,
+        sb_commit,
+        live_witness: format::live_witness(&live),
+    })
+}
+
+/// What recovery decided.
+pub(super) struct Recovery {
+    pub(super) entries: Vec<Entry>,
+    pub(super) repairs: Vec<String>,
+    /// The image was not closed cleanly: punch past the write pointers.
+    pub(super) unclean: bool,
+    /// A durable table was unusable, or the tables do not hold the state taken
+    /// (or its copies contradicted each other): both are rewritten.
+    pub(super) bad_table: bool,
+    pub(super) durable_seq: u64,
+    pub(super) durable_slot: usize,
+    pub(super) durable_entries: Vec<Entry>,
+    /// The state chosen cannot be proven as new as the last commit: what may be
+    /// lost. Opening for writing is refused unless the caller accepts it.
+    pub(super) at_risk: Option<String>,
+}
+
+fn slot_name(slot: usize) -> char {
+    if slot == 0 { 'A' } else { 'B' }
+}
+
+/// Whether `entries` describe a possible state of `geo`'s zones; names the first
+/// impossible one.
+pub(crate) fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), String> {
+    if !geo.is_zoned() {
+        return if entries.is_empty() { Ok(()) } else { Err("zone entries on a regular device".to_string()) };
+    }
+    if entries.len() != geo.nr_zones() as usize {
+        return Err(format!("{} zone entries, the geometry has {} zones", entries.len(), geo.nr_zones()));
+    }
+    let lbs = u64::from(geo.lbs_sectors());
+    let infos: Vec<ZoneInfo> = entries.iter().enumerate().map(|(z, e)| e.info(geo, ZoneNo(z as u32))).collect();
+    for (z, (e, i)) in entries.iter().zip(&infos).enumerate() {
+        if e.wp_offset > i.len {
+            return Err(format!("zone {z}: write pointer offset {:#x} past the zone length {:#x}", e.wp_offset, i.len));
+        }
+        if geo.zone_is_conv(ZoneNo(z as u32)) != (e.cond == ZoneCond::NotWp) {
+            return Err(format!("zone {z}: condition {} does not fit the zone type", e.cond));
+        }
+        if e.cond == ZoneCond::NotWp && e.wp_offset != 0 {
+            return Err(format!("zone {z}: a conventional zone with a write pointer ({:#x})", e.wp_offset));
+        }
+        if e.wp_offset % lbs != 0 {
+            return Err(format!(
+                "zone {z}: write pointer offset {:#x} is not on a {}-byte logical block",
+                e.wp_offset,
+                geo.lbs_bytes()
+            ));
+        }
+        if e.cond == ZoneCond::Full && e.wp_offset != i.capacity && e.wp_offset != i.len {
+            return Err(format!(
+                "zone {z}: FULL with write pointer offset {:#x}, neither its capacity {:#x} nor its length {:#x}",
+                e.wp_offset, i.capacity, i.len
+            ));
+        }
+        if matches!(e.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen | ZoneCond::Closed) && e.wp_offset > i.capacity {
+            return Err(format!("zone {z}: {} with write pointer offset {:#x} past its capacity", e.cond, e.wp_offset));
+        }
+    }
+    let count = |f: &dyn Fn(ZoneCond) -> bool| entries.iter().filter(|e| f(e.cond)).count() as u32;
+    let open = count(&|c| matches!(c, ZoneCond::ImpOpen | ZoneCond::ExpOpen));
+    let active = open + count(&|c| c == ZoneCond::Closed);
+    if geo.max_open() != 0 && open > geo.max_open() {
+        return Err(format!("{open} open zones, more than the limit max_open={}", geo.max_open()));
+    }
+    if geo.max_active() != 0 && active > geo.max_active() {
+        return Err(format!("{active} active zones, more than the limit max_active={}", geo.max_active()));
+    }
+    ZoneSet::from_zones(geo, &infos).map(|_| ())
+}
+
+/// Decides the zone state of an image from every copy of it (see the module
+/// documentation), and what to say about it.
+///
+/// The newest commit any copy proves happened is `known`: a valid table's number, a
+/// damaged table's (its good sectors still carry it), the superblocks' and the live
+/// table's witnesses, the live header's. The state taken must be at least that new:
+/// the live table when it is trusted (same boot, or a clean close) and names
+/// `known`, else the newest valid durable table when it is `known`. Otherwise the
+/// state is older than a commit that happened: flushed writes, resets or finishes
+/// may be undone, and `at_risk` says which. So it says too when the copies
+/// contradict each other in a way no crash or power cut leaves them
+/// ([`contradictions`]): a part copied back from an older image, or writes a disk
+/// acknowledged and lost, may hide a newer commit from every copy left.
+pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<Recovery, String> {
+    let mut repairs = Vec::new();
+    // A table whose zone state is impossible is damaged too; its number stays known.
+    let tables: Vec<TableRead> = found
+        .tables
+        .into_iter()
+        .map(|t| match t {
+            TableRead::Valid(t) => match check_entries(geo, &t.entries) {
+                Ok(()) => TableRead::Valid(t),
+                Err(e) => TableRead::Damaged { seq: Some(t.seq), why: format!("impossible zone state: {e}") },
+            },
+            other => other,
+        })
+        .collect();
+    let newest = (0..2)
+        .filter_map(|s| match &tables[s] {
+            TableRead::Valid(t) => Some((s, t)),
+            _ => None,
+        })
+        .max_by_key(|(_, t)| t.seq);
+    let valid_seq = newest.map(|(_, t)| t.seq);
+    let hdr = found.live;
+    // The superblocks and the live table's witness name a commit once its table was
+    // synced: it completed.
+    let witness = found.sb_commit.max(found.live_witness.map_or(0, |w| w.completed));
+    let mut known = valid_seq.unwrap_or(0).max(witness);
+    let mut unknown_damage = false;
+    for t in &tables {
+        match t {
+            TableRead::Damaged { seq: Some(s), .. } => known = known.max(*s),
+            TableRead::Damaged { seq: None, .. } => unknown_damage = true,
+            _ => {}
+        }
+    }
+    // Tables and witnesses claim commits; the live header announces a commit
+    // before its table is written, so every commit below the one it names is
+    // complete (at a clean close, the one it names too).
+    let claims = known;
+    if let Some(c) = hdr.commit {
+        known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
+    }
+    // New tables are numbered above every number seen, so that a later torn write
+    // never mixes two tables of the same number.
+    let highest = tables
+        .iter()
+        .filter_map(|t| match t {
+            TableRead::Torn { seqs } => Some(seqs.1),
+            t => t.claimed_seq(),
+        })
+        .chain(hdr.commit)
+        .chain([witness])
+        .max()
+        .unwrap_or(0);
+    let same_boot = *boot != [0; 36] && hdr.boot_id == *boot;
+    let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
+    let clean_at = |c: u64| hdr.state == LiveState::Clean && hdr.commit == Some(c);
+    let contra =
+        contradictions(&tables, &hdr, found.sb_commit, found.live_witness, found.live_digest_ok, &live, same_boot);
+    // The live table is the state when it is trusted and has seen every known
+    // commit: never when any copy contradicts another.
+    let trusted_live = match (&live, hdr.state, hdr.commit) {
+        _ if !contra.is_empty() => None,
+        (Ok(e), LiveState::Live, Some(c)) if same_boot && c >= claims => Some(e.clone()),
+        (Ok(e), LiveState::Clean, Some(c)) if c >= claims && valid_seq != Some(c) => Some(e.clone()),
+        (Err(why), LiveState::Live, Some(_)) if same_boot => {
+            repairs.push(format!("live zone table unusable ({why}): write pointers from the last commit"));
+            None
+        }
+        _ => None,
+    };
+    for (slot, t) in tables.iter().enumerate() {
+        let other_ok = newest.is_some() || trusted_live.is_some();
+        match t {
+            TableRead::Valid(_) => {}
+            TableRead::Torn { seqs } if other_ok => repairs.push(format!(
+                "durable zone table {}: torn write of commit {} (a power cut during a commit, which was never \
+                 acknowledged); rewritten",
+                slot_name(slot),
+                seqs.1
+            )),
+            TableRead::Damaged { seq, why } if other_ok => repairs.push(format!(
+                "durable zone table {}: {why}{}; rewritten from the {}",
+                slot_name(slot),
+                seq.map_or(String::new(), |s| format!(" (it held commit {s})")),
+                if trusted_live.is_some() && valid_seq < Some(known) { "live table" } else { "other copy" }
+            )),
+            _ => {}
+        }
+    }
+    let unclean = hdr.state != LiveState::Clean;
+    let mut at_risk = None;
+    // Both tables are rewritten when they do not hold the state taken.
+    let mut rewrite = !contra.is_empty();
+    let (durable_seq, durable_slot, durable_entries, entries) = match (&trusted_live, newest) {
+        (Some(live), _) => {
+            // Durable tables are rebuilt from the live one, numbered past every
+            // commit known; the slot of the newest valid table (if any) is kept so
+            // that the damaged one is written first.
+            let slot = newest.map_or(1, |(s, _)| s);
+            let durable = newest.map_or_else(|| live.clone(), |(_, t)| t.entries.clone());
+            if hdr.state == LiveState::Clean {
+                rewrite = true;
+                repairs.push(format!(
+                    "commit {known} has no valid durable table: zone state taken from the live table, which the \
+                     clean close left equal to it{}",
+                    if found.live_digest_ok == Some(true) {
+                        " (its entries match the digest the close stored)"
+                    } else {
+                        ""
+                    }
+                ));
+            } else {
+                repairs.push(
+                    "not closed cleanly (the process using it stopped): write pointers taken from the live zone \
+                     table, which every completed write updated"
+                        .to_string(),
+                );
+            }
+            (highest, slot, durable, live.clone())
+        }
+        (None, Some((slot, t))) => {
+            let proven =
+                t.seq >= known && (!unknown_damage || clean_at(t.seq) || same_boot && hdr.commit == Some(t.seq));
+            if !contra.is_empty() {
+                let why = format!(
+                    "the image's metadata contradicts itself ({}): a part of it was copied back from an older \
+                     image, or the disk lost writes it had acknowledged, so the zone state used (commit {}, from \
+                     durable table {}) cannot be proven the newest: flushed writes, resets and finishes after it \
+                     may be undone",
+                    contra.join("; "),
+                    t.seq,
+                    slot_name(slot)
+                );
+                at_risk = Some(describe_risk(geo, t, why, &live));
+            } else if !proven {
+                at_risk = Some(describe_risk(geo, t, why_unproven(t, known, unknown_damage), &live));
+            }
+            if hdr.state != LiveState::Clean {
+                let cause = if hdr.state == LiveState::Live && !same_boot {
+                    "not closed cleanly and the machine restarted since (power loss or crash)"
+                } else {
+                    "not closed cleanly (interrupted while opening, or its live table is damaged)"
+                };
+                repairs.push(format!(
+                    "{cause}: write pointers taken from the last commit (durable table {}, commit {}); writes not \
+                     flushed since are dropped",
+                    slot_name(slot),
+                    t.seq
+                ));
+                if let Ok(old) = &live {
+                    describe_rollback(geo, old, &t.entries, &mut repairs);
+                }
+            }
+            (highest.max(t.seq), slot, t.entries.clone(), t.entries.clone())
+        }
+        (None, None) => {
+            let why = |s: usize| match &tables[s] {
+                TableRead::Valid(_) => "valid".to_string(),
+                TableRead::Torn { seqs } => format!("torn write (commits {} and {})", seqs.0, seqs.1),
+                TableRead::Damaged { why, .. } => why.clone(),
+            };
+            let live_why = match (&live, hdr.state) {
+                (Err(e), _) => e.clone(),
+                (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
+                (Ok(_), LiveState::Live) if !same_boot => "it was live in another boot".to_string(),
+                (Ok(_), _) if !contra.is_empty() => format!("the copies contradict each other: {}", contra.join("; ")),
+                (Ok(_), _) => format!("it has not seen commit {known}"),
+            };
+            return Err(format!(
+                "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted \
+                 ({live_why})",
+                why(0),
+                why(1)
+            ));
+        }
+    };
+    if unclean && geo.is_zoned() {
+        repairs.push("data past every write pointer discarded".to_string());
+    }
+    // A state taken despite a risk (accepted) is written afresh too, so that the
+    // next open finds every copy agreeing.
+    let bad_table = rewrite || at_risk.is_some() || tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
+    Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries, at_risk })
+}
+
+/// The ways the copies contradict each other that no crash, kill or power cut
+/// leaves (what each copy bounds: `docs/images.md`, "Witnesses"):
+///
+/// - no durable table, and no witness (the superblocks, the live table's last
+///   bytes), is ahead of the live header: a commit is announced there before its
+///   table is written (synced with it), and the witnesses are stored after that
+///   sync. After a restart the announcement of the last commit may have been lost
+///   with the power (a table one commit ahead); in the same boot the page cache has
+///   it, and a clean close had synced it;
+/// - after a clean close, the live entries are what the close left: the digest the
+///   header stores matches them, and a durable table of the commit it names holds
+///   the same entries.
+///
+/// Any of these broken means some part went back to an older copy (or lost writes the
+/// disk acknowledged), and then every part may have, including those that agree.
+fn contradictions(
+    tables: &[TableRead],
+    hdr: &LiveHeader,
+    sb_commit: u64,
+    live_witness: Option<format::LiveWitness>,
+    digest_ok: Option<bool>,
+    live: &Result<Vec<Entry>, String>,
+    same_boot: bool,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(c) = hdr.commit else { return found };
+    let clean = hdr.state == LiveState::Clean;
+    let slack = if clean || same_boot { 0 } else { 1 };
+    let state = match hdr.state {
+        LiveState::Clean => "clean",
+        LiveState::Live => "live",
+        LiveState::Invalid => "being rewritten",
+    };
+    for (slot, t) in tables.iter().enumerate() {
+        let seq = match t {
+            TableRead::Valid(t) => Some(t.seq),
+            TableRead::Damaged { seq, .. } => *seq,
+            TableRead::Torn { .. } => None,
+        };
+        if let Some(seq) = seq.filter(|&s| s > c + slack) {
+            found.push(format!(
+                "durable zone table {} holds commit {seq}, after commit {c} that the live header ({state}) names",
+                slot_name(slot)
+            ));
+        }
+    }
+    let completed =
+        [("the superblocks", Some(sb_commit)), ("the live table's witness", live_witness.map(|w| w.completed))];
+    for (name, w) in completed {
+        if let Some(w) = w.filter(|&w| w > c) {
+            found.push(format!("{name}: commit {w} completed, after commit {c} that the live header ({state}) names"));
+        }
+    }
+    // The entries' own witness of the commit announced: the header's (or one ahead,
+    // a process killed between the two stores) where the page cache or a clean
+    // close keeps them together; after a restart either may have lost its last
+    // store.
+    if let Some(w) = live_witness.filter(|_| clean || same_boot) {
+        let ahead = if clean { 0 } else { 1 };
+        if !(c..=c + ahead).contains(&w.announced) {
+            found.push(format!(
+                "the live entries were written under commit {}, the live header ({state}) names commit {c}",
+                w.announced
+            ));
+        }
+    }
+    if !clean {
+        return found;
+    }
+    let table_c = tables.iter().find_map(|t| match t {
+        TableRead::Valid(t) if t.seq == c => Some(t),
+        _ => None,
+    });
+    // Entries that fail their own checks are damage, told as such (the durable table
+    // is used): only entries that pass them bear witness.
+    let Ok(l) = live else { return found };
+    if digest_ok == Some(false) {
+        found.push(format!(
+            "the live table's entries are not those the clean close of commit {c} left (their digest differs)"
+        ));
+    } else if table_c.is_some_and(|t| *l != t.entries) {
+        found.push(format!(
+            "the live table's entries differ from commit {c}'s durable table, which the clean close left them equal to"
+        ));
+    }
+    found
+}
+
+/// Why the newest usable table `t` may be older than commit `known`.
+fn why_unproven(t: &Table, known: u64, unknown: bool) -> String {
+    if t.seq < known {
+        format!(
+            "the newest usable zone table holds commit {}, but commit {known} happened (its table is damaged or \
+             missing): flushed writes, resets and finishes of commits {}..={known} may be undone",
+            t.seq,
+            t.seq + 1
+        )
+    } else {
+        assert!(unknown, "a state proven as new as every commit is not at risk");
+        format!(
+            "a durable zone table is damaged beyond telling which commit it held: the newest usable one (commit {}) \
+             may be older than the last commit: flushed writes, resets and finishes after it may be undone",
+            t.seq
+        )
+    }
+}
+
+/// Says what may be lost when the state taken, the newest usable table `t`, cannot
+/// be proven the newest (`why`): that, and the zones whose live entries (if
+/// readable, though not trusted) differ from `t`.
+fn describe_risk(geo: &Geometry, t: &Table, why: String, live: &Result<Vec<Entry>, String>) -> String {
+    let mut s = why;
+    match live {
+        Ok(l) => {
+            let differ: Vec<String> = l
+                .iter()
+                .zip(&t.entries)
+                .enumerate()
+                .filter(|(_, (a, b))| a != b)
+                .map(|(z, (a, b))| {
+                    let start = geo.zone_start(ZoneNo(z as u32)).0;
+                    format!(
+                        "zone {z} (sectors {:#x}..{:#x}: {} {:#x} in the live table, {} {:#x} in commit {})",
+                        start + a.wp_offset.min(b.wp_offset),
+                        start + a.wp_offset.max(b.wp_offset),
+                        a.cond,
+                        start + a.wp_offset,
+                        b.cond,
+                        start + b.wp_offset,
+                        t.seq
+                    )
+                })
+                .collect();
+            if differ.is_empty() {
+                s.push_str("; the live table (not trusted) agrees with it on every zone");
+            } else {
+                let n = differ.len();
+                s.push_str(&format!(
+                    "; zones at risk ({n}): {}{}",
+                    differ.into_iter().take(8).collect::<Vec<_>>().join(", "),
+                    if n > 8 { ", ..." } else { "" }
+                ));
+            }
+        }
+        Err(_) => s.push_str("; which zones cannot be told (the live table is unusable too)"),
+    }
+    s.push_str(". Open read-only to copy out what is there, or accept the older state with `zblk check --repair -y`");
+    s
+}
+
+fn describe_rollback(geo: &Geometry, old: &[Entry], new: &[Entry], repairs: &mut Vec<String>) {
+    const MAX_LINES: usize = 16;
+    let mut n = 0;
+    for (z, (o, d)) in old.iter().zip(new).enumerate() {
+        if o.wp_offset > d.wp_offset && !geo.zone_is_conv(ZoneNo(z as u32)) {
+            n += 1;
+            if n <= MAX_LINES {
+                let start = geo.zone_start(ZoneNo(z as u32)).0;
+                repairs.push(format!(
+                    "zone {z} (start {start:#x}): write pointer {:#x} -> {:#x} (unflushed writes dropped)",
+                    start + o.wp_offset,
+                    start + d.wp_offset
+                ));
+            }
+        }
+    }
+    if n > MAX_LINES {
+        repairs.push(format!("... and {} more zones rolled back", n - MAX_LINES));
+    }
+}

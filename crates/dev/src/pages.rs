@@ -1,0 +1,268 @@
+//! [`PageStore`]: sparse data in 4 KiB pages, only those written (null_blk's
+//! memory backing). The in-memory device keeps its data here, and so does a simulated
+//! device served to the kernel (its timing model keeps zone state, not data).
+//!
+//! Pages live in chunks of [`CHUNK_PAGES`], and a page freed by a reset, a discard or
+//! an unmapped WRITE_ZEROES goes back to the store's free list for the next write to
+//! take, instead of back to the allocator: a served device writes and resets pages at
+//! the kernel's pace, and an allocator that returns a page to the system on every free
+//! makes every later write fault it in again (and extend its heap with a system call),
+//! which costs more than the copy itself. The store never holds more memory than its
+//! largest amount of data so far, rounded up to a chunk.
+
+use std::collections::BTreeMap;
+use zblk_core::units::{SECTOR_SIZE, Sector};
+
+/// Bytes per page (null_blk uses the page size too).
+pub const PAGE_BYTES: usize = 4096;
+const SECTORS_PER_PAGE: u64 = PAGE_BYTES as u64 / SECTOR_SIZE;
+
+/// Pages per chunk of memory the store takes from the allocator at once (1 MiB).
+pub const CHUNK_PAGES: usize = 256;
+
+type Page = [u8; PAGE_BYTES];
+
+/// A chunk of zeroed pages, from the allocator's zeroed memory: fresh pages the
+/// system hands over zeroed are not written again (a served device's first writes
+/// would otherwise pay for zeroing every page twice).
+fn zeroed_chunk() -> Box<[Page]> {
+    // `Box::new_zeroed_slice` does this from Rust 1.92; the crate builds on 1.85.
+    let layout = std::alloc::Layout::array::<Page>(CHUNK_PAGES).expect("a chunk fits in memory");
+    // SAFETY: the layout is not empty; all-zero bytes are a valid `[u8; PAGE_BYTES]`;
+    // the memory comes from the global allocator with the layout of `CHUNK_PAGES`
+    // pages, which is what the box frees it with.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Page>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CHUNK_PAGES))
+    }
+}
+
+/// Sparse data by 4 KiB page: a page exists once a byte of it is written, and every
+/// byte of no page reads as zero.
+#[derive(Debug, Clone, Default)]
+pub struct PageStore {
+    /// Page index → slot, only for pages written.
+    map: BTreeMap<u64, u32>,
+    /// The slots: slot `s` is page `s % CHUNK_PAGES` of chunk `s / CHUNK_PAGES`.
+    chunks: Vec<Box<[Page]>>,
+    /// Slots holding no page, with whether they still read as zeroes (a slot never
+    /// used), so that a page a write covers only in part starts from zeroes.
+    free: Vec<(u32, bool)>,
+}
+
+impl PageStore {
+    /// An empty store: everything reads as zeroes.
+    pub fn new() -> PageStore {
+        PageStore::default()
+    }
+
+    /// Bytes of memory holding data (whole pages).
+    pub fn resident_bytes(&self) -> u64 {
+        (self.map.len() * PAGE_BYTES) as u64
+    }
+
+    /// The sectors the store holds pages for, in order (each page's first sector and
+    /// its length in sectors): every sector outside reads as zeroes.
+    pub fn stored(&self) -> impl Iterator<Item = (Sector, u64)> + '_ {
+        self.map.keys().map(|&p| (Sector(p * SECTORS_PER_PAGE), SECTORS_PER_PAGE))
+    }
+
+    fn slot(&self, s: u32) -> &Page {
+        &self.chunks[s as usize / CHUNK_PAGES][s as usize % CHUNK_PAGES]
+    }
+
+    fn slot_mut(&mut self, s: u32) -> &mut Page {
+        &mut self.chunks[s as usize / CHUNK_PAGES][s as usize % CHUNK_PAGES]
+    }
+
+    /// The page `page` for writing, taken from the free list (or a new chunk) if it
+    /// has none; zeroed unless `whole` (the caller overwrites all of it).
+    fn page_mut(&mut self, page: u64, whole: bool) -> &mut Page {
+        let s = match self.map.get(&page) {
+            Some(&s) => s,
+            None => {
+                if self.free.is_empty() {
+                    let first = u32::try_from(self.chunks.len() * CHUNK_PAGES).expect("fewer than 2^32 pages");
+                    self.chunks.push(zeroed_chunk());
+                    self.free.extend((first..first + CHUNK_PAGES as u32).rev().map(|s| (s, true)));
+                }
+                let (s, zero) = self.free.pop().expect("a free slot");
+                if !zero && !whole {
+                    self.slot_mut(s).fill(0);
+                }
+                self.map.insert(page, s);
+                s
+            }
+        };
+        self.slot_mut(s)
+    }
+
+    /// Frees page `page` (its slot goes back to the free list).
+    fn free_page(&mut self, page: u64) {
+        if let Some(s) = self.map.remove(&page) {
+            self.free.push((s, false));
+        }
+    }
+
+    /// Calls `f(page, byte offset in it, bytes)` for each page piece of `len` bytes
+    /// from `sector`, in order.
+    fn pieces(sector: Sector, len: usize, mut f: impl FnMut(u64, usize, usize)) {
+        let mut done = 0;
+        let mut at = sector.0 * SECTOR_SIZE;
+        while done < len {
+            let (page, off) = (at / PAGE_BYTES as u64, (at % PAGE_BYTES as u64) as usize);
+            let n = (PAGE_BYTES - off).min(len - done);
+            f(page, off, n);
+            done += n;
+            at += n as u64;
+        }
+    }
+
+    /// Copies `buf.len()` bytes from `sector` into `buf`: zeroes where nothing was
+    /// written.
+    pub fn read(&self, sector: Sector, buf: &mut [u8]) {
+        let mut done = 0;
+        PageStore::pieces(sector, buf.len(), |page, off, n| {
+            match self.map.get(&page) {
+                Some(&s) => buf[done..done + n].copy_from_slice(&self.slot(s)[off..off + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        });
+    }
+
+    /// Stores `data` at `sector`, allocating the pages it touches.
+    pub fn write(&mut self, sector: Sector, data: &[u8]) {
+        let mut done = 0;
+        PageStore::pieces(sector, data.len(), |page, off, n| {
+            self.page_mut(page, n == PAGE_BYTES)[off..off + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        });
+    }
+
+    /// Bytes of pages a write of `len` bytes at `sector` would allocate.
+    pub fn new_bytes(&self, sector: Sector, len: usize) -> u64 {
+        let mut more = 0;
+        PageStore::pieces(sector, len, |page, _, _| {
+            if !self.map.contains_key(&page) {
+                more += PAGE_BYTES as u64;
+            }
+        });
+        more
+    }
+
+    /// Writes zeroes over `[sector, sector + nr_sectors)`, allocating its pages (a
+    /// WRITE_ZEROES with NOUNMAP: the memory stays in use).
+    pub fn fill_zeroes(&mut self, sector: Sector, nr_sectors: u64) {
+        let len = usize::try_from(nr_sectors * SECTOR_SIZE).expect("range fits in memory");
+        PageStore::pieces(sector, len, |page, off, n| {
+            self.page_mut(page, false)[off..off + n].fill(0);
+        });
+    }
+
+    /// Makes `[sector, sector + nr_sectors)` read as zeroes, freeing whole pages and
+    /// zeroing the partial pages at the edges (a discard, an unmapped WRITE_ZEROES, a
+    /// zone reset).
+    pub fn zero_range(&mut self, sector: Sector, nr_sectors: u64) {
+        let end = sector.0 + nr_sectors;
+        let first_full = sector.0.div_ceil(SECTORS_PER_PAGE);
+        let last_full = end / SECTORS_PER_PAGE; // exclusive
+        if first_full < last_full {
+            let doomed: Vec<u64> = self.map.range(first_full..last_full).map(|(k, _)| *k).collect();
+            for k in doomed {
+                self.free_page(k);
+            }
+        }
+        let mut zero_edge = |from: u64, to: u64| {
+            if from >= to {
+                return;
+            }
+            if let Some(&s) = self.map.get(&(from / SECTORS_PER_PAGE)) {
+                let a = ((from % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
+                let b = a + ((to - from) * SECTOR_SIZE) as usize;
+                self.slot_mut(s)[a..b].fill(0);
+            }
+        };
+        if first_full >= last_full {
+            // The range sits inside one or two pages.
+            let mid = (sector.0 / SECTORS_PER_PAGE + 1) * SECTORS_PER_PAGE;
+            zero_edge(sector.0, mid.min(end));
+            zero_edge(mid.min(end), end);
+        } else {
+            zero_edge(sector.0, first_full * SECTORS_PER_PAGE);
+            zero_edge(last_full * SECTORS_PER_PAGE, end);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_only_what_is_written_and_reads_zeroes_elsewhere() {
+        let mut s = PageStore::new();
+        assert_eq!(s.new_bytes(Sector(1), 1024), PAGE_BYTES as u64);
+        s.write(Sector(1), &[7u8; 1024]);
+        assert_eq!(s.resident_bytes(), PAGE_BYTES as u64);
+        assert_eq!(s.new_bytes(Sector(1), 1024), 0);
+        assert_eq!(s.new_bytes(Sector(7), 1024), PAGE_BYTES as u64, "crosses into the next page");
+        let mut b = vec![1u8; 2048];
+        s.read(Sector(0), &mut b);
+        assert!(b[..512].iter().all(|&x| x == 0));
+        assert!(b[512..1536].iter().all(|&x| x == 7));
+        assert!(b[1536..].iter().all(|&x| x == 0));
+        s.write(Sector(7), &[9u8; 1024]);
+        assert_eq!(s.resident_bytes(), 2 * PAGE_BYTES as u64);
+        assert_eq!(s.stored().collect::<Vec<_>>(), vec![(Sector(0), 8), (Sector(8), 8)]);
+        s.zero_range(Sector(0), 8);
+        assert_eq!(s.resident_bytes(), PAGE_BYTES as u64);
+    }
+
+    #[test]
+    fn a_freed_page_is_reused_and_reads_zeroes_where_not_written() {
+        let mut s = PageStore::new();
+        s.write(Sector(0), &[7u8; PAGE_BYTES]);
+        s.zero_range(Sector(0), 8);
+        assert_eq!(s.resident_bytes(), 0);
+        // The freed slot takes the next page; the part a write leaves reads zeroes,
+        // not the 7s it held before.
+        s.write(Sector(17), &[9u8; 512]);
+        let mut b = vec![1u8; PAGE_BYTES];
+        s.read(Sector(16), &mut b);
+        assert!(b[..512].iter().all(|&x| x == 0) && b[512..1024].iter().all(|&x| x == 9));
+        assert!(b[1024..].iter().all(|&x| x == 0), "a reused page starts from zeroes");
+        assert_eq!(s.chunks.len(), 1, "no new chunk while a slot is free");
+        // More pages than a chunk holds: a second chunk.
+        s.write(Sector(1024), &vec![3u8; (CHUNK_PAGES + 1) * PAGE_BYTES]);
+        assert_eq!(s.chunks.len(), 2);
+        let mut b = vec![0u8; PAGE_BYTES];
+        s.read(Sector(1024 + 8 * CHUNK_PAGES as u64), &mut b);
+        assert!(b.iter().all(|&x| x == 3));
+    }
+
+    #[test]
+    fn unaligned_partial_zeroing() {
+        let mut s = PageStore::new();
+        s.write(Sector(0), &[7u8; 8192]);
+        s.zero_range(Sector(3), 2);
+        let mut out = vec![0; 8192];
+        s.read(Sector(0), &mut out);
+        for i in 0..16 {
+            let expect = if (3..5).contains(&i) { 0 } else { 7 };
+            assert!(out[i * 512..(i + 1) * 512].iter().all(|&b| b == expect), "sector {i}");
+        }
+        s.zero_range(Sector(6), 9);
+        s.read(Sector(0), &mut out);
+        for i in 0..16 {
+            let expect = if (3..5).contains(&i) || (6..15).contains(&i) { 0 } else { 7 };
+            assert!(out[i * 512..(i + 1) * 512].iter().all(|&b| b == expect), "sector {i}");
+        }
+        assert_eq!(s.resident_bytes(), 2 * PAGE_BYTES as u64, "no whole page in either range");
+        s.fill_zeroes(Sector(64), 9);
+        assert_eq!(s.resident_bytes(), 4 * PAGE_BYTES as u64, "NOUNMAP zeroes allocate");
+    }
+}

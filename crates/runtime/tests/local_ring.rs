@@ -1,0 +1,165 @@
+//! A thread that owns an io_uring carries the runtime's data transfers on it
+//! (`Submitter::on_local_ring`): the transfers of what it submits (and of what its
+//! completions unplug) come out as `LocalIo`s, go on the thread's ring, and their
+//! completions, given back, complete the BIOs on that thread. Outside, transfers go to
+//! the runtime's own ring as before.
+
+use io_uring::IoUring;
+use std::sync::Arc;
+use std::sync::mpsc::channel;
+use std::thread::ThreadId;
+use zblk_core::engine::{EngineConfig, IssuePolicy};
+use zblk_core::units::Sector;
+use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
+use zblk_runtime::{AlignedBuf, Backend, Buffer, Io, IoDone, LocalIo, Runtime, RuntimeConfig, Submitter};
+
+const ZONE: u64 = 2048; // sectors (1 MiB)
+
+fn image(dir: &std::path::Path) -> FileImage {
+    let p = dir.join("img");
+    let geometry = zblk_core::geometry::GeometryParams {
+        capacity_bytes: 8 << 20,
+        zone_size_bytes: 1 << 20,
+        nr_conv: 1,
+        max_append_sectors: 0,
+        ..Default::default()
+    };
+    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+    FileImage::open(&p, &ImageOptions::default()).unwrap()
+}
+
+fn start(dir: &std::path::Path, backend: Backend) -> Option<Runtime> {
+    if let Err(e) = zblk_runtime::io_uring_available() {
+        // The local ring is io_uring itself: without it there is nothing to test.
+        eprintln!("SKIPPED local ring: io_uring is not available: {e}");
+        return None;
+    }
+    let engine = EngineConfig { policy: IssuePolicy::Zwp, ..EngineConfig::default() };
+    Some(Runtime::start(image(dir), RuntimeConfig { engine, backend, ..RuntimeConfig::default() }).unwrap())
+}
+
+/// Queues `ios` on `ring` (user data: their index), waits for all of them and gives
+/// each result back inside `on_local_ring`, repeating for what that unplugs. Returns
+/// how many transfers went through the ring.
+fn run_ring(ring: &mut IoUring, sub: &Submitter, mut ios: Vec<LocalIo>) -> usize {
+    let mut moved = 0;
+    while !ios.is_empty() {
+        for (i, io) in ios.iter().enumerate() {
+            // SAFETY: the entry's buffer is its BIO's, alive until the transfer is
+            // given back below.
+            unsafe { ring.submission().push(&io.entry().user_data(i as u64)).unwrap() };
+        }
+        ring.submit_and_wait(ios.len()).unwrap();
+        let done: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        assert_eq!(done.len(), ios.len());
+        moved += ios.len();
+        let mut slots: Vec<Option<LocalIo>> = ios.drain(..).map(Some).collect();
+        let mut next = Vec::new();
+        sub.on_local_ring(&mut next, || {
+            for (i, res) in done {
+                slots[i as usize].take().unwrap().complete(res);
+            }
+        });
+        ios = next;
+    }
+    moved
+}
+
+#[test]
+fn transfers_go_on_the_callers_ring_and_complete_on_its_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(rt) = start(dir.path(), Backend::Auto) else { return };
+    let sub = rt.submitter();
+    let mut ring = IoUring::new(64).unwrap();
+    let me = std::thread::current().id();
+    let (tx, rx) = channel::<(u64, ThreadId, IoDone)>();
+    // Four writes of one zone submitted at once: zone write plugging issues one at a
+    // time, each completion on this ring unplugs the next.
+    let mut ios = Vec::new();
+    sub.on_local_ring(&mut ios, || {
+        for i in 0..4u64 {
+            let tx = tx.clone();
+            let data = AlignedBuf::from_slice(&vec![i as u8 + 1; 4096]);
+            sub.submit(Io::write(Sector(ZONE + 8 * i), data), move |d| {
+                tx.send((i, std::thread::current().id(), d)).unwrap();
+            });
+        }
+    });
+    assert_eq!(ios.len(), 1, "one write of the zone issued, the others plugged");
+    assert_eq!(run_ring(&mut ring, &sub, ios), 4, "every write went through this ring");
+    drop(tx);
+    let mut done: Vec<(u64, ThreadId, IoDone)> = rx.iter().collect();
+    done.sort_by_key(|d| d.0);
+    assert_eq!(done.len(), 4);
+    for (i, thread, d) in &done {
+        assert_eq!(d.result, Ok(Sector(ZONE + 8 * i)), "write {i}");
+        assert_eq!(*thread, me, "write {i} completed on the ring's thread");
+    }
+    // A read on the ring gets the data back; a read outside it goes to the runtime's
+    // own ring and completes on its completion thread.
+    let (tx, rx) = channel::<(ThreadId, IoDone)>();
+    let mut ios = Vec::new();
+    let t = tx.clone();
+    sub.on_local_ring(&mut ios, || {
+        sub.submit(Io::read(Sector(ZONE), AlignedBuf::zeroed(16384)), move |d| {
+            t.send((std::thread::current().id(), d)).unwrap();
+        })
+    });
+    assert_eq!(run_ring(&mut ring, &sub, ios), 1);
+    let (thread, d) = rx.recv().unwrap();
+    assert_eq!(thread, me);
+    let Some(Buffer::Aligned(b)) = d.buf else { panic!("the read's buffer back") };
+    for i in 0..4 {
+        assert!(b[i * 4096..(i + 1) * 4096].iter().all(|&x| x == i as u8 + 1), "block {i}");
+    }
+    sub.submit(Io::read(Sector(ZONE), AlignedBuf::zeroed(4096)), move |d| {
+        tx.send((std::thread::current().id(), d)).unwrap();
+    });
+    let (thread, d) = rx.recv().unwrap();
+    assert_ne!(thread, me, "outside on_local_ring the runtime's ring carries it");
+    assert_eq!(d.result, Ok(Sector(ZONE)));
+    rt.close().unwrap();
+}
+
+#[test]
+fn a_transfer_dropped_unsubmitted_fails_its_bio_and_the_runtime_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(rt) = start(dir.path(), Backend::Auto) else { return };
+    let sub = rt.submitter();
+    let (tx, rx) = channel();
+    let mut ios = Vec::new();
+    sub.on_local_ring(&mut ios, || {
+        sub.submit(Io::write(Sector(ZONE), AlignedBuf::zeroed(4096)), move |d| tx.send(d.result).unwrap());
+    });
+    assert_eq!(ios.len(), 1);
+    drop(ios);
+    let r = rx.recv().unwrap();
+    assert!(r.is_err(), "a transfer that never ran is no write: {r:?}");
+    // Nothing is left in flight: closing does not wait forever.
+    rt.close().unwrap();
+}
+
+#[test]
+fn a_device_in_memory_completes_inside_the_submission() {
+    let geo = zblk_core::geometry::Geometry::new(&zblk_core::geometry::GeometryParams {
+        capacity_bytes: 8 << 20,
+        zone_size_bytes: 1 << 20,
+        nr_conv: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let dev = Arc::new(zblk_dev::Locked::new(zblk_dev::MemDevice::new(&geo, true), "memory", false));
+    let rt = Runtime::start(dev, RuntimeConfig::default()).unwrap();
+    let sub = rt.submitter();
+    let me = std::thread::current().id();
+    let (tx, rx) = channel();
+    let mut ios = Vec::new();
+    sub.on_local_ring(&mut ios, || {
+        sub.submit(Io::write(Sector(ZONE), AlignedBuf::zeroed(4096)), move |d| {
+            tx.send((std::thread::current().id(), d.result)).unwrap()
+        });
+    });
+    assert!(ios.is_empty(), "no descriptor, no transfer");
+    assert_eq!(rx.try_recv().unwrap(), (me, Ok(Sector(ZONE))), "done before submit returned");
+    rt.close().unwrap();
+}

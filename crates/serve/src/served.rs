@@ -1,0 +1,321 @@
+//! What a server hands the kernel's requests to: a device that serves them
+//! asynchronously and calls back when each one is done, from any thread
+//! ([`Served`]). Images, Linux zoned devices and the memory device are served by
+//! zblk's runtime ([`RuntimeServed`]); simulated devices and stacks by the simulator
+//! paced to wall-clock time ([`crate::paced`]).
+
+use crate::{BLK_ZONE_BYTES, say};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use zblk_core::bio::{BioFlags, Op, Status};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
+use zblk_core::zone::ZoneInfo;
+use zblk_dev::buf::AlignedBuf;
+use zblk_dev::{Locked, MemDevice};
+use zblk_runtime::{Buffer, Io, IoDone, Submitter};
+
+/// One request of the kernel.
+#[derive(Debug)]
+pub enum Req {
+    /// A read, write or zone append (the first `nr_sectors` of `buf` hold the write's
+    /// data, or receive the read's), a discard or write zeroes (`nr_sectors`, no
+    /// data), a flush or a zone management operation.
+    Io {
+        /// The operation.
+        op: Op,
+        /// Its sector (the zone start for zone operations and appends).
+        sector: Sector,
+        /// Its length, in sectors (0 without a range).
+        nr_sectors: u32,
+        /// FUA, NOUNMAP.
+        flags: BioFlags,
+        /// The request's buffer: at least `nr_sectors` long for reads and writes,
+        /// handed back in the [`Reply`] whatever the operation.
+        buf: AlignedBuf,
+    },
+    /// A zone report of `nr_zones` zones from zone `first`, into `buf`.
+    Report {
+        /// First zone.
+        first: u32,
+        /// Zones the kernel's buffer holds.
+        nr_zones: usize,
+        /// Where the 64-byte `struct blk_zone`s go.
+        buf: AlignedBuf,
+    },
+}
+
+impl Req {
+    /// Bytes of data the request moves (a read's, write's or append's).
+    pub fn data_len(&self) -> usize {
+        match self {
+            Req::Io { op, nr_sectors, .. } if op.has_data() => *nr_sectors as usize * SECTOR_SIZE as usize,
+            _ => 0,
+        }
+    }
+}
+
+/// A served request's outcome.
+#[derive(Debug)]
+pub struct Reply {
+    /// Bytes done, the sector of an append, or a positive errno.
+    pub result: Result<Done, i32>,
+    /// The request's buffer back.
+    pub buf: AlignedBuf,
+    /// How many bytes of `buf` go to the kernel (a read's data, a zone report).
+    pub copy_out: usize,
+}
+
+/// What a served request returns to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// Bytes transferred (0 for requests without data).
+    Bytes(i32),
+    /// A zone append: bytes, and the sector the data landed at.
+    Appended(i32, u64),
+}
+
+/// Called once with a request's [`Reply`], from any thread.
+pub type DoneFn = Box<dyn FnOnce(Reply) + Send>;
+
+/// A device the ublk queues serve.
+pub trait Served: Send + Sync {
+    /// Its geometry (what the kernel is told).
+    fn geometry(&self) -> &Geometry;
+
+    /// Serves `req`; `done` is called exactly once, maybe before this returns (on
+    /// this thread), maybe later on another.
+    fn submit(&self, req: Req, done: DoneFn);
+
+    /// The runtime behind the device, for a queue that carries the runtime's data
+    /// transfers on its own ring ([`Submitter::on_local_ring`]); `None` when there is
+    /// none (a paced simulation).
+    fn runtime(&self) -> Option<&Submitter> {
+        None
+    }
+
+    /// Whether the device keeps what is written: one that does not (a simulated
+    /// device served for its timing only) needs no write's data copied to it.
+    fn keeps_data(&self) -> bool {
+        true
+    }
+}
+
+/// A zone as the kernel's `struct blk_zone` (little-endian x86/arm layout: start, len,
+/// wp, type, cond, non_seq, reset, 4 reserved, capacity, 24 reserved).
+pub fn encode_zone(z: &ZoneInfo, out: &mut [u8]) {
+    out.fill(0);
+    out[0..8].copy_from_slice(&z.start.0.to_ne_bytes());
+    out[8..16].copy_from_slice(&z.len.to_ne_bytes());
+    out[16..24].copy_from_slice(&z.wp.0.to_ne_bytes());
+    out[24] = z.ztype.code();
+    out[25] = z.cond.code();
+    out[32..40].copy_from_slice(&z.capacity.to_ne_bytes());
+}
+
+/// How many zones of a report fit: the kernel asks from a zone start for as many as
+/// its buffer holds, never past the last zone.
+pub fn report_count(geo: &Geometry, first: u32, nr_zones: usize, buf_len: usize) -> usize {
+    let total = geo.nr_zones() as usize;
+    nr_zones.min(total.saturating_sub(first as usize)).min(buf_len / BLK_ZONE_BYTES)
+}
+
+/// A memory bound on the data a served memory device keeps: writes that would take
+/// new pages past it fail with ENOSPC (said once on standard error).
+pub struct DataLimit {
+    dev: Arc<Locked<MemDevice>>,
+    bytes: u64,
+    said: AtomicBool,
+}
+
+impl DataLimit {
+    /// At most `bytes` of data in `dev`.
+    pub fn new(dev: Arc<Locked<MemDevice>>, bytes: u64) -> DataLimit {
+        DataLimit { dev, bytes, said: AtomicBool::new(false) }
+    }
+
+    /// Whether a write of `len` bytes at `sector` (an append: into the zone at
+    /// `sector`, wherever its write pointer is) must be refused.
+    fn refuses(&self, op: Op, sector: Sector, len: usize) -> bool {
+        let dev = self.dev.lock();
+        let more = if op == Op::ZoneAppend { len as u64 } else { dev.new_bytes(sector, len) };
+        let over = more > 0 && dev.resident_bytes().saturating_add(more) > self.bytes;
+        drop(dev);
+        if over && !self.said.swap(true, Ordering::Relaxed) {
+            say(&format!(
+                "the data limit ({} bytes) is reached: further writes fail with ENOSPC (raise --data-limit, or \
+                 serve with --no-data)",
+                self.bytes
+            ));
+        }
+        over
+    }
+}
+
+/// What a server that recovers a device (its last server died) knows of the writes
+/// the kernel gives it again: the kernel's zone write plugging had at most one write
+/// per zone in flight, and the image recorded the write pointer of what completed. So
+/// the first write of a zone that ends exactly at the zone's write pointer when the
+/// server started is that write given again, whose data the image already holds: it
+/// is acknowledged without writing once the image's bytes are read back equal to it
+/// (anything else, a different write behind the write pointer, fails as ever).
+#[derive(Debug)]
+pub struct Replay {
+    /// Per zone: its write pointer at the start, until the zone's first request.
+    wps: std::sync::Mutex<Vec<Option<Sector>>>,
+    said: AtomicBool,
+}
+
+impl Replay {
+    /// The zones as the device reports them when the server starts.
+    pub fn new(zones: &[ZoneInfo]) -> Replay {
+        use zblk_core::zone::ZoneType;
+        let wps = zones.iter().map(|z| (z.ztype != ZoneType::Conventional && z.wp > z.start).then_some(z.wp)).collect();
+        Replay { wps: std::sync::Mutex::new(wps), said: AtomicBool::new(false) }
+    }
+
+    /// The write pointer zone `z` had at the start if this is the zone's first
+    /// request since, and it wrote there.
+    fn first(&self, z: ZoneNo) -> Option<Sector> {
+        let mut wps = self.wps.lock().unwrap_or_else(|p| p.into_inner());
+        wps.get_mut(z.0 as usize).and_then(Option::take)
+    }
+
+    /// Forgets every zone's window (RESET_ALL).
+    fn forget(&self) {
+        self.wps.lock().unwrap_or_else(|p| p.into_inner()).fill(None);
+    }
+}
+
+/// The image, Linux zoned device or memory device through zblk's runtime: many
+/// requests in flight per queue, each completed from the runtime's completion path,
+/// or on the queue's thread when the queue carries the runtime's transfers on its
+/// own ring or the device works in memory.
+pub struct RuntimeServed {
+    sub: Submitter,
+    geo: Geometry,
+    limit: Option<DataLimit>,
+    replay: Option<Replay>,
+}
+
+impl RuntimeServed {
+    /// Serves through `sub` a device of geometry `geo`, its written data bounded by
+    /// `limit` (a memory device).
+    pub fn new(sub: Submitter, geo: Geometry, limit: Option<DataLimit>) -> RuntimeServed {
+        RuntimeServed { sub, geo, limit, replay: None }
+    }
+
+    /// The same, serving a device recovered from a server that died: the writes
+    /// the kernel gives again are acknowledged as [`Replay`] says.
+    pub fn recovering(mut self, replay: Replay) -> RuntimeServed {
+        self.replay = Some(replay);
+        self
+    }
+
+    /// Whether `op` at `sector` is a write given again after the last server died,
+    /// whose data the image holds (as [`Replay`] says): the zone's first request
+    /// since the start, ending at its write pointer then.
+    fn replayed(&self, op: Op, sector: Sector, nr_sectors: u32) -> bool {
+        let Some(replay) = &self.replay else { return false };
+        if op == Op::ZoneResetAll {
+            replay.forget();
+            return false;
+        }
+        if !op.has_range() && !op.is_zone_mgmt() || sector.0 >= self.geo.nr_sectors() {
+            return false;
+        }
+        let wp = replay.first(self.geo.zone_no(sector));
+        op == Op::Write && wp.is_some_and(|wp| sector < wp && sector + u64::from(nr_sectors) == wp)
+    }
+
+    /// Acknowledges the write given again once the device's bytes are read back equal
+    /// to its data; fails it as a write behind the write pointer otherwise.
+    fn acknowledge_replayed(&self, sector: Sector, len: usize, buf: AlignedBuf, done: DoneFn) {
+        let said = self.replay.as_ref().is_some_and(|r| r.said.swap(true, Ordering::Relaxed));
+        self.sub.submit(Io::read(sector, AlignedBuf::zeroed(len)), move |d: IoDone| {
+            let same = d.result.is_ok() && matches!(&d.buf, Some(Buffer::Aligned(r)) if r[..] == buf[..len]);
+            if same && !said {
+                say(&format!(
+                    "the write at sector {} that was in flight when the last server died is in the image: \
+                     acknowledged without writing it again (said once)",
+                    sector.0
+                ));
+            }
+            let result = if same { Ok(Done::Bytes(len as i32)) } else { Err(Status::Unaligned.errno()) };
+            done(Reply { result, buf, copy_out: 0 });
+        });
+    }
+
+    fn report(&self, first: u32, nr_zones: usize, mut buf: AlignedBuf, done: DoneFn) {
+        let count = report_count(&self.geo, first, nr_zones, buf.len());
+        let mut result = Ok(Done::Bytes((count * BLK_ZONE_BYTES) as i32));
+        for i in 0..count {
+            let start = self.geo.zone_start(ZoneNo(first + i as u32));
+            match self.sub.zone_info(start) {
+                Ok(z) => encode_zone(&z, &mut buf[i * BLK_ZONE_BYTES..(i + 1) * BLK_ZONE_BYTES]),
+                Err(s) => {
+                    result = Err(s.errno());
+                    break;
+                }
+            }
+        }
+        let copy_out = if result.is_ok() { count * BLK_ZONE_BYTES } else { 0 };
+        done(Reply { result, buf, copy_out });
+    }
+}
+
+impl Served for RuntimeServed {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    fn runtime(&self) -> Option<&Submitter> {
+        Some(&self.sub)
+    }
+
+    fn submit(&self, req: Req, done: DoneFn) {
+        let len = req.data_len();
+        let (op, sector, nr_sectors, flags, buf) = match req {
+            Req::Report { first, nr_zones, buf } => return self.report(first, nr_zones, buf, done),
+            Req::Io { op, sector, nr_sectors, flags, buf } => (op, sector, nr_sectors, flags, buf),
+        };
+        if matches!(op, Op::Write | Op::ZoneAppend) && self.limit.as_ref().is_some_and(|l| l.refuses(op, sector, len)) {
+            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: 0 });
+        }
+        if self.replayed(op, sector, nr_sectors) {
+            return self.acknowledge_replayed(sector, len, buf, done);
+        }
+        // The buffer travels with a data I/O; the others leave it here until done.
+        let (io, spare) = match op {
+            Op::Read => (Io::read(sector, buf).with_len(len), None),
+            Op::Write => (Io::write(sector, buf).with_len(len), None),
+            Op::ZoneAppend => (Io::append(sector, buf).with_len(len), None),
+            Op::WriteZeroes => (Io::write_zeroes(sector, nr_sectors), Some(buf)),
+            Op::Discard => (Io::discard(sector, nr_sectors), Some(buf)),
+            Op::Flush => (Io::flush(), Some(buf)),
+            op => (Io::zone(op, sector), Some(buf)),
+        };
+        self.sub.submit(io.with_flags(flags), move |d: IoDone| {
+            let buf = match (d.buf, spare) {
+                (Some(Buffer::Aligned(a)), None) => a,
+                (None, Some(b)) => b,
+                _ => unreachable!("the runtime hands back the buffer it was given"),
+            };
+            let (result, copy_out) = outcome(op, len, d.result);
+            done(Reply { result, buf, copy_out });
+        });
+    }
+}
+
+/// The kernel's view of a finished I/O of `len` bytes.
+pub fn outcome(op: Op, len: usize, r: Result<Sector, Status>) -> (Result<Done, i32>, usize) {
+    match r {
+        Err(s) => (Err(s.errno()), 0),
+        Ok(at) => match op {
+            Op::ZoneAppend => (Ok(Done::Appended(len as i32, at.0)), 0),
+            Op::Read => (Ok(Done::Bytes(len as i32)), len),
+            Op::Write => (Ok(Done::Bytes(len as i32)), 0),
+            _ => (Ok(Done::Bytes(0)), 0),
+        },
+    }
+}

@@ -1,0 +1,230 @@
+//! The kernel's side of serving (feature `ublk`): a zoned ublk block device whose
+//! queues serve every request through a [`Served`] device ([`serve`]).
+//!
+//! The ublk driver requires `UBLK_F_USER_COPY` with `UBLK_F_ZONED` (it refuses a zoned
+//! device without it: zone reports travel back through the character device), so data
+//! moves with `pread`/`pwrite` on `/dev/ublkcN` at each request's user-copy position.
+
+mod queue;
+mod request;
+
+pub use request::served_summary;
+
+use crate::served::Served;
+use crate::{ServeError, io_buf_bytes};
+use libublk::ctrl::UblkCtrl;
+use libublk::io::UblkDev;
+use libublk::{UblkFlags, sys};
+use std::sync::Arc;
+use zblk_core::geometry::Geometry;
+use zblk_core::units::SECTOR_SIZE;
+
+/// How to serve.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeConfig {
+    /// Hardware queues of the ublk device, one serving thread each.
+    pub queues: u16,
+    /// Requests per queue the kernel may have in flight.
+    pub depth: u16,
+    /// The kernel sees a rotational disk (`queue/rotational`).
+    pub rotational: bool,
+    /// What becomes of the device if the server dies.
+    pub recovery: Recovery,
+}
+
+/// A server that dies (SIGKILL, a crash) without stopping its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// The kernel removes the device and fails its I/O.
+    None,
+    /// The device is added recoverable (`UBLK_F_USER_RECOVERY` with
+    /// `UBLK_F_USER_RECOVERY_REISSUE`): if the server dies, the kernel keeps
+    /// `/dev/ublkbN`, holds the I/O sent meanwhile, and gives what was in flight again
+    /// to the next server, which [`Recovery::Recover`] starts.
+    Recoverable,
+    /// Serves recoverable device `N`, left quiesced by a server that died: its queues
+    /// and depth are the device's, its geometry must be the served device's.
+    Recover(u32),
+}
+
+/// The control flags of a zoned ublk device served by zblk.
+fn ctrl_flags(recoverable: bool) -> u64 {
+    let recovery = sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE;
+    u64::from(sys::UBLK_F_USER_COPY | sys::UBLK_F_ZONED | if recoverable { recovery } else { 0 })
+}
+
+/// The control of the device to serve: a new one, or recoverable device `id` taken
+/// over after its server died.
+fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
+    let builder = libublk::ctrl::UblkCtrlBuilder::default().name("zblk").io_buf_bytes(io_buf_bytes(geo));
+    let Recovery::Recover(id) = cfg.recovery else {
+        return builder
+            .nr_queues(cfg.queues)
+            .depth(cfg.depth)
+            .ctrl_flags(ctrl_flags(cfg.recovery == Recovery::Recoverable))
+            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+            .build()
+            .map_err(|e| ublk_error("adding the ublk device", e));
+    };
+    let dev = format!("/dev/ublkb{id}");
+    let old = UblkCtrl::new_simple(id as i32).map_err(|e| ublk_error(&format!("{dev}: reading its state"), e))?;
+    let info = old.dev_info();
+    if info.flags & u64::from(sys::UBLK_F_USER_RECOVERY) == 0 {
+        return Err(ServeError(format!(
+            "{dev} was not added recoverable (zblk serve --recoverable): it cannot be recovered"
+        )));
+    }
+    if info.state != sys::UBLK_S_DEV_QUIESCED as u16 {
+        let state = match u32::from(info.state) {
+            sys::UBLK_S_DEV_LIVE => "live: its server is running",
+            sys::UBLK_S_DEV_DEAD => "stopped",
+            _ => "not quiesced",
+        };
+        return Err(ServeError(format!("{dev} is {state}: only a device whose server died can be recovered")));
+    }
+    let mut params = sys::ublk_params::default();
+    old.get_params(&mut params).map_err(|e| ublk_error(&format!("{dev}: reading its parameters"), e))?;
+    let (b, z) = (params.basic, params.zoned);
+    let lbs_shift = geo.lbs_bytes().trailing_zeros() as u8;
+    if b.dev_sectors != geo.nr_sectors()
+        || u64::from(b.chunk_sectors) != geo.zone_sectors()
+        || b.logical_bs_shift != lbs_shift
+        || z.max_open_zones != geo.max_open()
+        || z.max_active_zones != geo.max_active()
+    {
+        return Err(ServeError(format!(
+            "{dev} has another geometry ({} sectors, zones of {} sectors, {}-byte blocks, max open {}, max active              {}) than the device to serve ({} sectors, zones of {} sectors, {}-byte blocks, max open {}, max active {})",
+            b.dev_sectors,
+            b.chunk_sectors,
+            1u32 << b.logical_bs_shift,
+            z.max_open_zones,
+            z.max_active_zones,
+            geo.nr_sectors(),
+            geo.zone_sectors(),
+            geo.lbs_bytes(),
+            geo.max_open(),
+            geo.max_active()
+        )));
+    }
+    old.start_user_recover().map_err(|e| ublk_error(&format!("{dev}: starting its recovery"), e))?;
+    libublk::ctrl::UblkCtrlBuilder::default()
+        .name("zblk")
+        .id(id as i32)
+        .nr_queues(info.nr_hw_queues)
+        .depth(info.queue_depth)
+        .io_buf_bytes(info.max_io_buf_bytes)
+        .ctrl_flags(ctrl_flags(true))
+        .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+        .build()
+        .map_err(|e| ublk_error(&format!("{dev}: recovering"), e))
+}
+
+/// The device the kernel made, once it is ready.
+#[derive(Clone, Debug)]
+pub struct Ready {
+    /// `/dev/ublkbN`.
+    pub device: String,
+    /// `N`.
+    pub id: u32,
+}
+
+/// Adds a zoned ublk device serving `served`, runs `until_stop` once the kernel has it
+/// (its zones revalidated, the block device present) and stops the device when
+/// `until_stop` returns. Returns once every queue has ended.
+pub fn serve(
+    cfg: &ServeConfig,
+    served: Arc<dyn Served>,
+    until_stop: impl FnOnce(&Ready) + Send + Sync + 'static,
+) -> Result<(), ServeError> {
+    let geo = served.geometry().clone();
+    crate::check_geometry(&geo)?;
+    let ctrl = control(cfg, &geo)?;
+    let rotational = cfg.rotational;
+    let tgt_init = move |dev: &mut UblkDev| {
+        set_params(dev, &geo, rotational);
+        // Room on each queue's ring beside a command per tag: the eventfd read, and
+        // the runtime's transfers for the tags' requests.
+        dev.tgt.sq_depth = dev.tgt.sq_depth.saturating_mul(2).saturating_add(1);
+        dev.tgt.cq_depth = dev.tgt.cq_depth.saturating_mul(2).saturating_add(1);
+        Ok(())
+    };
+    let q_fn = move |qid: u16, dev: &UblkDev| queue::serve_queue(qid, dev, &served);
+    let wait = move |ctrl: &UblkCtrl| {
+        until_stop(&Ready { device: ctrl.get_bdev_path(), id: ctrl.dev_info().dev_id });
+        // Removing the device makes the kernel fail its pending commands: the queue
+        // threads then return, and run_target joins them.
+        let _ = ctrl.kill_dev();
+    };
+    ctrl.run_target(tgt_init, q_fn, wait).map_err(|e| ublk_error("serving the ublk device", e))?;
+    Ok(())
+}
+
+fn ublk_error(what: &str, e: libublk::UblkError) -> ServeError {
+    let text = e.to_string();
+    let hint = if text.contains("EPERM") || text.contains("-1)") || text.contains("EACCES") {
+        " (not permitted: run as root)"
+    } else if text.contains("EINVAL") || text.contains("-22") {
+        " (the kernel refused the device: zoned ublk needs Linux 6.6 or later with CONFIG_BLK_DEV_ZONED)"
+    } else if text.contains("IO failure") {
+        // libublk records each device it adds in /run/ublksrvd/N.json.
+        " (the ublk library writes /run/ublksrvd/: it must be writable)"
+    } else {
+        ""
+    };
+    ServeError(format!("{what}: {text}{hint}"))
+}
+
+/// The parameters the kernel's queue limits come from.
+fn set_params(dev: &mut UblkDev, geo: &Geometry, rotational: bool) {
+    let lbs_shift = geo.lbs_bytes().trailing_zeros() as u8;
+    let io_sectors = io_buf_bytes(geo) / SECTOR_SIZE as u32;
+    let max_sectors = geo.max_sectors().min(io_sectors);
+    let zone_sectors = geo.zone_sectors() as u32;
+    // Appends the device takes natively go to it; otherwise zblk emulates them (a
+    // plugged write), one request each, never split: either way the kernel may send
+    // one as large as a request.
+    let append = geo.append_limit_sectors().min(max_sectors).min(zone_sectors);
+    // The ublk driver refuses a zoned device without zone append: a device that has
+    // none at all (a striped stack) is given the request size too, and fails each
+    // append it gets (EOPNOTSUPP) rather than not being served.
+    let append = if append == 0 { max_sectors.min(zone_sectors) } else { append };
+    let tgt = &mut dev.tgt;
+    tgt.dev_size = geo.nr_sectors() * SECTOR_SIZE;
+    tgt.params = sys::ublk_params {
+        types: sys::UBLK_PARAM_TYPE_BASIC | sys::UBLK_PARAM_TYPE_ZONED | sys::UBLK_PARAM_TYPE_DISCARD,
+        basic: sys::ublk_param_basic {
+            // A volatile cache with FUA: the kernel sends FLUSH and FUA, which reach
+            // the image's durable state before they complete.
+            attrs: sys::UBLK_ATTR_VOLATILE_CACHE
+                | sys::UBLK_ATTR_FUA
+                | if rotational { sys::UBLK_ATTR_ROTATIONAL } else { 0 },
+            logical_bs_shift: lbs_shift,
+            physical_bs_shift: lbs_shift,
+            io_opt_shift: lbs_shift,
+            io_min_shift: lbs_shift,
+            max_sectors,
+            chunk_sectors: zone_sectors,
+            dev_sectors: geo.nr_sectors(),
+            ..Default::default()
+        },
+        // DISCARD and WRITE_ZEROES go through zblk's engine as it takes them: a
+        // discard deallocates a conventional zone's range (a sequential zone refuses
+        // it: its space is freed by a reset); WRITE_ZEROES is a write at a sequential
+        // zone's write pointer, unmapped unless the kernel sets NOUNMAP. Neither
+        // crosses a zone, as the kernel splits at most at these sizes.
+        discard: sys::ublk_param_discard {
+            discard_granularity: geo.lbs_bytes(),
+            max_discard_sectors: zone_sectors,
+            max_write_zeroes_sectors: geo.max_write_zeroes_sectors().min(zone_sectors),
+            max_discard_segments: 1,
+            ..Default::default()
+        },
+        zoned: sys::ublk_param_zoned {
+            max_open_zones: geo.max_open(),
+            max_active_zones: geo.max_active(),
+            max_zone_append_sectors: append,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+}

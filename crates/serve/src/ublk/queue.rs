@@ -1,0 +1,293 @@
+//! One ublk queue: its thread takes every request the kernel sends on the queue's
+//! ring, hands it to the served device at once (as many in flight as the kernel's
+//! queue depth), and commits each when the device is done.
+//!
+//! The queue's thread does as much of the work as it can itself, because every hand-off
+//! to another thread costs two context switches, more than the work on a memory
+//! device or a file in the page cache:
+//!
+//! - the runtime's data transfers for the requests this thread submits (and for those
+//!   its completions unplug) go on the queue's own ring, beside the kernel's commands
+//!   ([`zblk_runtime::Submitter::on_local_ring`]), and their completions come back to
+//!   this thread, which completes the request and commits it at once;
+//! - a device that works in memory completes the request inside the submission;
+//! - a request completed on another thread (a flush done by a worker, a paced
+//!   simulation's completion) is posted to the queue's mailbox, whose eventfd the
+//!   ring reads to wake the thread.
+//!
+//! Each tag has a page-aligned buffer of the largest request (the device's
+//! `max_io_buf_bytes`), lent to the device while
+//! its request is in flight: the runtime moves an image's data through its `O_DIRECT`
+//! descriptor straight from and to it.
+
+use super::request::{copy_from_kernel, copy_report_to_kernel, copy_to_kernel, decode};
+use crate::served::{Done, Reply, Req, Served};
+use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
+use libublk::{BufDesc, UblkIORes};
+use slab::Slab;
+use std::cell::{Cell, RefCell};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use zblk_core::bio::Op;
+use zblk_core::units::SECTOR_SIZE;
+use zblk_dev::buf::AlignedBuf;
+use zblk_runtime::LocalIo;
+
+/// The `op` of a target entry on the queue's ring that reads the mailbox's eventfd.
+const OP_WAKE: u32 = 1;
+/// The `op` of a target entry that carries one of the runtime's transfers (its tag
+/// field is the transfer's key in the queue's table).
+const OP_TRANSFER: u32 = 2;
+
+/// Completions waiting for their queue's thread: only the queue's thread may commit
+/// (its ring carries the kernel's commands), so a request finished on another thread
+/// is posted here and the thread is woken through an eventfd its ring reads.
+struct Mailbox {
+    done: Mutex<Vec<(u16, Reply)>>,
+    efd: OwnedFd,
+}
+
+impl Mailbox {
+    fn post(&self, tag: u16, r: Reply) {
+        self.done.lock().unwrap_or_else(|p| p.into_inner()).push((tag, r));
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: efd is an open eventfd, the buffer 8 bytes. A full counter (never
+        // reached: the ring reads it) or a closed ring loses nothing: the vector holds
+        // the completion.
+        unsafe { libc::write(self.efd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+thread_local! {
+    /// The mailbox of the queue this thread serves: a completion that runs here goes
+    /// to [`READY`] instead.
+    static HOME: Cell<*const Mailbox> = const { Cell::new(std::ptr::null()) };
+    /// Requests completed on the queue's own thread, committed when its handler
+    /// returns.
+    static READY: RefCell<Vec<(u16, Reply)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What a tag's request is, for its commit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Data,
+    Report,
+}
+
+/// The queue's state, owned by its thread.
+struct Queue {
+    cdev: i32,
+    served: Arc<dyn Served>,
+    mailbox: Arc<Mailbox>,
+    /// Each tag's buffer, `None` while its request is in flight.
+    bufs: Vec<Option<AlignedBuf>>,
+    kinds: Vec<Kind>,
+    /// The runtime's transfers on this ring, by key (the entries' tag field).
+    transfers: Slab<LocalIo>,
+    /// Transfers the runtime just handed over, to queue.
+    fresh: Vec<LocalIo>,
+    /// The eventfd read's target: leaked on purpose, as the ring may still complete
+    /// the read after the queue's thread has stopped serving.
+    counter: *mut u64,
+}
+
+/// Serves queue `qid` of `dev` until the device stops.
+pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
+    // SAFETY: eventfd takes no pointer; a negative result is checked.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        crate::say(&format!("ublk queue {qid}: eventfd: {}", std::io::Error::last_os_error()));
+        return;
+    }
+    // SAFETY: efd was just opened and is owned by nobody else.
+    let mailbox = Arc::new(Mailbox { done: Mutex::new(Vec::new()), efd: unsafe { OwnedFd::from_raw_fd(efd) } });
+    HOME.with(|h| h.set(Arc::as_ptr(&mailbox)));
+    let depth = dev.dev_info.queue_depth as usize;
+    let mut st = Queue {
+        cdev: dev.tgt.fds[0],
+        served: Arc::clone(served),
+        mailbox,
+        bufs: (0..depth).map(|_| Some(AlignedBuf::zeroed(dev.dev_info.max_io_buf_bytes as usize))).collect(),
+        kinds: vec![Kind::Data; depth],
+        transfers: Slab::new(),
+        fresh: Vec::new(),
+        counter: Box::leak(Box::new(0u64)),
+    };
+    let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None)))
+    {
+        Ok(q) => q,
+        Err(e) => {
+            crate::say(&format!("ublk queue {qid}: {e}"));
+            return;
+        }
+    };
+    st.arm_wake(&queue);
+    queue.wait_and_handle_io(|q, tag, io| st.handle(q, tag, io));
+    st.drain(&queue);
+    HOME.with(|h| h.set(std::ptr::null()));
+}
+
+impl Queue {
+    fn handle(&mut self, q: &UblkQueue, tag: u16, io: &UblkIOCtx) {
+        if io.is_tgt_io() {
+            match UblkIOCtx::user_data_to_op(io.user_data()) {
+                OP_TRANSFER => {
+                    let t = self.transfers.remove(tag as usize);
+                    let res = io.result();
+                    self.on_ring(|| t.complete(res));
+                }
+                _ => {
+                    let posted = std::mem::take(&mut *self.mailbox.done.lock().unwrap_or_else(|p| p.into_inner()));
+                    for (tag, reply) in posted {
+                        self.commit(q, tag, reply);
+                    }
+                    if !q.is_stopping() {
+                        self.arm_wake(q);
+                    }
+                }
+            }
+        } else {
+            self.request(q, tag);
+        }
+        self.queue_transfers(q);
+        let ready = READY.with(|r| std::mem::take(&mut *r.borrow_mut()));
+        for (tag, reply) in ready {
+            self.commit(q, tag, reply);
+        }
+    }
+
+    /// Runs `f` with the runtime's transfers taken for this ring.
+    fn on_ring(&mut self, f: impl FnOnce()) {
+        match self.served.runtime() {
+            Some(sub) => sub.on_local_ring(&mut self.fresh, f),
+            None => f(),
+        }
+    }
+
+    /// A new request on `tag`: its data copied in, handed to the device.
+    fn request(&mut self, q: &UblkQueue, tag: u16) {
+        let buf = self.bufs[tag as usize].take().expect("a tag's buffer is home when the kernel sends on it");
+        let pos = UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
+        let mut req = match decode(self.served.geometry(), q.get_iod(tag), buf) {
+            Ok(req) => req,
+            Err((errno, buf)) => return self.finish(q, tag, buf, Err(errno)),
+        };
+        // (A device that keeps no data needs none: its writes' data is not copied in.)
+        if let Req::Io { op: Op::Write | Op::ZoneAppend, nr_sectors, buf, .. } = &mut req
+            && self.served.keeps_data()
+        {
+            let len = *nr_sectors as usize * SECTOR_SIZE as usize;
+            if let Err(e) = copy_from_kernel(self.cdev, pos, &mut buf[..len]) {
+                let buf = std::mem::replace(buf, AlignedBuf::zeroed(0));
+                return self.finish(q, tag, buf, Err(e));
+            }
+        }
+        self.kinds[tag as usize] = if matches!(req, Req::Report { .. }) { Kind::Report } else { Kind::Data };
+        let mb = Arc::clone(&self.mailbox);
+        let served = Arc::clone(&self.served);
+        self.on_ring(move || {
+            served.submit(
+                req,
+                Box::new(move |r| {
+                    if HOME.with(|h| std::ptr::eq(h.get(), Arc::as_ptr(&mb))) {
+                        READY.with(|v| v.borrow_mut().push((tag, r)));
+                    } else {
+                        mb.post(tag, r);
+                    }
+                }),
+            )
+        });
+    }
+
+    /// Queues the transfers the runtime handed over on the ring.
+    fn queue_transfers(&mut self, q: &UblkQueue) {
+        for t in self.fresh.drain(..) {
+            let entry = t.entry();
+            let key = self.transfers.insert(t);
+            let tag = u16::try_from(key).expect("fewer transfers in flight than the engine's queue depth");
+            let entry = entry.user_data(UblkIOCtx::build_user_data(tag, OP_TRANSFER, 0, true));
+            if let Err(e) = q.ublk_submit_sqe_sync(entry) {
+                // The ring is gone: the transfer never started.
+                crate::say(&format!("ublk queue {}: queueing a transfer: {e}", q.get_qid()));
+                self.transfers.remove(key).complete(-libc::EIO);
+            }
+        }
+    }
+
+    /// Copies out what the request returns and commits it.
+    fn commit(&mut self, q: &UblkQueue, tag: u16, reply: Reply) {
+        let Reply { result, mut buf, copy_out } = reply;
+        let pos = UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
+        let res = match (result, self.kinds[tag as usize]) {
+            (Ok(_), Kind::Report) => copy_report_to_kernel(self.cdev, pos, &mut buf, copy_out),
+            (Ok(d), Kind::Data) if copy_out > 0 => copy_to_kernel(self.cdev, pos, &buf[..copy_out]).map(|_| d),
+            (r, _) => r,
+        };
+        self.finish(q, tag, buf, res);
+    }
+
+    /// Takes the tag's buffer back and commits its result to the kernel (which
+    /// fetches the tag's next request).
+    fn finish(&mut self, q: &UblkQueue, tag: u16, buf: AlignedBuf, res: Result<Done, i32>) {
+        assert!(self.bufs[tag as usize].replace(buf).is_none(), "tag {tag} committed twice");
+        let res = match res {
+            Ok(Done::Bytes(n)) => UblkIORes::Result(n),
+            Ok(Done::Appended(n, lba)) => UblkIORes::FatRes(libublk::UblkFatRes::ZonedAppendRes((n, lba))),
+            Err(errno) => UblkIORes::Result(-errno),
+        };
+        // A stopping device refuses the commit: nothing waits for it any more.
+        let _ = q.complete_io_cmd_unified(tag, BufDesc::Slice(&[]), Ok(res));
+    }
+
+    /// Arms the read of the mailbox's eventfd on the queue's ring.
+    fn arm_wake(&self, q: &UblkQueue) {
+        let fd = io_uring::types::Fd(self.mailbox.efd.as_raw_fd());
+        let sqe = io_uring::opcode::Read::new(fd, self.counter.cast(), 8)
+            .build()
+            .user_data(UblkIOCtx::build_user_data(0, OP_WAKE, 0, true));
+        if let Err(e) = q.ublk_submit_sqe_sync(sqe) {
+            crate::say(&format!("ublk queue {}: arming its completion wake-up: {e}", q.get_qid()));
+        }
+    }
+
+    /// Once the kernel has stopped the queue: waits for the transfers still on the
+    /// ring (their buffers are the tags', which must outlive them) and completes them.
+    fn drain(&mut self, q: &UblkQueue) {
+        while !self.transfers.is_empty() {
+            let reaped = libublk::io::with_task_io_ring_mut(|r| {
+                match r.submit_and_wait(1) {
+                    Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return Err(e),
+                    _ => {}
+                }
+                let transfer = |c: &io_uring::cqueue::Entry| {
+                    c.user_data() & libublk::UblkUringData::Target as u64 != 0
+                        && UblkIOCtx::user_data_to_op(c.user_data()) == OP_TRANSFER
+                };
+                Ok(r.completion()
+                    .filter(transfer)
+                    .map(|c| (UblkIOCtx::user_data_to_tag(c.user_data()) as usize, c.result()))
+                    .collect::<Vec<_>>())
+            });
+            let done = match reaped {
+                Ok(done) => done,
+                Err(e) => {
+                    crate::say(&format!("ublk queue {}: waiting for its transfers: {e}", q.get_qid()));
+                    // The kernel may still own the buffers: leaked rather than freed
+                    // under it.
+                    std::mem::forget(std::mem::take(&mut self.bufs));
+                    for (_, t) in std::mem::take(&mut self.transfers) {
+                        t.complete(-libc::EIO);
+                    }
+                    break;
+                }
+            };
+            for (key, res) in done {
+                let t = self.transfers.remove(key);
+                self.on_ring(|| t.complete(res));
+            }
+            self.queue_transfers(q);
+        }
+        // Whatever completed meanwhile finds no device to commit to.
+        READY.with(|r| r.borrow_mut().clear());
+    }
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The table of scripts/serve-vs-peers: IOPS per device and job (median of the rounds,
+then each round), and the ratios zblk is held to. Usage: serve-vs-peers.py DIR ROUNDS
+"DEVICES" [JSON_OUT]."""
+import json
+import statistics
+import sys
+
+share, rounds, devices = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+json_out = sys.argv[4] if len(sys.argv) > 4 else ""
+JOBS = [("w4k", "write", "4K randwrite psync QD1"), ("w512", "write", "512B randwrite psync QD1"),
+        ("w128k", "write", "128K randwrite uring QD16 8 open"), ("r4k", "read", "4K randread uring QD16")]
+NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev nullb (memory)",
+         "zblk-img": "zblk serve IMG (tmpfs)", "rublk-ram": "rublk zoned, RAM",
+         "rublk-file": "rublk zoned, file (tmpfs)"}
+
+
+def iops(r, dev, job, rw):
+    try:
+        text = open(f"{share}/r{r}-{dev}-{job}.json").read()
+        j = json.loads(text[text.index("{"):])["jobs"][0]
+        return None if j["error"] else j[rw]["iops"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+rows = {(d, j): [iops(r, d, j, rw) for r in range(1, rounds + 1)] for d in devices for j, rw, _ in JOBS}
+med = {k: statistics.median([x for x in v if x is not None]) if any(x is not None for x in v) else None
+       for k, v in rows.items()}
+
+
+def fmt(x):
+    return "failed" if x is None else f"{x:,.0f}"
+
+
+print("IOPS in the emulated guest (QEMU TCG, one boot; median of %d rounds, then each round)" % rounds)
+print()
+print("| device | " + " | ".join(title for _, _, title in JOBS) + " |")
+print("|---|" + "---|" * len(JOBS))
+for d in devices:
+    cells = []
+    for j, _, _ in JOBS:
+        each = " / ".join(fmt(x) for x in rows[(d, j)])
+        cells.append(f"**{fmt(med[(d, j)])}** ({each})" if rounds > 1 else fmt(med[(d, j)]))
+    print(f"| {NAMES[d]} | " + " | ".join(cells) + " |")
+
+TARGETS = [
+    ("zblk-mem", "rublk-ram", ["w4k", "w128k", "r4k"], 1.0, "zblk memory / rublk RAM"),
+    ("zblk-img", "zblk-mem", ["w4k", "w128k", "r4k"], 0.8, "zblk IMG / zblk memory"),
+    ("zblk-img", "rublk-file", ["w4k", "w128k", "r4k"], 1.0, "zblk IMG / rublk file"),
+    ("zblk-mem", "rublk-ram", ["w512"], 1.0, "512 B writes: zblk memory / rublk RAM"),
+    ("zblk-mem", "nullb", ["r4k"], 0.9, "reads: zblk memory / null_blk"),
+    ("rublk-ram", "nullb", ["r4k"], None, "reads: rublk RAM / null_blk (for reference)"),
+]
+print()
+print("| ratio (medians) | job | ratio | target | met |")
+print("|---|---|---|---|---|")
+out = []
+for a, b, jobs, target, title in TARGETS:
+    if a not in devices or b not in devices:
+        continue
+    for j in jobs:
+        x, y = med[(a, j)], med[(b, j)]
+        r = x / y if x is not None and y else None
+        met = "" if target is None else ("yes" if r is not None and r >= target else "**no**")
+        tgt = "" if target is None else f">= {target:.1f}"
+        print(f"| {title} | {j} | {'-' if r is None else f'{r:.2f}'} | {tgt} | {met} |")
+        out.append({"ratio": title, "job": j, "value": r, "target": target})
+if json_out:
+    with open(json_out, "w") as f:
+        json.dump({"rounds": rounds, "iops": [{"device": d, "job": j, "each": rows[(d, j)], "median": med[(d, j)]}
+                                              for d in devices for j, _, _ in JOBS], "ratios": out}, f, indent=1)
