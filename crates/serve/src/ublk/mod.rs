@@ -47,6 +47,12 @@ pub enum Recovery {
     Recover(u32),
 }
 
+/// Each queue's thread runs on one CPU of the queue's CPUs (one picked at random, as
+/// rublk and ublksrv do), not on all of them: a thread the scheduler moves between
+/// CPUs loses its cache and, when one queue covers every CPU, keeps meeting the
+/// submitter on a CPU it then has to wake from idle.
+const QUEUE_AFFINITY: UblkFlags = UblkFlags::UBLK_DEV_F_SINGLE_CPU_AFFINITY;
+
 /// The control flags of a zoned ublk device served by zblk.
 fn ctrl_flags(recoverable: bool) -> u64 {
     let recovery = sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE;
@@ -62,7 +68,7 @@ fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
             .nr_queues(cfg.queues)
             .depth(cfg.depth)
             .ctrl_flags(ctrl_flags(cfg.recovery == Recovery::Recoverable))
-            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV | QUEUE_AFFINITY)
             .build()
             .map_err(|e| ublk_error("adding the ublk device", e));
     };
@@ -114,7 +120,7 @@ fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
         .depth(info.queue_depth)
         .io_buf_bytes(info.max_io_buf_bytes)
         .ctrl_flags(ctrl_flags(true))
-        .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+        .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV | QUEUE_AFFINITY)
         .build()
         .map_err(|e| ublk_error(&format!("{dev}: recovering"), e))
 }
