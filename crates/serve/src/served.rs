@@ -138,6 +138,12 @@ impl DataLimit {
     /// `sector`, wherever its write pointer is) must be refused.
     fn refuses(&self, op: Op, sector: Sector, len: usize) -> bool {
         let dev = self.dev.lock();
+        // Far from the limit, no page needs counting: a write takes at most one page
+        // more than its length.
+        let page = zblk_dev::pages::PAGE_BYTES as u64;
+        if dev.resident_bytes() + (len as u64).div_ceil(page) * page + page <= self.bytes {
+            return false;
+        }
         let more = if op == Op::ZoneAppend { len as u64 } else { dev.new_bytes(sector, len) };
         let over = more > 0 && dev.resident_bytes().saturating_add(more) > self.bytes;
         drop(dev);
