@@ -284,6 +284,21 @@ mod with_ublk {
         })
     }
 
+    /// What a device served from memory (the memory device, a paced simulation) says
+    /// of its data and policy in `--json`; with `--no-data`, the notice that nothing
+    /// is kept.
+    fn data_fields(a: &ServeArgs, policy: IssuePolicy) -> serde_json::Map<String, serde_json::Value> {
+        let mut extra = serde_json::Map::new();
+        extra.insert("data".into(), if a.no_data { "none: reads return zeroes" } else { "memory" }.into());
+        if a.no_data {
+            errln!("zblk: --no-data: written data is not kept, every read returns zeroes");
+        } else {
+            extra.insert("data_limit".into(), a.data_limit.into());
+        }
+        extra.insert("policy".into(), policy.name().into());
+        extra
+    }
+
     /// The memory device (null_blk with no latency): served from memory through the
     /// runtime, each request completed on the queue's thread.
     fn start_memory(a: &ServeArgs, text: &str, params: zblk_core::params::DeviceParams) -> Result<Device, CliError> {
@@ -301,16 +316,8 @@ mod with_ublk {
             .map_err(|e| CliError(format!("--dev: {e}")))?;
         let limit = (!a.no_data).then(|| DataLimit::new(dev, a.data_limit));
         let served: Arc<dyn Served> = Arc::new(RuntimeServed::new(rt.submitter(), geo, limit));
-        let mut extra = serde_json::Map::new();
-        extra.insert("data".into(), if a.no_data { "none: reads return zeroes" } else { "memory" }.into());
-        if !a.no_data {
-            extra.insert("data_limit".into(), a.data_limit.into());
-        }
-        extra.insert("policy".into(), policy.name().into());
+        let mut extra = data_fields(a, policy);
         extra.insert("paced".into(), "none: the memory device (completion_nsec=0)".into());
-        if a.no_data {
-            errln!("zblk: --no-data: written data is not kept, every read returns zeroes");
-        }
         Ok(Device {
             served,
             owner: Owner::Runtime(rt),
@@ -355,18 +362,10 @@ mod with_ublk {
         let (served, info, thread) =
             PacedSim::start(build, DataStore::new(limit), a.time_scale).map_err(serve_error)?;
         check_geometry(&info.geo).map_err(serve_error)?;
-        let mut extra = serde_json::Map::new();
-        extra.insert("data".into(), if a.no_data { "none: reads return zeroes" } else { "memory" }.into());
-        if !a.no_data {
-            extra.insert("data_limit".into(), a.data_limit.into());
-        }
-        extra.insert("policy".into(), policy.name().into());
+        let mut extra = data_fields(a, policy);
         extra.insert("paced".into(), "wall-clock".into());
         extra.insert("time_scale".into(), a.time_scale.into());
         extra.insert("models".into(), info.models.clone().into());
-        if a.no_data {
-            errln!("zblk: --no-data: written data is not kept, every read returns zeroes");
-        }
         let scaled = match a.time_scale {
             1 => String::new(),
             n => format!(", every time stretched {n} times"),
