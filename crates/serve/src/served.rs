@@ -167,7 +167,8 @@ impl DataLimit {
 /// (anything else, a different write behind the write pointer, fails as ever).
 #[derive(Debug)]
 pub struct Replay {
-    /// Per zone: its write pointer at the start, until the zone's first request.
+    /// Per zone: its write pointer at the start, until the zone's first request that
+    /// is not a read.
     wps: std::sync::Mutex<Vec<Option<Sector>>>,
     said: AtomicBool,
 }
@@ -181,7 +182,7 @@ impl Replay {
     }
 
     /// The write pointer zone `z` had at the start if this is the zone's first
-    /// request since, and it wrote there.
+    /// request since that is not a read, and it wrote there.
     fn first(&self, z: ZoneNo) -> Option<Sector> {
         let mut wps = self.wps.lock().unwrap_or_else(|p| p.into_inner());
         wps.get_mut(z.0 as usize).and_then(Option::take)
@@ -219,15 +220,17 @@ impl RuntimeServed {
     }
 
     /// Whether `op` at `sector` is a write given again after the last server died,
-    /// whose data the image holds (as [`Replay`] says): the zone's first request
-    /// since the start, ending at its write pointer then.
+    /// whose data the image holds (as [`Replay`] says): the zone's first request since
+    /// the start other than a read, ending at its write pointer then.
     fn replayed(&self, op: Op, sector: Sector, nr_sectors: u32) -> bool {
         let Some(replay) = &self.replay else { return false };
         if op == Op::ZoneResetAll {
             replay.forget();
             return false;
         }
-        if !op.has_range() && !op.is_zone_mgmt() || sector.0 >= self.geo.nr_sectors() {
+        // A read (given again too, in any order) leaves the zone as it was: only what
+        // changes the zone spends its window.
+        if op == Op::Read || !op.has_range() && !op.is_zone_mgmt() || sector.0 >= self.geo.nr_sectors() {
             return false;
         }
         let wp = replay.first(self.geo.zone_no(sector));

@@ -51,7 +51,7 @@ fn the_write_in_flight_at_the_death_is_acknowledged_again_only_when_the_image_ho
     // acknowledged to the kernel), zone 2 one.
     let rt = runtime(&path);
     let first = RuntimeServed::new(rt.submitter(), rt.geometry().clone(), None);
-    for (sector, byte) in [(ZONE, 1u8), (ZONE + 8, 2), (2 * ZONE, 3)] {
+    for (sector, byte) in [(ZONE, 1u8), (ZONE + 8, 2), (2 * ZONE, 3), (4 * ZONE, 5)] {
         assert_eq!(call(&first, write(sector, byte, 4096)).result, Ok(Done::Bytes(4096)));
     }
     drop(first);
@@ -70,9 +70,20 @@ fn the_write_in_flight_at_the_death_is_acknowledged_again_only_when_the_image_ho
     // A write that does not end at the write pointer is no replay.
     let zones3 = call(&served, write(3 * ZONE, 4, 8192));
     assert_eq!(zones3.result, Ok(Done::Bytes(8192)));
+    // Zone 4: a read given again before the write changes nothing, and spends no
+    // window (the kernel gives every request that was in flight again, in any order).
+    let read = Req::Io {
+        op: Op::Read,
+        sector: Sector(4 * ZONE),
+        nr_sectors: 8,
+        flags: BioFlags::NONE,
+        buf: AlignedBuf::zeroed(4096),
+    };
+    assert_eq!(call(&served, read).result, Ok(Done::Bytes(4096)));
+    assert_eq!(call(&served, write(4 * ZONE, 5, 4096)).result, Ok(Done::Bytes(4096)));
     // The write pointers moved only by the new write.
     let wps: Vec<u64> = rt.report_zones().unwrap().iter().map(|z| z.wp.0).collect();
-    assert_eq!(&wps[1..4], &[ZONE + 16, 2 * ZONE + 8, 3 * ZONE + 16]);
+    assert_eq!(&wps[1..5], &[ZONE + 16, 2 * ZONE + 8, 3 * ZONE + 16, 4 * ZONE + 8]);
     drop(served);
     rt.close().unwrap();
 }
