@@ -86,6 +86,9 @@ struct Queue {
     transfers: Slab<LocalIo>,
     /// Transfers the runtime just handed over, to queue.
     fresh: Vec<LocalIo>,
+    /// What [`READY`] held, swapped out to commit (kept, so that neither vector is
+    /// allocated again for every request).
+    ready: Vec<(u16, Reply)>,
     /// The eventfd read's target: leaked on purpose, as the ring may still complete
     /// the read after the queue's thread has stopped serving.
     counter: *mut u64,
@@ -111,6 +114,7 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>) {
         kinds: vec![Kind::Data; depth],
         transfers: Slab::new(),
         fresh: Vec::new(),
+        ready: Vec::new(),
         counter: Box::leak(Box::new(0u64)),
     };
     let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None)))
@@ -150,10 +154,12 @@ impl Queue {
             self.request(q, tag);
         }
         self.queue_transfers(q);
-        let ready = READY.with(|r| std::mem::take(&mut *r.borrow_mut()));
-        for (tag, reply) in ready {
+        let mut ready = std::mem::take(&mut self.ready);
+        READY.with(|r| std::mem::swap(&mut *r.borrow_mut(), &mut ready));
+        for (tag, reply) in ready.drain(..) {
             self.commit(q, tag, reply);
         }
+        self.ready = ready;
     }
 
     /// Runs `f` with the runtime's transfers taken for this ring.
