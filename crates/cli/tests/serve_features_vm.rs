@@ -92,9 +92,17 @@ $X create /tmp/r2.img --size 256M -p zone_size=4,zone_nr_conv=2,zone_max_open=8 
 $X serve --recover $N /tmp/r2.img > $S/live.out 2> $S/live.err; rc live
 $X serve --recover 77 /tmp/r.img > $S/none.out 2> $S/none.err; rc none
 wait $F; rc fio-rec
+# A dead server's device, recovered from an image of another geometry: refused, and
+# the device is left as it was (the right image then recovers it).
+kill -KILL $P; wait $P
+$X create /tmp/r3.img --size 128M -p zone_size=4,zone_nr_conv=2,zone_max_open=8 > /dev/null
+$X serve --recover $N /tmp/r3.img > $S/geo.out 2> $S/geo.err; rc geo
+serve rec4 --json --recover $N /tmp/r.img
 kill -TERM $P; wait $P; rc rec-stop
 # The full 30 TB SMR model: its zone report.
 serve smr --no-data --dev smr-30tb
+# A device added without --recoverable cannot be recovered.
+$X serve --recover ${{D#/dev/ublkb}} /tmp/r.img > $S/norec.out 2> $S/norec.err; rc norec
 cat /sys/block/${{D#/dev/}}/queue/nr_zones > $S/smr-zones
 blkzone report $D > $S/smr-blkzone.txt
 kill -TERM $P; wait $P; rc smr-stop
@@ -167,7 +175,14 @@ kill -TERM $P; wait $P; rc smr-stop
         assert_eq!(job["read"]["io_bytes"], 24 << 20, "verify read back what was written: {job}");
     }
     assert_eq!(rc("fio-rec"), 0, "{}", file("fio-rec.err"));
-    assert_eq!(rc("rec-stop"), 0, "{}", file("rec3.err"));
+    assert_eq!(rc("geo"), 1);
+    assert!(file("geo.err").contains("has another geometry (524288 sectors"), "{}", file("geo.err"));
+    let ready: Value = serde_json::from_str(file("rec4.out").lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("recovery after a refused one: {e}: {}", file("rec4.err")));
+    assert_eq!(ready["device"].as_str(), Some(file("rec-dev").trim()), "{ready}");
+    assert_eq!(rc("rec-stop"), 0, "{}", file("rec4.err"));
+    assert_eq!(rc("norec"), 1);
+    assert!(file("norec.err").contains("was not added recoverable"), "{}", file("norec.err"));
     assert_eq!(rc("inuse"), 1);
     assert!(file("inuse.err").contains("in use by another process"), "{}", file("inuse.err"));
     assert_eq!(rc("live"), 1);

@@ -98,18 +98,21 @@ fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
         || z.max_open_zones != geo.max_open()
         || z.max_active_zones != geo.max_active()
     {
+        let shape = |sectors: u64, zone: u64, lbs: u32, open: u32, active: u32| {
+            format!(
+                "{sectors} sectors, zones of {zone} sectors, {lbs}-byte blocks, max open {open}, max active {active}"
+            )
+        };
         return Err(ServeError(format!(
-            "{dev} has another geometry ({} sectors, zones of {} sectors, {}-byte blocks, max open {}, max active              {}) than the device to serve ({} sectors, zones of {} sectors, {}-byte blocks, max open {}, max active {})",
-            b.dev_sectors,
-            b.chunk_sectors,
-            1u32 << b.logical_bs_shift,
-            z.max_open_zones,
-            z.max_active_zones,
-            geo.nr_sectors(),
-            geo.zone_sectors(),
-            geo.lbs_bytes(),
-            geo.max_open(),
-            geo.max_active()
+            "{dev} has another geometry ({}) than the device to serve ({})",
+            shape(
+                b.dev_sectors,
+                b.chunk_sectors.into(),
+                1u32 << b.logical_bs_shift,
+                z.max_open_zones,
+                z.max_active_zones
+            ),
+            shape(geo.nr_sectors(), geo.zone_sectors(), geo.lbs_bytes(), geo.max_open(), geo.max_active()),
         )));
     }
     old.start_user_recover().map_err(|e| ublk_error(&format!("{dev}: starting its recovery"), e))?;
