@@ -82,12 +82,26 @@ pub fn explain(geo: &Geometry, op: Op, sector: Sector, nr_sectors: u64, st: Stat
         Some(Rule::CrossesZone) => {
             format!("{e}: {what} at sector {} of {nr_sectors} sectors runs past its conventional zone", sector.0)
         }
-        Some(Rule::NotAtWp { wp }) => {
+        Some(rule @ (Rule::NotAtWp { .. } | Rule::ZoneFull | Rule::PastCapacity { .. } | Rule::Transition { .. })) => {
+            zone_state(geo, op, sector, nr_sectors, e, rule)
+        }
+        None => by_code(geo, op, sector, st),
+    }
+}
+
+/// A refusal by a zone's state (its write pointer, its condition, its capacity), in
+/// words.
+fn zone_state(geo: &Geometry, op: Op, sector: Sector, nr_sectors: u64, e: &str, rule: Rule) -> String {
+    let what = op_name(op);
+    let zone = |s: Sector| format!("zone {}", geo.zone_no(s).0);
+    let zone_op = op.is_zone_mgmt();
+    match rule {
+        Rule::NotAtWp { wp } => {
             format!("{e}: write at sector {} is not at {}'s write pointer (sector {})", sector.0, zone(wp), wp.0)
         }
-        Some(Rule::ZoneFull) if zone_op => format!("{e}: cannot {what} {}: it is FULL", zone(sector)),
-        Some(Rule::ZoneFull) => format!("{e}: {} is FULL", zone(sector)),
-        Some(Rule::PastCapacity { wp }) if op == Op::ZoneAppend => {
+        Rule::ZoneFull if zone_op => format!("{e}: cannot {what} {}: it is FULL", zone(sector)),
+        Rule::ZoneFull => format!("{e}: {} is FULL", zone(sector)),
+        Rule::PastCapacity { wp } if op == Op::ZoneAppend => {
             let z = geo.zone_no(wp);
             let end = geo.zone_start(z).0 + geo.zone_capacity(z);
             format!(
@@ -98,7 +112,7 @@ pub fn explain(geo: &Geometry, op: Op, sector: Sector, nr_sectors: u64, st: Stat
                 end - wp.0
             )
         }
-        Some(Rule::PastCapacity { wp }) => {
+        Rule::PastCapacity { wp } => {
             let z = geo.zone_no(wp);
             format!(
                 "{e}: write of {nr_sectors} sectors at sector {} goes past {}'s capacity (it ends at sector {})",
@@ -107,8 +121,8 @@ pub fn explain(geo: &Geometry, op: Op, sector: Sector, nr_sectors: u64, st: Stat
                 geo.zone_start(z).0 + geo.zone_capacity(z)
             )
         }
-        Some(Rule::Transition { cond }) => format!("{e}: cannot {what} {}: it is {}", zone(sector), cond.name()),
-        None => by_code(geo, op, sector, st),
+        Rule::Transition { cond } => format!("{e}: cannot {what} {}: it is {}", zone(sector), cond.name()),
+        _ => unreachable!("only a zone state's rules are worded here"),
     }
 }
 

@@ -124,12 +124,8 @@ fn color(i: usize) -> RGBColor {
     C[i % C.len()]
 }
 
-fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
+/// The smallest and largest x and y of every point of `c` (`None` without points).
+fn extent(c: &Chart) -> Option<(f64, f64, f64, f64)> {
     let pts = c.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in pts {
@@ -138,9 +134,16 @@ where
         y0 = y0.min(y);
         y1 = y1.max(y);
     }
-    if x0 > x1 {
-        return Err("nothing to plot".to_string());
-    }
+    (x0 <= x1).then_some((x0, x1, y0, y1))
+}
+
+fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let (x0, x1, y0, y1) = extent(c).ok_or_else(|| "nothing to plot".to_string())?;
     let (xa, xb) = c.x.range(x0, x1);
     let (ya, yb) = c.y.range(y0, y1);
     let (xb, yb) = (if xb > xa { xb } else { xa + 1.0 }, if yb > ya { yb } else { ya + 1.0 });

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 use zblk_core::bio::{Status, StatusCode};
 use zblk_core::engine::{EngineConfig, ZeroingMethod};
+use zblk_core::geometry::Geometry;
 use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
 use zblk_core::zone::ZoneType;
-use zblk_runtime::{Backend, Runtime, ZeroingFlags};
+use zblk_runtime::{Backend, Runtime, ZeroingFlags, ZeroingReport};
 
 const ABOUT: &str = "\
 Zeroes a range of an image as fallocate(1) zeroes a range of a block device. \
@@ -169,6 +170,37 @@ fn explain(rt: &Runtime, offset: u64, status: Status) -> String {
     }
 }
 
+/// Refuses a range the image cannot take before the image is touched: not on logical
+/// blocks, or past the device's end (the kernel's EINVAL for the whole request).
+fn check_range(name: &str, geo: &Geometry, offset: u64, length: u64) -> Result<(), CliError> {
+    let lbs = u64::from(geo.lbs_bytes());
+    let dev_bytes = geo.nr_sectors() * SECTOR_SIZE;
+    for (what, v) in [("offset", offset), ("length", length)] {
+        if v % lbs != 0 {
+            return Err(CliError(format!(
+                "{name}: EINVAL: {what} {v} is not a multiple of the logical block size ({lbs} bytes)"
+            )));
+        }
+    }
+    if offset.checked_add(length).is_none_or(|end| end > dev_bytes) {
+        return Err(CliError(format!(
+            "{name}: EINVAL: offset {offset} + length {length} is beyond the device end ({dev_bytes} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// What a zeroing did, for its report.
+struct Zeroed {
+    report: ZeroingReport,
+    nounmap: bool,
+    zeroing_s: f64,
+    commit_s: f64,
+    geo: Geometry,
+    unmap_attr: u64,
+    backend: String,
+}
+
 /// Runs `zblk fallocate`.
 pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
     check_mode(a)?;
@@ -178,25 +210,19 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         return Err(CliError(format!("{name}: EINVAL: length 0: nothing to zero")));
     }
     let img = image::open(&a.image, false, a.lock)?;
-    let lbs = u64::from(img.geo().lbs_bytes());
-    let dev_bytes = img.geo().nr_sectors() * SECTOR_SIZE;
-    for (what, v) in [("offset", a.offset), ("length", a.length)] {
-        if v % lbs != 0 {
-            return Err(CliError(format!(
-                "{name}: EINVAL: {what} {v} is not a multiple of the logical block size ({lbs} bytes)"
-            )));
-        }
-    }
-    if a.offset.checked_add(a.length).is_none_or(|end| end > dev_bytes) {
-        return Err(CliError(format!(
-            "{name}: EINVAL: offset {} + length {} is beyond the device end ({dev_bytes} bytes)",
-            a.offset, a.length
-        )));
-    }
+    check_range(&name, img.geo(), a.offset, a.length)?;
     let probe = img.zeroing_probe().detail.clone();
     let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
     let rt = image::start(img, engine, Backend::Auto)?;
-    for (_, value) in &sets {
+    let z = zero(a, &name, rt, &sets)?;
+    out::done(format!("zeroed {} bytes at byte offset {} of {name}", a.length, a.offset));
+    print(a, &name, &probe, &z);
+    Ok(())
+}
+
+/// Sets the attributes asked, zeroes the range and commits; closes the runtime.
+fn zero(a: &FallocateArgs, name: &str, rt: Runtime, sets: &[(String, u64)]) -> Result<Zeroed, CliError> {
+    for (_, value) in sets {
         // The engine's refusal names the attribute, the value and the limit.
         if let Err(e) = rt.set_write_zeroes_unmap_max_bytes(*value) {
             rt.close().map_err(CliError::msg)?;
@@ -227,8 +253,13 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         ))
     })?;
     flushed.map_err(|why| CliError(format!("{name}: commit: {why}")))?;
-    out::done(format!("zeroed {} bytes at byte offset {} of {name}", a.length, a.offset));
     let (zeroing_s, commit_s) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
+    Ok(Zeroed { report, nounmap, zeroing_s, commit_s, geo, unmap_attr, backend })
+}
+
+/// The zeroing's report: a line (and the attributes with `--verbose`), or JSON.
+fn print(a: &FallocateArgs, name: &str, probe: &str, z: &Zeroed) {
+    let Zeroed { report, nounmap, zeroing_s, commit_s, geo, unmap_attr, backend } = z;
     let file_method = report.device_method.map_or("zero buffers (ordinary writes)", |m| m.name());
     if a.json {
         let doc = serde_json::json!({
@@ -249,7 +280,7 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
             "backend": backend,
         });
         outln!("{doc}");
-        return Ok(());
+        return;
     }
     let how = match report.method {
         ZeroingMethod::Unmap => format!("unmapped ({file_method})"),
@@ -269,9 +300,8 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
         outln!("  write_zeroes_max_bytes:          {}", u64::from(geo.max_write_zeroes_sectors()) * SECTOR_SIZE);
         outln!("  write_zeroes_unmap_max_hw_bytes: {}", u64::from(geo.max_hw_wzeroes_unmap_sectors()) * SECTOR_SIZE);
         outln!("  write_zeroes_unmap_max_bytes:    {unmap_attr}");
-        outln!("  nounmap:                         {}", u8::from(nounmap));
+        outln!("  nounmap:                         {}", u8::from(*nounmap));
         outln!("  probe:                           {probe}");
         outln!("  I/O driver:                      {backend}");
     }
-    Ok(())
 }

@@ -11,6 +11,7 @@ use zblk_core::geometry::DEFAULT_MAX_SECTORS;
 use zblk_core::units::format_bytes_exact;
 use zblk_core::zone::{ZoneCond, ZoneInfo};
 use zblk_dev::Device;
+use zblk_dev::file::FileImage;
 use zblk_dev::linux::LinuxZoned;
 
 /// Shows an image's geometry, limits, attributes and zone state.
@@ -32,15 +33,29 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         image::Target::Image(img) => img,
         image::Target::Linux(dev) => return device(a, &dev),
     };
-    let geo = img.geo().clone();
-    let sb = img.superblock().clone();
-    let zones = img.zones();
-    let (nr_open, nr_active) = img.open_active();
-    let qd1 = u8::from(img.rotational() && geo.is_zoned());
-    let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
-    let direct = img.data_fds().direct.map(|(_, a)| a);
+    let doc = image_doc(a, &img);
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(());
+    }
+    print_image(a, &img, &doc);
+    Ok(())
+}
+
+/// How the image zeroes a WRITE_ZEROES without NOUNMAP, in words.
+fn unmap_method(img: &FileImage) -> &'static str {
+    if img.geo().max_write_zeroes_sectors() == 0 {
+        "none (no WRITE_ZEROES: zero buffers are written)"
+    } else {
+        img.zeroing().name()
+    }
+}
+
+/// An image's queue attributes, by their `/sys/block/<dev>/queue/` names.
+fn image_queue(img: &FileImage) -> serde_json::Value {
+    let geo = img.geo();
     let lbs = geo.lbs_bytes();
-    let queue = json!({
+    json!({
         "zoned": if geo.is_zoned() { "host-managed" } else { "none" },
         "logical_block_size": lbs,
         "physical_block_size": lbs,
@@ -53,7 +68,7 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         "max_sectors_kb": geo.max_sectors() / 2,
         "max_hw_sectors_kb": geo.max_sectors() / 2,
         "rotational": u8::from(img.rotational()),
-        "zoned_qd1_writes": qd1,
+        "zoned_qd1_writes": u8::from(img.rotational() && geo.is_zoned()),
         "write_cache": "write back",
         "fua": 1,
         "write_zeroes_max_bytes": u64::from(geo.max_write_zeroes_sectors()) << 9,
@@ -61,14 +76,17 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         // Not recorded in the image: every runtime starts with unmap enabled where
         // the image can unmap, as the kernel does.
         "write_zeroes_unmap_max_bytes": u64::from(geo.max_hw_wzeroes_unmap_sectors()) << 9,
-    });
-    let probe = img.zeroing_probe();
-    let unmap_method = if geo.max_write_zeroes_sectors() == 0 {
-        "none (no WRITE_ZEROES: zero buffers are written)"
-    } else {
-        img.zeroing().name()
-    };
-    let doc = json!({
+    })
+}
+
+/// Everything `zblk info` says of an image, as its JSON document.
+fn image_doc(a: &InfoArgs, img: &FileImage) -> serde_json::Value {
+    let geo = img.geo();
+    let sb = img.superblock();
+    let (nr_open, nr_active) = img.open_active();
+    let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
+    let direct = img.data_fds().direct.map(|(_, a)| a);
+    json!({
         "image": a.image.display().to_string(),
         "format_version": zblk_dev::file::format::FORMAT_VERSION,
         "capacity_bytes": geo.nr_sectors() << 9,
@@ -78,30 +96,42 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         "nr_conv_zones": geo.nr_conv(),
         "nr_seq_zones": if geo.is_zoned() { geo.nr_seq_zones() } else { 0 },
         "zone_append": if geo.emulates_zone_append() { "emulated" } else { "native" },
-        "queue": queue,
+        "queue": image_queue(img),
         "layout": sb.layout,
         "commits": img.durable_seq(),
-        "zones": zones_json(&zones, u64::from(nr_open), u64::from(nr_active)),
+        "zones": zones_json(&img.zones(), u64::from(nr_open), u64::from(nr_active)),
         "open_repairs": img.repairs(),
         "zeroing": {
-            "unmap": unmap_method,
+            "unmap": unmap_method(img),
             "nounmap": zblk_dev::file::zeroing::FileZeroing::PwriteZeroes.name(),
-            "probe": probe.detail,
+            "probe": img.zeroing_probe().detail,
         },
         "io": {
             "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
             "o_direct": direct.map_or_else(|| "not allowed by the file system".to_string(), |a| format!("aligned to {a} bytes")),
         },
-    });
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
-        return Ok(());
+    })
+}
+
+/// The queue attributes of a `zblk info` document, one per line.
+fn print_queue(q: &serde_json::Value) {
+    if let Some(q) = q.as_object() {
+        for (k, v) in q {
+            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            outln!("    {k:<31} {v}");
+        }
     }
-    let z = &doc["zones"];
+}
+
+/// `zblk info` of an image in words, from its document.
+fn print_image(a: &InfoArgs, img: &FileImage, doc: &serde_json::Value) {
+    let geo = img.geo();
+    let layout = &img.superblock().layout;
     outln!("{}: zblk image, format version {}", a.image.display(), zblk_dev::file::format::FORMAT_VERSION);
     outln!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
     if geo.is_zoned() {
-        print_zones(&geo, z);
+        let (nr_open, nr_active) = img.open_active();
+        print_zones(geo, &doc["zones"]);
         outln!(
             "  open / active:     {} / {} (limits {} / {}; 0 = none)",
             nr_open,
@@ -117,39 +147,66 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
         outln!("  zone append:       {append}");
     }
     outln!("  queue attributes (/sys/block/<dev>/queue/ names):");
-    if let Some(q) = doc["queue"].as_object() {
-        for (k, v) in q {
-            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            outln!("    {k:<31} {v}");
-        }
-    }
+    print_queue(&doc["queue"]);
     if geo.max_sectors() != DEFAULT_MAX_SECTORS {
         outln!("  (max_sectors {} differs from the kernel default {DEFAULT_MAX_SECTORS})", geo.max_sectors());
     }
-    outln!(
-        "  data region:       file offset {} ({})",
-        sb.layout.data_offset,
-        format_bytes_exact(sb.layout.data_offset)
-    );
+    outln!("  data region:       file offset {} ({})", layout.data_offset, format_bytes_exact(layout.data_offset));
     outln!("  commits:           {}", img.durable_seq());
     outln!(
-        "  zeroing:           {unmap_method} (write zeroes without NOUNMAP); pwrite-zeroes with NOUNMAP or \
-         write_zeroes_unmap_max_bytes=0"
+        "  zeroing:           {} (write zeroes without NOUNMAP); pwrite-zeroes with NOUNMAP or \
+         write_zeroes_unmap_max_bytes=0",
+        unmap_method(img)
     );
-    outln!("  zeroing probe:     {}", probe.detail);
+    outln!("  zeroing probe:     {}", doc["zeroing"]["probe"].as_str().unwrap_or(""));
     outln!("  io_uring:          {}", doc["io"]["io_uring"].as_str().unwrap_or(""));
     outln!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
-    Ok(())
 }
 
 /// `zblk info` of a Linux zoned block device: the sysfs attributes zblk read (by
 /// their names, as `cat /sys/block/<dev>/queue/<attr>` shows them), the geometry zblk
 /// derived from them and the zone report, and the zones' state.
 fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
-    let geo = dev.geometry().clone();
-    let l = dev.limits();
     let zones =
         dev.zones().map_err(|s| CliError(format!("{}: zone report: {}: {s}", a.image.display(), s.errno_name())))?;
+    let (nr_open, nr_active) = zones.iter().fold((0, 0), |(o, act), z| {
+        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
+        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
+    });
+    let geo = dev.geometry();
+    let l = dev.limits();
+    let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
+    let doc = json!({
+        "device": a.image.display().to_string(),
+        "capacity_bytes": l.nr_sectors << 9,
+        "nr_sectors": l.nr_sectors,
+        "zone_size_sectors": geo.zone_sectors(),
+        "zone_capacity_sectors": geo.zone_cap_sectors(),
+        "nr_conv_zones": geo.nr_conv(),
+        "nr_seq_zones": geo.nr_seq_zones(),
+        // Userspace has no zone append on a raw block device: zblk's plugs emulate it.
+        "zone_append": "emulated",
+        "queue": device_queue(dev),
+        "zblk": {
+            "max_sectors": geo.max_sectors(),
+            "o_direct_alignment": l.direct_alignment(),
+            "zoned_qd1_writes": u8::from(l.rotational),
+            "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
+        },
+        "zones": zones_json(&zones, nr_open as u64, nr_active as u64),
+    });
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(());
+    }
+    print_device(a, dev, &doc, (nr_open, nr_active));
+    Ok(())
+}
+
+/// The sysfs queue attributes zblk read from a Linux zoned block device, by their
+/// names (those a kernel does not have are left out).
+fn device_queue(dev: &LinuxZoned) -> serde_json::Map<String, serde_json::Value> {
+    let l = dev.limits();
     let mut queue = serde_json::Map::new();
     let mut put = |k: &str, v: serde_json::Value| {
         queue.insert(k.to_string(), v);
@@ -173,38 +230,16 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
     if let Some(w) = &l.write_cache {
         put("write_cache", json!(w));
     }
-    let (nr_open, nr_active) = zones.iter().fold((0, 0), |(o, act), z| {
-        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
-        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
-    });
-    let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
-    let doc = json!({
-        "device": a.image.display().to_string(),
-        "capacity_bytes": l.nr_sectors << 9,
-        "nr_sectors": l.nr_sectors,
-        "zone_size_sectors": geo.zone_sectors(),
-        "zone_capacity_sectors": geo.zone_cap_sectors(),
-        "nr_conv_zones": geo.nr_conv(),
-        "nr_seq_zones": geo.nr_seq_zones(),
-        // Userspace has no zone append on a raw block device: zblk's plugs emulate it.
-        "zone_append": "emulated",
-        "queue": queue,
-        "zblk": {
-            "max_sectors": geo.max_sectors(),
-            "o_direct_alignment": l.direct_alignment(),
-            "zoned_qd1_writes": u8::from(l.rotational),
-            "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
-        },
-        "zones": zones_json(&zones, nr_open as u64, nr_active as u64),
-    });
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
-        return Ok(());
-    }
-    let z = &doc["zones"];
+    queue
+}
+
+/// `zblk info` of a Linux zoned block device in words, from its document.
+fn print_device(a: &InfoArgs, dev: &LinuxZoned, doc: &serde_json::Value, (nr_open, nr_active): (usize, usize)) {
+    let geo = dev.geometry();
+    let l = dev.limits();
     outln!("{}: Linux zoned block device (host-managed)", a.image.display());
     outln!("  capacity:          {} ({} sectors)", format_bytes_exact(l.nr_sectors << 9), l.nr_sectors);
-    print_zones(&geo, z);
+    print_zones(geo, &doc["zones"]);
     outln!(
         "  open / active:     {nr_open} / {nr_active} (limits {} / {}; 0 = none)",
         l.max_open_zones,
@@ -212,12 +247,7 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
     );
     outln!("  zone append:       emulated by zblk (no zone append for userspace on a block device)");
     outln!("  queue attributes (sysfs, /sys/block/<dev>/queue/):");
-    if let Some(q) = doc["queue"].as_object() {
-        for (k, v) in q {
-            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            outln!("    {k:<31} {v}");
-        }
-    }
+    print_queue(&doc["queue"]);
     outln!(
         "  zblk:              max_sectors {}, O_DIRECT alignment {} bytes, zoned_qd1_writes {}",
         geo.max_sectors(),
@@ -225,7 +255,6 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
         u8::from(l.rotational)
     );
     outln!("  io_uring:          {}", doc["zblk"]["io_uring"].as_str().unwrap_or(""));
-    Ok(())
 }
 
 /// The zone lines of `zblk info`, for an image or a device: the zone layout, and the

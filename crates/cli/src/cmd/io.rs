@@ -144,9 +144,8 @@ fn input_name(a: &IoArgs) -> String {
     }
 }
 
-/// Runs one single-I/O command.
-pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
-    let name = a.image.display().to_string();
+/// Refuses what the arguments alone make invalid, before anything is opened.
+fn check_args(cmd: IoCmd, a: &IoArgs, name: &str) -> Result<(), CliError> {
     if cmd == IoCmd::Read && (a.input.is_some() || a.pattern.is_some() || a.fua) {
         return Err(CliError::msg("read takes no --input, --pattern or --fua"));
     }
@@ -162,8 +161,14 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if cmd == IoCmd::Read && a.length.is_none() {
         return Err(CliError::msg("read needs --length"));
     }
-    let img = image::Target::open(&a.image, cmd == IoCmd::Read, a.lock)?;
-    let geo = img.geo().clone();
+    Ok(())
+}
+
+/// The input and its length, once the range is known good for the device: on
+/// logical blocks and not past its end (checked before anything moves: a length
+/// past the device end is the device's EINVAL for the whole request, not a partial
+/// write).
+fn checked_input(cmd: IoCmd, a: &IoArgs, name: &str, geo: &Geometry) -> Result<(Input, Option<u64>), CliError> {
     let dev_bytes = geo.nr_sectors() * SECTOR_SIZE;
     let lbs = u64::from(geo.lbs_bytes());
     if a.offset % lbs != 0 {
@@ -172,10 +177,8 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
             a.offset
         )));
     }
-    // Checked before anything moves: a length past the device end is the device's
-    // EINVAL for the whole request, not a partial write.
     let beyond = |len: u64| a.offset.checked_add(len).is_none_or(|end| end > dev_bytes);
-    let (mut input, len) = if cmd == IoCmd::Read { (Input::Pattern(0), a.length) } else { open_input(a)? };
+    let (input, len) = if cmd == IoCmd::Read { (Input::Pattern(0), a.length) } else { open_input(a)? };
     if let Some(l) = len.filter(|&l| beyond(l)) {
         return Err(CliError(format!(
             "{name}: EINVAL: offset {} + length {l} is beyond the device end ({dev_bytes} bytes)",
@@ -190,6 +193,16 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     if len == Some(0) {
         return Err(CliError(format!("{name}: EINVAL: length 0 ({} is empty)", input_name(a))));
     }
+    Ok((input, len))
+}
+
+/// Runs one single-I/O command.
+pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
+    let name = a.image.display().to_string();
+    check_args(cmd, a, &name)?;
+    let img = image::Target::open(&a.image, cmd == IoCmd::Read, a.lock)?;
+    let geo = img.geo().clone();
+    let (mut input, len) = checked_input(cmd, a, &name, &geo)?;
     let what = match cmd {
         IoCmd::Write => "write",
         IoCmd::Append => "append",
@@ -218,15 +231,7 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     let flushed = if a.flush && result.is_ok() { rt.flush().map_err(|s| image::status_words(&rt, s)) } else { Ok(()) };
     rt.close().map_err(CliError::msg)?;
     let (at, moved, crc) = result?;
-    // What took effect, said on standard error if standard output is lost.
-    match (cmd, &a.output) {
-        (IoCmd::Write, _) => out::done(format!("wrote {moved} bytes at byte offset {}", a.offset)),
-        (IoCmd::Append, _) => {
-            out::done(format!("the append landed at sector {} (byte offset {})", at.0, at.0 * SECTOR_SIZE))
-        }
-        (IoCmd::Read, Some(p)) if p.as_os_str() != "-" => out::done(format!("read {moved} bytes into {}", p.display())),
-        (IoCmd::Read, _) => {}
-    }
+    say_done(cmd, a, at, moved);
     flushed.map_err(|why| CliError(format!("{name}: flush: {why}")))?;
     if a.json {
         let doc = serde_json::json!({
@@ -242,6 +247,18 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
         outln!("{}", at.0);
     }
     Ok(())
+}
+
+/// What took effect, said on standard error if standard output is lost.
+fn say_done(cmd: IoCmd, a: &IoArgs, at: Sector, moved: u64) {
+    match (cmd, &a.output) {
+        (IoCmd::Write, _) => out::done(format!("wrote {moved} bytes at byte offset {}", a.offset)),
+        (IoCmd::Append, _) => {
+            out::done(format!("the append landed at sector {} (byte offset {})", at.0, at.0 * SECTOR_SIZE))
+        }
+        (IoCmd::Read, Some(p)) if p.as_os_str() != "-" => out::done(format!("read {moved} bytes into {}", p.display())),
+        (IoCmd::Read, _) => {}
+    }
 }
 
 /// An append's data, whole: refused as the kernel refuses an append longer than
@@ -278,6 +295,14 @@ fn append_data(a: &IoArgs, geo: &Geometry, input: &mut Input, len: Option<u64>) 
         return Err(CliError(format!("{name}: EINVAL: length 0 ({} is empty)", input_name(a))));
     }
     Ok(data)
+}
+
+/// What of a write landed, in words.
+fn landed(len: Option<u64>, done: u64) -> String {
+    match len {
+        Some(l) => format!("wrote {done} of {l} bytes"),
+        None => format!("wrote {done} bytes"),
+    }
 }
 
 /// One command's I/O on a running runtime, and how it tells a failure.
@@ -335,10 +360,7 @@ impl Io<'_> {
             buf.fill(*b);
         }
         let (mut pos, mut done) = (self.offset, 0u64);
-        let landed = |done: u64| match len {
-            Some(l) => format!("wrote {done} of {l} bytes"),
-            None => format!("wrote {done} bytes"),
-        };
+        let landed = |done: u64| landed(len, done);
         loop {
             let left = len.map_or(u64::MAX, |l| l - done);
             if left == 0 {
@@ -384,41 +406,7 @@ impl Io<'_> {
             }
             let sector = Sector(pos / SECTOR_SIZE);
             if let Err(st) = self.rt.write_at_flags(sector, &buf[..got], flags) {
-                // What of this chunk landed: the pieces before the one refused. The
-                // rule says where they ended when the write ran into the capacity;
-                // otherwise the write pointer tells, unless the chunk was refused
-                // for not starting there.
-                let part = match (st.rule(), self.zone_at(pos)) {
-                    (Some(Rule::PastCapacity { wp }), _) => (wp.0 * SECTOR_SIZE).saturating_sub(pos),
-                    (Some(Rule::NotAtWp { .. } | Rule::ZoneFull), _) => 0,
-                    (_, Some(z)) if z.ztype != ZoneType::Conventional => {
-                        (z.wp.min(z.start + z.capacity).0 * SECTOR_SIZE).saturating_sub(pos)
-                    }
-                    _ => 0,
-                }
-                .min(got as u64);
-                let z = self.geo.is_zoned().then(|| self.geo.zone_no(sector));
-                let zone_start = z.map_or(0, |z| self.geo.zone_start(z).0 * SECTOR_SIZE);
-                let past_capacity = match st.rule() {
-                    Some(Rule::PastCapacity { .. }) => true,
-                    // A zone this command's earlier chunks filled: the whole write
-                    // went past its capacity.
-                    Some(Rule::ZoneFull) => self.offset < pos && zone_start < pos,
-                    _ => false,
-                };
-                let why = match z {
-                    Some(z) if past_capacity => {
-                        let cap = self.geo.zone_capacity(z) * SECTOR_SIZE;
-                        format!(
-                            "EIO: the write goes past zone {}'s capacity ({cap} bytes: its writable part ends at byte \
-                             offset {})",
-                            z.0,
-                            zone_start + cap
-                        )
-                    }
-                    _ => self.cause(Op::Write, pos, got as u64, st),
-                };
-                return Err(self.fail(len, &format!("{why}; {}{}", landed(done + part), self.wp_now(pos))));
+                return Err(self.write_failed(st, pos, got as u64, len, done));
             }
             done += got as u64;
             pos += got as u64;
@@ -426,6 +414,51 @@ impl Io<'_> {
                 return Ok(done);
             }
         }
+    }
+
+    /// A chunk of `got` bytes at `pos` refused with `st`, after `done` bytes of the
+    /// command landed: what failed and what of the chunk landed.
+    fn write_failed(&self, st: Status, pos: u64, got: u64, len: Option<u64>, done: u64) -> CliError {
+        // What of this chunk landed: the pieces before the one refused. The rule says
+        // where they ended when the write ran into the capacity; otherwise the write
+        // pointer tells, unless the chunk was refused for not starting there.
+        let part = match (st.rule(), self.zone_at(pos)) {
+            (Some(Rule::PastCapacity { wp }), _) => (wp.0 * SECTOR_SIZE).saturating_sub(pos),
+            (Some(Rule::NotAtWp { .. } | Rule::ZoneFull), _) => 0,
+            (_, Some(z)) if z.ztype != ZoneType::Conventional => {
+                (z.wp.min(z.start + z.capacity).0 * SECTOR_SIZE).saturating_sub(pos)
+            }
+            _ => 0,
+        }
+        .min(got);
+        let why = match self.past_capacity(st, pos) {
+            Some(why) => why,
+            None => self.cause(Op::Write, pos, got, st),
+        };
+        self.fail(len, &format!("{why}; {}{}", landed(len, done + part), self.wp_now(pos)))
+    }
+
+    /// Why a write refused at `pos` ran past its zone's capacity, when it did: the
+    /// rule says so, or the zone is one this command's earlier chunks filled.
+    fn past_capacity(&self, st: Status, pos: u64) -> Option<String> {
+        if !self.geo.is_zoned() {
+            return None;
+        }
+        let z = self.geo.zone_no(Sector(pos / SECTOR_SIZE));
+        let zone_start = self.geo.zone_start(z).0 * SECTOR_SIZE;
+        let past = match st.rule() {
+            Some(Rule::PastCapacity { .. }) => true,
+            Some(Rule::ZoneFull) => self.offset < pos && zone_start < pos,
+            _ => false,
+        };
+        let cap = self.geo.zone_capacity(z) * SECTOR_SIZE;
+        past.then(|| {
+            format!(
+                "EIO: the write goes past zone {}'s capacity ({cap} bytes: its writable part ends at byte offset {})",
+                z.0,
+                zone_start + cap
+            )
+        })
     }
 
     /// One zone append; returns the sector it landed at.

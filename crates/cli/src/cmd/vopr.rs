@@ -77,24 +77,26 @@ fn replay_command(r: &SeedRun, ops: u64, mutation: Option<&str>) -> String {
     format!("zblk vopr --seed {} --ops {ops}{m}", r.seed)
 }
 
+/// The planted bug `--mutation` names, if any: refused when unknown, or when this
+/// build has no mutation hooks.
+fn parse_mutation(a: &VoprArgs) -> Result<Option<Mutation>, CliError> {
+    let Some(name) = &a.mutation else { return Ok(None) };
+    let m = Mutation::parse(name).ok_or_else(|| {
+        let all: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
+        CliError(format!("unknown mutation '{name}' (one of: {})", all.join(", ")))
+    })?;
+    if !zblk_core::mutation::AVAILABLE {
+        return Err(CliError(
+            "this zblk was built without the `mutations` feature: cargo build --release --features zblk-cli/mutations"
+                .into(),
+        ));
+    }
+    Ok(Some(m))
+}
+
 /// Runs `zblk vopr`.
 pub fn run(a: &VoprArgs) -> Result<(), CliError> {
-    let mutation = match &a.mutation {
-        None => None,
-        Some(name) => {
-            let m = Mutation::parse(name).ok_or_else(|| {
-                let all: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
-                CliError(format!("unknown mutation '{name}' (one of: {})", all.join(", ")))
-            })?;
-            if !zblk_core::mutation::AVAILABLE {
-                return Err(CliError(
-                    "this zblk was built without the `mutations` feature: cargo build --release --features zblk-cli/mutations"
-                        .into(),
-                ));
-            }
-            Some(m)
-        }
-    };
+    let mutation = parse_mutation(a)?;
     if a.runtime {
         return run_runtime(a);
     }
@@ -107,54 +109,8 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
         (None, Some(_)) => None,
         (None, None) => Some(100),
     };
-    let deadline = a.time.map(|ns| Instant::now() + Duration::from_nanos(ns));
-    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
-    let next = AtomicU64::new(0);
-    let summary = Mutex::new(Summary { simulated: true, ..Summary::default() });
     let started = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| {
-                loop {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        break;
-                    }
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if limit.is_some_and(|n| i >= n) {
-                        break;
-                    }
-                    let Some(seed) = a.first_seed.checked_add(i) else { break };
-                    let r = vopr::run_seed(seed, a.ops, mutation);
-                    if let Some(v) = &r.violation {
-                        if !a.json {
-                            let line = format!(
-                                "FAIL seed {} ({}, {} ops): {}\n  replay: {}",
-                                r.seed,
-                                r.kind,
-                                r.ops,
-                                v.lines().next().unwrap_or(""),
-                                replay_command(&r, a.ops, a.mutation.as_deref())
-                            );
-                            outln!("{line}");
-                        }
-                    }
-                    let mut sum = summary.lock().expect("summary lock");
-                    sum.seeds += 1;
-                    sum.operations += r.ops;
-                    sum.faults_injected += r.faults;
-                    sum.checks += r.checks;
-                    for c in &r.coverage {
-                        *sum.coverage.entry(c.clone()).or_insert(0) += 1;
-                    }
-                    if r.violation.is_some() {
-                        sum.violations += 1;
-                        sum.failures.push(r);
-                    }
-                }
-            });
-        }
-    });
-    let mut sum = summary.into_inner().expect("summary lock");
+    let mut sum = run_seeds(a, mutation, limit);
     sum.wall_seconds = started.elapsed().as_secs_f64();
     sum.failures.sort_by_key(|r| r.seed);
     if a.json {
@@ -175,6 +131,60 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
         return Err(CliError(format!("{} of {} seeds found violations", sum.violations, sum.seeds)));
     }
     Ok(())
+}
+
+/// Runs seeds from `--first-seed` on `--jobs` threads until `limit` seeds or
+/// `--time` have passed; each failure is said as it is found (unless `--json`).
+fn run_seeds(a: &VoprArgs, mutation: Option<Mutation>, limit: Option<u64>) -> Summary {
+    let deadline = a.time.map(|ns| Instant::now() + Duration::from_nanos(ns));
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let next = AtomicU64::new(0);
+    let summary = Mutex::new(Summary { simulated: true, ..Summary::default() });
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if limit.is_some_and(|n| i >= n) {
+                        break;
+                    }
+                    let Some(seed) = a.first_seed.checked_add(i) else { break };
+                    let r = vopr::run_seed(seed, a.ops, mutation);
+                    if let (Some(v), false) = (&r.violation, a.json) {
+                        let line = format!(
+                            "FAIL seed {} ({}, {} ops): {}\n  replay: {}",
+                            r.seed,
+                            r.kind,
+                            r.ops,
+                            v.lines().next().unwrap_or(""),
+                            replay_command(&r, a.ops, a.mutation.as_deref())
+                        );
+                        outln!("{line}");
+                    }
+                    add_seed(&mut summary.lock().expect("summary lock"), r);
+                }
+            });
+        }
+    });
+    summary.into_inner().expect("summary lock")
+}
+
+/// Counts one seed's run into the summary.
+fn add_seed(sum: &mut Summary, r: SeedRun) {
+    sum.seeds += 1;
+    sum.operations += r.ops;
+    sum.faults_injected += r.faults;
+    sum.checks += r.checks;
+    for c in &r.coverage {
+        *sum.coverage.entry(c.clone()).or_insert(0) += 1;
+    }
+    if r.violation.is_some() {
+        sum.violations += 1;
+        sum.failures.push(r);
+    }
 }
 
 /// `--seed S`: one seed; on failure, its shrunk trace.
