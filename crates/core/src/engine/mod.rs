@@ -39,7 +39,7 @@ mod submit;
 
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, ZeroingMethod};
-pub use policy::IssuePolicy;
+pub use policy::{IssuePolicy, POLICIES, PolicyInfo};
 pub use submit::validate_bio;
 
 use crate::bio::{Bio, Request, Status};
