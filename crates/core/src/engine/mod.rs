@@ -37,6 +37,11 @@ mod policy;
 mod recovery;
 mod submit;
 
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+pub(crate) mod testing;
+
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, ZeroingMethod};
 pub use policy::{IssuePolicy, POLICIES, PolicyInfo};

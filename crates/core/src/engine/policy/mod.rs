@@ -29,6 +29,9 @@ mod registry;
 mod zwl;
 mod zwp;
 
+#[cfg(test)]
+mod scenarios;
+
 pub use registry::{IssuePolicy, POLICIES, PolicyInfo};
 
 use super::bios::{FragId, Kind};
