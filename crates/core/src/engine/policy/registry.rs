@@ -65,7 +65,7 @@ pub struct PolicyInfo {
 
 /// Every policy, in the order every list shows them (`IssuePolicy as usize` indexes
 /// it).
-pub const POLICIES: [PolicyInfo; 5] = [
+pub const POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         policy: IssuePolicy::Zwp,
         name: "zwp",
