@@ -65,7 +65,7 @@ impl Target {
     /// The default issue policy, as [`default_policy`] for an image: the single issuer
     /// on a rotational zoned device, per-zone plugging otherwise.
     pub fn default_policy(&self) -> IssuePolicy {
-        if self.rotational() && self.geo().is_zoned() { IssuePolicy::Qd1 } else { IssuePolicy::Zwp }
+        IssuePolicy::default_for(self.geo().is_zoned(), self.rotational())
     }
 
     /// Starts the runtime on it.
@@ -129,7 +129,7 @@ pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, Cl
 /// The issue policy an image runs with by default: the single issuer on a rotational
 /// zoned image (the kernel's `zoned_qd1_writes` default), per-zone plugging otherwise.
 pub fn default_policy(img: &FileImage) -> IssuePolicy {
-    if img.rotational() && img.geo().is_zoned() { IssuePolicy::Qd1 } else { IssuePolicy::Zwp }
+    IssuePolicy::default_for(img.geo().is_zoned(), img.rotational())
 }
 
 /// Starts the runtime on an opened image with `engine` settings and `backend`.

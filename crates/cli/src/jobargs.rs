@@ -81,12 +81,9 @@ pub struct BenchArgs {
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]
     pub group_reporting: bool,
-    /// Zone write issue policy: zwp (per-zone plugging), qd1 (single issuer, FIFO),
-    /// batch (single issuer draining the deepest plug first), zwl (legacy zone write
-    /// locking under an mq-deadline-like scheduler), passthrough (no plugging).
-    /// Default: qd1 on a rotational zoned device, zwp otherwise (the kernel's
-    /// zoned_qd1_writes default).
-    #[arg(long, value_parser = policy_parser())]
+    /// Zone write issue policy (the help lists every policy with its summary, and
+    /// the default rule).
+    #[arg(long, value_parser = policy_parser(), help = policy_help())]
     pub policy: Option<IssuePolicy>,
     /// batch policy: how many times a waiting zone may be passed over by deeper or
     /// nearer zones before it goes first.
@@ -166,6 +163,25 @@ pub(crate) fn policy_parser() -> impl clap::builder::TypedValueParser<Value = Is
         .map(|name: String| IssuePolicy::parse(&name).expect("a possible value is a policy name"))
 }
 
+/// `--policy`'s help: every policy with its summary, and the default (the kernel's
+/// `zoned_qd1_writes` default).
+fn policy_help() -> String {
+    let policies: Vec<String> =
+        zblk_core::engine::POLICIES.iter().map(|p| format!("{} ({})", p.name, p.summary)).collect();
+    format!(
+        "Zone write issue policy: {}. Default: {} on a rotational zoned device, {} otherwise (the kernel's \
+         zoned_qd1_writes default)",
+        policies.join(", "),
+        IssuePolicy::default_for(true, true).name(),
+        IssuePolicy::default_for(true, false).name()
+    )
+}
+
+/// The names of `policies`, joined by `sep` (`zwp, qd1, ...`).
+pub(crate) fn policy_names(policies: &[IssuePolicy], sep: &str) -> String {
+    policies.iter().map(|p| p.name()).collect::<Vec<_>>().join(sep)
+}
+
 /// The issue policy from `--policy` and `--zoned_qd1_writes`, or the device default.
 pub fn choose_policy(
     policy: Option<IssuePolicy>,
@@ -181,10 +197,8 @@ pub fn choose_policy(
             Err(CliError::msg(format!("--policy {} contradicts --zoned_qd1_writes {q}", p.name())))
         }
         (Some(p), _) => Ok(p),
-        (None, Some(1)) => Ok(IssuePolicy::Qd1),
-        (None, Some(_)) => Ok(IssuePolicy::Zwp),
-        (None, None) if zoned && rotational => Ok(IssuePolicy::Qd1),
-        (None, None) => Ok(IssuePolicy::Zwp),
+        (None, Some(q)) => Ok(IssuePolicy::selected_by_zoned_qd1_writes(q == 1)),
+        (None, None) => Ok(IssuePolicy::default_for(zoned, rotational)),
     }
 }
 

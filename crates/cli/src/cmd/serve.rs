@@ -12,6 +12,24 @@ use crate::CliError;
 use clap::Args;
 use std::path::{Path, PathBuf};
 
+/// The policy of a simulated or memory device served without `--policy`: per-zone
+/// plugging, the kernel's own, so that the model sees the order the kernel sends.
+const SIMULATED_POLICY: zblk_core::engine::IssuePolicy = zblk_core::engine::IssuePolicy::Zwp;
+
+/// `--policy`'s help: every policy, and the defaults of an image and of a simulated
+/// device.
+fn policy_help() -> String {
+    use zblk_core::engine::IssuePolicy;
+    format!(
+        "Zone write issue policy of zblk's engine under the kernel ({}). Default: an image's ({} on a rotational \
+         one, else {}); {} for simulated devices, so the model sees the kernel's own order",
+        crate::jobargs::policy_names(&IssuePolicy::ALL, ", "),
+        IssuePolicy::default_for(true, true).name(),
+        IssuePolicy::default_for(true, false).name(),
+        SIMULATED_POLICY.name()
+    )
+}
+
 /// Where the ublk driver's control device is (`ublk_drv`).
 const UBLK_CONTROL: &str = "/dev/ublk-control";
 
@@ -67,10 +85,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000),
           conflicts_with = "image")]
     pub time_scale: u32,
-    /// Zone write issue policy of zblk's engine under the kernel (zwp, qd1, batch,
-    /// zwl, passthrough). Default: an image's (qd1 on a rotational one, else zwp);
-    /// zwp for simulated devices, so the model sees the kernel's own order.
-    #[arg(long, value_parser = crate::jobargs::policy_parser())]
+    /// Zone write issue policy of zblk's engine under the kernel (the help lists
+    /// them). Default: an image's; [`SIMULATED_POLICY`] for simulated devices.
+    #[arg(long, value_parser = crate::jobargs::policy_parser(), help = policy_help())]
     pub policy: Option<zblk_core::engine::IssuePolicy>,
     /// Hardware queues of the ublk device (one serving thread each).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
@@ -309,7 +326,7 @@ mod with_ublk {
         }
         let geo = params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
         check_geometry(&geo).map_err(serve_error)?;
-        let policy = a.policy.unwrap_or(IssuePolicy::Zwp);
+        let policy = a.policy.unwrap_or(super::SIMULATED_POLICY);
         let dev = Arc::new(Locked::new(MemDevice::new(&geo, !a.no_data), "memory", params.rotational));
         let engine = EngineConfig { policy, ..EngineConfig::default() };
         let rt = Runtime::start(dev.clone(), RuntimeConfig { engine, ..RuntimeConfig::default() })
@@ -331,7 +348,7 @@ mod with_ublk {
     /// A simulated device or stack, paced to wall-clock time.
     fn start_paced(a: &ServeArgs) -> Result<Device, CliError> {
         let limit = if a.no_data { None } else { Some(a.data_limit) };
-        let policy = a.policy.unwrap_or(IssuePolicy::Zwp);
+        let policy = a.policy.unwrap_or(super::SIMULATED_POLICY);
         let (build, name, rotational): (SimBuilder, String, bool) = if let Some(text) = &a.dev {
             let spec = devspec::parse(text)?;
             let geo = spec.params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;

@@ -38,8 +38,9 @@ pub struct SweepArgs {
     /// `seed - 1 + i` and simulation seed `seed + i`.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Policies to compare, comma-separated (default: zwp,qd1,batch,zwl).
-    #[arg(long, value_delimiter = ',', value_parser = parse_policy)]
+    /// Policies to compare, comma-separated (the help names the default: every
+    /// policy that keeps zone writes in order).
+    #[arg(long, value_delimiter = ',', value_parser = parse_policy, help = policies_help())]
     pub policies: Vec<IssuePolicy>,
     /// Points to run, comma-separated: queue depths (smr-seq, smr-nocache), zone
     /// counts K (smr-zones) or test names (smr-20tb). Default: the published ones.
@@ -98,13 +99,24 @@ Every simulated number is a simulator number (virtual time on zblk's disk models
 so; the published figures beside them are measurements of real disks. docs/calibration.md says
 which parameters were fitted to which published points.";
 
+/// `--policies`' help: the policies a sweep compares by default.
+fn policies_help() -> String {
+    let names = crate::jobargs::policy_names(&IssuePolicy::compared(), ",");
+    format!("Policies to compare, comma-separated (default: {names})")
+}
+
+/// One `--policies` name: a policy that keeps zone writes in order (a baseline
+/// such as passthrough is refused).
 fn parse_policy(s: &str) -> Result<IssuePolicy, String> {
     match IssuePolicy::parse(s) {
-        Some(IssuePolicy::Passthrough) => {
-            Err("passthrough is not a zone write policy a sweep compares (it breaks zone writes)".to_string())
+        Some(p) if p.info().baseline => {
+            Err(format!("{} is not a zone write policy a sweep compares (it breaks zone writes)", p.name()))
         }
         Some(p) => Ok(p),
-        None => Err(format!("unknown policy '{s}' (zwp, qd1, batch, zwl)")),
+        None => {
+            let names = crate::jobargs::policy_names(&IssuePolicy::compared(), ", ");
+            Err(format!("unknown policy '{s}' ({names})"))
+        }
     }
 }
 

@@ -79,11 +79,10 @@ impl Engine {
         if !self.q.geo.is_zoned() {
             return Err(AttrError::NotZoned);
         }
-        let policy = match value {
-            0 => IssuePolicy::Zwp,
-            1 => IssuePolicy::Qd1,
-            v => return Err(AttrError::BadValue(v)),
-        };
+        if value > 1 {
+            return Err(AttrError::BadValue(value));
+        }
+        let policy = IssuePolicy::selected_by_zoned_qd1_writes(value == 1);
         self.set_policy(policy);
         Ok(())
     }

@@ -17,10 +17,10 @@
 //! [`Engine::set_self_check`] turns the first and the last off, for the simulator's
 //! runs that show what its independent checks catch without the engine's own.
 
-use super::Engine;
 use super::bios::{FragState, Kind};
 use super::plugs::{CondCache, PlugId};
 use super::policy::Policy;
+use super::{Engine, Queue};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Whether `ZBLK_CHECK_INVARIANTS=1`: every engine checks its invariants after every
@@ -39,6 +39,52 @@ impl Engine {
     pub fn check_invariants(&self) {
         let q = &self.q;
         assert_eq!(self.policy.kind(), q.cfg.policy, "the policy in force is not the configured one");
+        let mut census = FragCensus::of(q);
+        census.check_lists(q);
+        census.check_bios(q);
+        check_plugs(q, &census.issued_of);
+        self.policy.check(q);
+    }
+
+    /// Whether the engine checks its own invariants when it goes idle and, with
+    /// `ZBLK_CHECK_INVARIANTS=1`, after every input (on by default). The simulator
+    /// turns it off to show what its independent checks catch without them.
+    pub fn set_self_check(&mut self, on: bool) {
+        self.q.self_check = on;
+    }
+
+    /// After every input: the invariants, when the engine went idle and enough
+    /// inputs passed to pay for them, or always under `ZBLK_CHECK_INVARIANTS=1`.
+    pub(super) fn after_input(&mut self) {
+        let q = &mut self.q;
+        if !q.self_check {
+            return;
+        }
+        q.inputs_unchecked += 1;
+        let idle = q.bios.is_empty() && q.frozen.is_empty();
+        if every_input() || (idle && q.inputs_unchecked >= q.plugs.len() as u64) {
+            q.inputs_unchecked = 0;
+            self.check_invariants();
+        }
+    }
+}
+
+/// The fragments counted by state, each BIO's fragments, and what each plug has out
+/// (zone writes, native appends): what the tables must agree with.
+struct FragCensus {
+    inflight: usize,
+    wait_tag: usize,
+    held: usize,
+    plugged: usize,
+    /// Per plug: (operations out other than native appends, native appends out).
+    issued_of: FxHashMap<PlugId, (u32, u32)>,
+    /// Per BIO (by index): its fragments.
+    pieces: FxHashMap<usize, u32>,
+}
+
+impl FragCensus {
+    /// Walks every fragment once, checking what its state alone says.
+    fn of(q: &Queue) -> FragCensus {
         let (mut inflight, mut wait_tag, mut held, mut plugged) = (0usize, 0usize, 0usize, 0usize);
         let mut issued_of: FxHashMap<PlugId, (u32, u32)> = FxHashMap::default();
         let mut pieces: FxHashMap<usize, u32> = FxHashMap::default();
@@ -63,7 +109,13 @@ impl Engine {
                 }
             }
         }
-        assert_eq!(inflight as u32, q.tags.inflight, "in-flight count");
+        FragCensus { inflight, wait_tag, held, plugged, issued_of, pieces }
+    }
+
+    /// The tags' count, and each list (tag wait list, RESET_ALL barrier, plug
+    /// queues) against the fragments in its state.
+    fn check_lists(&self, q: &Queue) {
+        assert_eq!(self.inflight as u32, q.tags.inflight, "in-flight count");
         assert!(q.tags.inflight <= q.cfg.queue_depth, "more requests in flight than tags");
         // Each list holds fragments in its state only, each once; with the counts
         // above, every fragment in that state is in its list.
@@ -85,68 +137,54 @@ impl Engine {
                 in_plugs += 1;
             }
         }
-        assert_eq!(q.tags.wait.len(), wait_tag, "fragments waiting for a tag, not all in the wait list");
-        assert_eq!(q.barrier.waiting.len(), held, "fragments held by a RESET_ALL, not all in its list");
-        assert_eq!(in_plugs, plugged, "plugged fragments, not all in their plug's queue");
-        // A BIO ends with its last piece: its outstanding pieces are its fragments
-        // (the submission's own reference is dropped before an input returns).
+        assert_eq!(q.tags.wait.len(), self.wait_tag, "fragments waiting for a tag, not all in the wait list");
+        assert_eq!(q.barrier.waiting.len(), self.held, "fragments held by a RESET_ALL, not all in its list");
+        assert_eq!(in_plugs, self.plugged, "plugged fragments, not all in their plug's queue");
+    }
+
+    /// A BIO ends with its last piece: its outstanding pieces are its fragments
+    /// (the submission's own reference is dropped before an input returns).
+    fn check_bios(&mut self, q: &Queue) {
+        let mut pieces = std::mem::take(&mut self.pieces);
         for (b, remaining) in q.bios.iter() {
             let frags = pieces.remove(&b.idx()).unwrap_or(0);
             assert_eq!(remaining, frags, "BIO {b:?}: {remaining} pieces outstanding, {frags} fragments");
         }
         assert!(pieces.is_empty(), "fragments of BIOs that are gone: {pieces:?}");
-        let (mut ops_out, mut appends) = (0, 0);
-        for (p, plug) in q.plugs.iter() {
-            let z = plug.zone;
-            assert_eq!(q.plugs.get(z), Some(p), "zone {z}: its plug is not found by zone");
-            assert!(!q.geo.zone_is_conv(z), "plug of conventional zone {z}");
-            // The plug describes its zone; a READONLY or OFFLINE condition learnt from
-            // a report while the plug was in use stays for when it goes.
-            let cached = q.cond[z.idx()];
-            assert!(
-                matches!(cached, CondCache::Plugged | CondCache::ReadOnly | CondCache::Offline),
-                "zone {z}: plugged, but its cached condition says {cached:?}"
-            );
-            let (issued, apps) = issued_of.get(&p).copied().unwrap_or((0, 0));
-            assert_eq!(issued, u32::from(plug.busy), "zone {z}: {issued} operations out, busy={}", plug.busy);
-            assert_eq!(apps, plug.appends_out, "zone {z}: appends out");
-            ops_out += issued;
-            appends += apps;
-            let cap = q.geo.zone_capacity(z);
-            assert_eq!(plug.capacity, cap, "zone {z}: plug's capacity");
-            assert!(plug.wp_offset <= cap, "zone {z}: wp_offset {} past capacity {cap}", plug.wp_offset);
-            let idle = !plug.in_use() && !plug.report_pending;
-            let releasable = plug.need_wp_update || plug.wp_offset == 0 || plug.wp_offset >= cap;
-            assert!(!(idle && releasable), "plug of idle EMPTY/FULL zone {z} outlived its use: {plug:?}");
-        }
-        assert_eq!(ops_out, q.plugs.ops_out, "zone writes out");
-        assert_eq!(appends, q.plugs.appends_out, "native appends out");
-        if q.barrier.out {
-            assert_eq!(q.plugs.ops_out, 0, "zone writes out beside a RESET_ALL");
-        }
-        self.policy.check(q);
     }
+}
 
-    /// Whether the engine checks its own invariants when it goes idle and, with
-    /// `ZBLK_CHECK_INVARIANTS=1`, after every input (on by default). The simulator
-    /// turns it off to show what its independent checks catch without them.
-    pub fn set_self_check(&mut self, on: bool) {
-        self.q.self_check = on;
+/// Each plug against its zone, its cached condition and what it has out; the
+/// totals of zone writes and native appends out.
+fn check_plugs(q: &Queue, issued_of: &FxHashMap<PlugId, (u32, u32)>) {
+    let (mut ops_out, mut appends) = (0, 0);
+    for (p, plug) in q.plugs.iter() {
+        let z = plug.zone;
+        assert_eq!(q.plugs.get(z), Some(p), "zone {z}: its plug is not found by zone");
+        assert!(!q.geo.zone_is_conv(z), "plug of conventional zone {z}");
+        // The plug describes its zone; a READONLY or OFFLINE condition learnt from
+        // a report while the plug was in use stays for when it goes.
+        let cached = q.cond[z.idx()];
+        assert!(
+            matches!(cached, CondCache::Plugged | CondCache::ReadOnly | CondCache::Offline),
+            "zone {z}: plugged, but its cached condition says {cached:?}"
+        );
+        let (issued, apps) = issued_of.get(&p).copied().unwrap_or((0, 0));
+        assert_eq!(issued, u32::from(plug.busy), "zone {z}: {issued} operations out, busy={}", plug.busy);
+        assert_eq!(apps, plug.appends_out, "zone {z}: appends out");
+        ops_out += issued;
+        appends += apps;
+        let cap = q.geo.zone_capacity(z);
+        assert_eq!(plug.capacity, cap, "zone {z}: plug's capacity");
+        assert!(plug.wp_offset <= cap, "zone {z}: wp_offset {} past capacity {cap}", plug.wp_offset);
+        let idle = !plug.in_use() && !plug.report_pending;
+        let releasable = plug.need_wp_update || plug.wp_offset == 0 || plug.wp_offset >= cap;
+        assert!(!(idle && releasable), "plug of idle EMPTY/FULL zone {z} outlived its use: {plug:?}");
     }
-
-    /// After every input: the invariants, when the engine went idle and enough
-    /// inputs passed to pay for them, or always under `ZBLK_CHECK_INVARIANTS=1`.
-    pub(super) fn after_input(&mut self) {
-        let q = &mut self.q;
-        if !q.self_check {
-            return;
-        }
-        q.inputs_unchecked += 1;
-        let idle = q.bios.is_empty() && q.frozen.is_empty();
-        if every_input() || (idle && q.inputs_unchecked >= q.plugs.len() as u64) {
-            q.inputs_unchecked = 0;
-            self.check_invariants();
-        }
+    assert_eq!(ops_out, q.plugs.ops_out, "zone writes out");
+    assert_eq!(appends, q.plugs.appends_out, "native appends out");
+    if q.barrier.out {
+        assert_eq!(q.plugs.ops_out, 0, "zone writes out beside a RESET_ALL");
     }
 }
 

@@ -37,9 +37,14 @@ mod policy;
 mod recovery;
 mod submit;
 
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+pub(crate) mod testing;
+
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, ZeroingMethod};
-pub use policy::IssuePolicy;
+pub use policy::{IssuePolicy, POLICIES, PolicyInfo};
 pub use submit::validate_bio;
 
 use crate::bio::{Bio, Request, Status};

@@ -453,6 +453,26 @@ impl StackBuilder {
         Ok(self.push(DevKind::Striped, geometry, limits, members.to_vec(), driver))
     }
 
+    /// Target `i` of linear device `dev` on its member: the member's geometry, and
+    /// the target's length and end there, checked to be whole blocks inside it.
+    fn linear_extent(&self, dev: &str, i: usize, t: &LinearTarget) -> Result<(Geometry, u64, u64), StackError> {
+        let g = self.info(t.dev).geometry.clone();
+        let err = |why: String| StackError::Target { dev: dev.to_string(), target: i, member: self.name(t.dev), why };
+        let lbs = u64::from(g.lbs_sectors());
+        if t.offset.0 >= g.nr_sectors() {
+            return Err(err(format!("offset {} is past the member's end ({} sectors)", t.offset, g.nr_sectors())));
+        }
+        let len = t.len_sectors.unwrap_or(g.nr_sectors() - t.offset.0);
+        if len == 0 || t.offset.0 % lbs != 0 || len % lbs != 0 {
+            return Err(err(format!("offset {} and length {len} must be non-zero multiples of the block", t.offset)));
+        }
+        let end = t.offset.0.checked_add(len).filter(|&e| e <= g.nr_sectors());
+        let Some(end) = end else {
+            return Err(err(format!("{}+{len} runs past the member's end ({} sectors)", t.offset, g.nr_sectors())));
+        };
+        Ok((g, len, end))
+    }
+
     /// Adds a linear device (dm-linear) that concatenates `targets`.
     ///
     /// Over zoned members it is zoned with their zone model: every target must start
@@ -480,23 +500,8 @@ impl StackBuilder {
         };
         p.max_append_sectors = u32::MAX;
         for (i, t) in targets.iter().enumerate() {
-            let g = self.info(t.dev).geometry.clone();
+            let (g, len, end) = self.linear_extent(&dev, i, t)?;
             let err = |why: String| StackError::Target { dev: dev.clone(), target: i, member: self.name(t.dev), why };
-            let lbs = u64::from(g.lbs_sectors());
-            if t.offset.0 >= g.nr_sectors() {
-                return Err(err(format!("offset {} is past the member's end ({} sectors)", t.offset, g.nr_sectors())));
-            }
-            let len = t.len_sectors.unwrap_or(g.nr_sectors() - t.offset.0);
-            if len == 0 || t.offset.0 % lbs != 0 || len % lbs != 0 {
-                return Err(err(format!(
-                    "offset {} and length {len} must be non-zero multiples of the block",
-                    t.offset
-                )));
-            }
-            let end = t.offset.0.checked_add(len).filter(|&e| e <= g.nr_sectors());
-            let Some(end) = end else {
-                return Err(err(format!("{}+{len} runs past the member's end ({} sectors)", t.offset, g.nr_sectors())));
-            };
             if zoned {
                 let z = g.zone_sectors();
                 let last = i + 1 == targets.len();

@@ -17,16 +17,22 @@
 //! | [`Policy::plugs_independent`] | asked on the hot path: a policy that treats every plug on its own (per-zone plugging) lets the engine skip the list hooks |
 //! | [`Policy::check`] | the checker verifies the policy's invariants |
 //!
-//! Adding a policy: a new file here with a type implementing [`Policy`], its name in
-//! [`IssuePolicy`], a variant of [`AnyPolicy`] (and its line in `each_policy!`), and
-//! one line in [`build`] (`docs/ARCHITECTURE.md` has a worked example).
+//! What each policy is called and what it is for lives in one table,
+//! [`registry::POLICIES`]; this file holds the hooks and the engine's dispatch to
+//! the implementations (`docs/ARCHITECTURE.md` walks through adding a policy).
 
 mod batch;
 mod issuer;
 mod passthrough;
 mod qd1;
+mod registry;
 mod zwl;
 mod zwp;
+
+#[cfg(test)]
+mod scenarios;
+
+pub use registry::{IssuePolicy, POLICIES, PolicyInfo};
 
 use super::bios::{FragId, Kind};
 use super::plugs::PlugId;
@@ -34,65 +40,6 @@ use super::{EngineConfig, Queue};
 use crate::bio::Op;
 use crate::units::Sector;
 use std::fmt;
-
-/// How zone writes are released from their plugs to the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IssuePolicy {
-    /// Per-zone plugging (`zwp`): at most one write in flight per sequential zone,
-    /// zones independent of each other. The kernel's default since 6.10.
-    Zwp,
-    /// Single issuer (`qd1`, the kernel's `zoned_qd1_writes=1`): one write of the
-    /// whole device in flight; plugs with pending writes wait on a FIFO list and the
-    /// issuer drains the head plug completely before moving to the next.
-    Qd1,
-    /// zblk's single issuer (`batch`): as `qd1`, but the next plug to drain is the one
-    /// with the most data waiting (the largest batch per zone visit, so the fewest
-    /// head switches per byte); among equals, the nearest zone ahead of the last one
-    /// drained (a C-SCAN sweep, so the switches that remain are short seeks). A plug
-    /// passed over `batch_max_bypass` times goes first: the bound keeps a shallow
-    /// plug's writes from waiting behind more than that many other plugs' drains.
-    Batch,
-    /// Legacy zone write locking (`zwl`): no plugs; a request-level zone lock inside
-    /// an mq-deadline-like scheduler with a limited number of tags. See `zwl.rs`.
-    Zwl,
-    /// No plugging at all: writes go to the device as submitted, with no write
-    /// pointer check and no zone append emulation. Only for measuring what plugging
-    /// costs, and for showing what goes wrong without it.
-    Passthrough,
-}
-
-impl IssuePolicy {
-    /// Every policy.
-    pub const ALL: [IssuePolicy; 5] =
-        [IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwl, IssuePolicy::Passthrough];
-
-    /// The short name used on the command line and in JSON (`zwp`, `qd1`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            IssuePolicy::Zwp => "zwp",
-            IssuePolicy::Qd1 => "qd1",
-            IssuePolicy::Batch => "batch",
-            IssuePolicy::Zwl => "zwl",
-            IssuePolicy::Passthrough => "passthrough",
-        }
-    }
-
-    /// Parses a policy name.
-    pub fn parse(name: &str) -> Option<IssuePolicy> {
-        IssuePolicy::ALL.into_iter().find(|p| p.name() == name)
-    }
-
-    /// Whether zone writes go through zone write plugs.
-    pub fn plugs(self) -> bool {
-        matches!(self, IssuePolicy::Zwp | IssuePolicy::Qd1 | IssuePolicy::Batch)
-    }
-
-    /// Whether one context issues every zone write of the device.
-    pub fn single_issuer(self) -> bool {
-        matches!(self, IssuePolicy::Qd1 | IssuePolicy::Batch)
-    }
-}
 
 /// The policy's implementation for `cfg.policy`.
 pub(crate) fn build(cfg: &EngineConfig) -> AnyPolicy {

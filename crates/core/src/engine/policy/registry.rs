@@ -1,0 +1,214 @@
+//! The issue policies, described once: for each, its name (as the command line and
+//! JSON spell it), a one-line summary, and the properties every list of policies
+//! chooses by: whether its zone writes go through plugs, whether one issuer drains
+//! the device's plugs, which `zoned_qd1_writes` value selects it, whether it needs a
+//! zoned device, whether it is only a baseline that breaks zone writes.
+//!
+//! [`POLICIES`] is the one table: the CLI's `--policy` values and help, the policies
+//! a sweep or a random simulation compares, and the default policy of a device
+//! ([`IssuePolicy::default_for`]) all derive from it, so a new policy is on the
+//! command line, in the sweeps and in the random simulations as soon as it has its
+//! entry here.
+
+/// How zone writes are released from their plugs to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IssuePolicy {
+    /// Per-zone plugging (`zwp`): at most one write in flight per sequential zone,
+    /// zones independent of each other. The kernel's default since 6.10.
+    Zwp,
+    /// Single issuer (`qd1`, the kernel's `zoned_qd1_writes=1`): one write of the
+    /// whole device in flight; plugs with pending writes wait on a FIFO list and the
+    /// issuer drains the head plug completely before moving to the next.
+    Qd1,
+    /// zblk's single issuer (`batch`): as `qd1`, but the next plug to drain is the one
+    /// with the most data waiting (the largest batch per zone visit, so the fewest
+    /// head switches per byte); among equals, the nearest zone ahead of the last one
+    /// drained (a C-SCAN sweep, so the switches that remain are short seeks). A plug
+    /// passed over `batch_max_bypass` times goes first: the bound keeps a shallow
+    /// plug's writes from waiting behind more than that many other plugs' drains.
+    Batch,
+    /// Legacy zone write locking (`zwl`): no plugs; a request-level zone lock inside
+    /// an mq-deadline-like scheduler with a limited number of tags. See `zwl.rs`.
+    Zwl,
+    /// No plugging at all: writes go to the device as submitted, with no write
+    /// pointer check and no zone append emulation. Only for measuring what plugging
+    /// costs, and for showing what goes wrong without it.
+    Passthrough,
+}
+
+/// What zblk knows of one issue policy besides its implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyInfo {
+    /// The policy.
+    pub policy: IssuePolicy,
+    /// Its short name on the command line and in JSON (`zwp`, `qd1`, ...).
+    pub name: &'static str,
+    /// What it does, in a few words (the `--policy` help lists them).
+    pub summary: &'static str,
+    /// Zone writes go through zone write plugs (the engine tracks `wp_offset` and
+    /// emulates zone append for it).
+    pub plugs: bool,
+    /// One context issues every zone write of the device.
+    pub single_issuer: bool,
+    /// The value of the kernel's `zoned_qd1_writes` attribute that selects it, if
+    /// any: writing the value switches to it, and a zoned device starts with 1's
+    /// policy if it is rotational, 0's otherwise.
+    pub zoned_qd1_writes: Option<u8>,
+    /// It runs on zoned devices only (mq-deadline locks zones of zoned devices).
+    pub zoned_only: bool,
+    /// Only a baseline that breaks zone writes (for measuring what plugging costs):
+    /// sweeps and random simulations, which compare policies that keep zone writes
+    /// in order, leave it out.
+    pub baseline: bool,
+}
+
+/// Every policy, in the order every list shows them (`IssuePolicy as usize` indexes
+/// it).
+pub const POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        policy: IssuePolicy::Zwp,
+        name: "zwp",
+        summary: "per-zone plugging",
+        plugs: true,
+        single_issuer: false,
+        zoned_qd1_writes: Some(0),
+        zoned_only: false,
+        baseline: false,
+    },
+    PolicyInfo {
+        policy: IssuePolicy::Qd1,
+        name: "qd1",
+        summary: "single issuer, FIFO",
+        plugs: true,
+        single_issuer: true,
+        zoned_qd1_writes: Some(1),
+        zoned_only: false,
+        baseline: false,
+    },
+    PolicyInfo {
+        policy: IssuePolicy::Batch,
+        name: "batch",
+        summary: "single issuer draining the deepest plug first",
+        plugs: true,
+        single_issuer: true,
+        zoned_qd1_writes: None,
+        zoned_only: false,
+        baseline: false,
+    },
+    PolicyInfo {
+        policy: IssuePolicy::Zwl,
+        name: "zwl",
+        summary: "legacy zone write locking under an mq-deadline-like scheduler",
+        plugs: false,
+        single_issuer: false,
+        zoned_qd1_writes: None,
+        zoned_only: true,
+        baseline: false,
+    },
+    PolicyInfo {
+        policy: IssuePolicy::Passthrough,
+        name: "passthrough",
+        summary: "no plugging",
+        plugs: false,
+        single_issuer: false,
+        zoned_qd1_writes: None,
+        zoned_only: false,
+        baseline: true,
+    },
+];
+
+impl IssuePolicy {
+    /// Every policy, in [`POLICIES`]' order.
+    pub const ALL: [IssuePolicy; POLICIES.len()] = {
+        let mut all = [IssuePolicy::Zwp; POLICIES.len()];
+        let mut i = 0;
+        while i < POLICIES.len() {
+            all[i] = POLICIES[i].policy;
+            i += 1;
+        }
+        all
+    };
+
+    /// Its entry in [`POLICIES`].
+    pub fn info(self) -> &'static PolicyInfo {
+        let info = &POLICIES[self as usize];
+        assert_eq!(info.policy, self, "POLICIES is in the enum's order");
+        info
+    }
+
+    /// The short name used on the command line and in JSON (`zwp`, `qd1`, ...).
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// Parses a policy name.
+    pub fn parse(name: &str) -> Option<IssuePolicy> {
+        IssuePolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether zone writes go through zone write plugs.
+    pub fn plugs(self) -> bool {
+        self.info().plugs
+    }
+
+    /// Whether one context issues every zone write of the device.
+    pub fn single_issuer(self) -> bool {
+        self.info().single_issuer
+    }
+
+    /// The policy `zoned_qd1_writes` selects when it is 1 (`qd1` true: the single
+    /// issuer) or 0 (per-zone plugging).
+    pub fn selected_by_zoned_qd1_writes(qd1: bool) -> IssuePolicy {
+        let value = u8::from(qd1);
+        let info = POLICIES.iter().find(|i| i.zoned_qd1_writes == Some(value));
+        info.expect("zoned_qd1_writes 0 and 1 each select a policy").policy
+    }
+
+    /// The policy a device runs with unless told otherwise, as the kernel's
+    /// `zoned_qd1_writes` default: the single issuer on a rotational zoned device
+    /// (where a second write in flight costs a seek), per-zone plugging otherwise.
+    pub fn default_for(zoned: bool, rotational: bool) -> IssuePolicy {
+        IssuePolicy::selected_by_zoned_qd1_writes(zoned && rotational)
+    }
+
+    /// The policies that keep zone writes in order (every one but the baselines), in
+    /// [`POLICIES`]' order: what a sweep or a random simulation compares.
+    pub fn compared() -> Vec<IssuePolicy> {
+        POLICIES.iter().filter(|i| !i.baseline).map(|i| i.policy).collect()
+    }
+
+    /// [`IssuePolicy::compared`] on a device that is zoned or not: zone write
+    /// locking needs a zoned one.
+    pub fn compared_on(zoned: bool) -> Vec<IssuePolicy> {
+        IssuePolicy::compared().into_iter().filter(|p| zoned || !p.info().zoned_only).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_the_enums_order_and_names_are_unique() {
+        for (i, info) in POLICIES.iter().enumerate() {
+            assert_eq!(info.policy as usize, i, "{}", info.name);
+            assert_eq!(IssuePolicy::parse(info.name), Some(info.policy));
+        }
+    }
+
+    #[test]
+    fn the_default_is_the_single_issuer_on_a_rotational_zoned_device_only() {
+        assert_eq!(IssuePolicy::default_for(true, true), IssuePolicy::Qd1);
+        assert_eq!(IssuePolicy::default_for(true, false), IssuePolicy::Zwp);
+        assert_eq!(IssuePolicy::default_for(false, true), IssuePolicy::Zwp);
+        assert_eq!(IssuePolicy::selected_by_zoned_qd1_writes(true), IssuePolicy::Qd1);
+    }
+
+    #[test]
+    fn comparisons_leave_the_baseline_out_and_zwl_off_regular_devices() {
+        use IssuePolicy::*;
+        assert_eq!(IssuePolicy::compared(), vec![Zwp, Qd1, Batch, Zwl]);
+        assert_eq!(IssuePolicy::compared_on(false), vec![Zwp, Qd1, Batch]);
+    }
+}
