@@ -538,11 +538,8 @@ pub struct RandomStack {
 /// (mq-deadline locks zones of zoned devices).
 fn random_engine(rng: &mut impl Rng, queue_depth: u32, zoned: bool) -> EngineConfig {
     // Every policy that keeps zone writes in order: a new policy is simulated as soon
-    // as it is in `IssuePolicy::ALL`.
-    let policies: Vec<IssuePolicy> = IssuePolicy::ALL
-        .into_iter()
-        .filter(|&p| p != IssuePolicy::Passthrough && (zoned || p != IssuePolicy::Zwl))
-        .collect();
+    // as it is in `POLICIES`.
+    let policies = IssuePolicy::compared_on(zoned);
     let n = policies.len();
     EngineConfig {
         policy: policies[rng.random_range(0..n)],
