@@ -1,0 +1,98 @@
+use super::*;
+use zblk_core::geometry::GeometryParams;
+use zblk_core::zone::ZoneSet;
+
+/// 8 zones of 1 MiB, none conventional, at most `max_open` open.
+fn geo(max_open: u32) -> Geometry {
+    let p = GeometryParams {
+        capacity_bytes: 8 << 20,
+        zone_size_bytes: 1 << 20,
+        nr_conv: 0,
+        max_open,
+        ..GeometryParams::default()
+    };
+    Geometry::new(&p).unwrap()
+}
+
+fn fresh(geo: &Geometry, specs: &[JobSpec]) -> FioGen {
+    FioGen::new(specs, geo, ZoneSet::new(geo).zones(), 1).unwrap()
+}
+
+fn drain(g: &mut FioGen) -> Vec<FioAction> {
+    std::iter::from_fn(|| g.next(0)).collect()
+}
+
+fn done(io: &FioIo, result: Result<Sector, Status>) -> FioDone {
+    let b = io.bio;
+    FioDone { token: io.token, op: b.op, sector: b.sector, nr_sectors: b.nr_sectors, result, latency_ns: 1 }
+}
+
+fn submitted(actions: &[FioAction]) -> Vec<FioIo> {
+    actions
+        .iter()
+        .map(|a| match a {
+            FioAction::Submit(io) => *io,
+            other => panic!("{other:?} among submissions"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_failed_write_holds_the_job_until_its_zone_is_reported() {
+    let g0 = geo(0);
+    let spec = JobSpec { bs_bytes: 64 << 10, size_bytes: Some(1 << 20), ..JobSpec::default() };
+    let mut g = fresh(&g0, &[spec]);
+    g.start();
+    let first = submitted(&drain(&mut g));
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].bio.sector, Sector(0));
+    g.on_complete(5, done(&first[0], Err(Status::IoErr)));
+    assert_eq!(g.next(5), Some(FioAction::ReportZone(ZoneNo(0))));
+    assert_eq!(g.next(5), None, "nothing before the report's answer");
+    // The device wrote 32 KiB of the failed write: fio goes on from there.
+    g.zone_report(ZoneNo(0), Ok(ZoneInfo::of(&g0, ZoneNo(0), ZoneCond::ImpOpen, 64)));
+    let next = submitted(&drain(&mut g));
+    assert_eq!(next[0].bio.sector, Sector(64));
+    let r = g.results(false);
+    assert_eq!((r[0].errors, r[0].first_error), (1, Some(Status::IoErr)));
+}
+
+#[test]
+fn a_job_waits_for_a_zone_another_job_holds() {
+    // One open zone for two sequential writers of the same zone: the second job
+    // blocks on the zone's lock until the first has nothing out there.
+    let spec = JobSpec {
+        bs_bytes: 64 << 10,
+        iodepth: 2,
+        numjobs: 2,
+        size_bytes: Some(1 << 20),
+        max_open_zones: 1,
+        ..JobSpec::default()
+    };
+    let mut g = fresh(&geo(0), &[spec]);
+    g.start();
+    let ios = submitted(&drain(&mut g));
+    assert_eq!(ios.iter().map(|io| io.token).collect::<Vec<_>>(), vec![0, 0], "job 1 is blocked");
+    g.on_complete(1, done(&ios[0], Ok(ios[0].bio.sector)));
+    let more = submitted(&drain(&mut g));
+    assert_eq!(more.iter().map(|io| io.token).collect::<Vec<_>>(), vec![0], "job 0 keeps the zone");
+    assert_eq!(more[0].bio.sector, Sector(256));
+    g.on_complete(2, done(&ios[1], Ok(ios[1].bio.sector)));
+    let _ = drain(&mut g);
+    assert!(!g.is_done());
+    assert!(g.inflight() > 0);
+}
+
+#[test]
+fn open_zones_beyond_the_limit_refuse_the_start() {
+    let g0 = geo(0);
+    let mut zones = ZoneSet::new(&g0).zones().to_vec();
+    for (z, info) in zones.iter_mut().enumerate().take(3) {
+        *info = ZoneInfo::of(&g0, ZoneNo(z as u32), ZoneCond::ImpOpen, 8);
+    }
+    let spec = JobSpec { max_open_zones: 2, ..JobSpec::default() };
+    let e = FioGen::new(std::slice::from_ref(&spec), &g0, &zones, 1).unwrap_err();
+    assert_eq!(e.option, "max_open_zones");
+    let spec = JobSpec { max_open_zones: 3, ..spec };
+    assert!(FioGen::new(&[spec], &g0, &zones, 1).is_ok());
+}
