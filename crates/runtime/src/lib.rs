@@ -43,6 +43,7 @@
 //! [`Device::perform`]: zblk_dev::Device::perform
 
 pub mod bench;
+#[cfg(feature = "vopr")]
 pub mod vopr;
 pub mod zeroing;
 
