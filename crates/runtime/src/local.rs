@@ -10,7 +10,8 @@
 //! runtime's ring as before. The ring only carries reads and writes of the device's
 //! data descriptors: every device-side check and all bookkeeping stay the runtime's.
 
-use super::{Shared, Submitter};
+use crate::io::Submitter;
+use crate::shared::Shared;
 use crate::uring::Inflight;
 use std::cell::RefCell;
 use std::sync::Weak;

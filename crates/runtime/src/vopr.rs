@@ -27,6 +27,9 @@
 //! writes (the image rolls a failed write back whole), zones turning READONLY or
 //! OFFLINE, lost completions and power loss (the image's own power-loss tests cover
 //! that, docs/real-io.md).
+//!
+//! A checker, not part of the driver: it is built with the crate's `vopr` feature,
+//! which the CLI (for `zblk vopr --runtime`) and the runtime's own tests enable.
 
 use crate::{Backend, Io, Runtime, RuntimeConfig};
 use rand::rngs::ChaCha8Rng;

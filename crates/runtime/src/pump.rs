@@ -1,0 +1,225 @@
+//! Carrying out the engine's actions: drained under the engine lock, then done
+//! outside it: a request the engine issues is checked by the device and goes to a
+//! ring (the calling thread's own or the runtime's io_uring), to a worker, or is
+//! carried out inline; completed BIOs' callbacks run; zone reports are answered;
+//! and what that produced is fed back in, until the engine has nothing left to do.
+
+use crate::callback::Done;
+use crate::local;
+use crate::shared::{BATCH, Core, Job, RawBuf, Shared, Timer};
+use crate::uring::Inflight;
+use std::io;
+use std::sync::MutexGuard;
+use zblk_core::bio::{Op, ReqId, Request, Status};
+use zblk_core::engine::Action;
+use zblk_core::units::{Sector, ZoneNo};
+use zblk_core::zone::ZoneInfo;
+use zblk_dev::{IoBuf, Plan, zero_past};
+
+/// A pump's working vectors, kept by each thread between its pumps.
+#[derive(Default)]
+struct Scratch {
+    /// Requests the engine issued, with their part of their BIO's buffer.
+    issues: Vec<(Request, Option<RawBuf>)>,
+    dones: Vec<(Done, Result<Sector, Status>)>,
+    reports: Vec<ZoneNo>,
+    results: Vec<(ReqId, Result<Sector, Status>)>,
+    answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)>,
+}
+
+thread_local! {
+    /// The vectors of this thread's last pump (none while one runs).
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+    /// This thread is the io_uring completion thread: its next wait submits too.
+    pub(crate) static REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Shared {
+    /// Carries out the engine's actions until it has none: drains them under the
+    /// lock, then starts requests, calls completions and answers zone reports
+    /// outside it, and feeds what that produced back in.
+    pub(crate) fn pump<'a>(&'a self, mut core: MutexGuard<'a, Core>) {
+        // The thread's vectors from its last pump: a request's trip through the engine
+        // then allocates nothing here. (A pump nested in a callback finds none and
+        // makes its own.)
+        let mut sc = SCRATCH.with(|s| s.take()).unwrap_or_default();
+        loop {
+            self.drain_actions(&mut core, &mut sc);
+            drop(core);
+            self.issue_all(&mut sc);
+            for (done, r) in sc.dones.drain(..) {
+                done.run(r);
+            }
+            for z in sc.reports.drain(..) {
+                sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+            }
+            if sc.results.is_empty() && sc.answers.is_empty() {
+                break;
+            }
+            core = self.lock_core();
+            feed_back(&mut core, &mut sc);
+        }
+        SCRATCH.with(|s| s.set(Some(sc)));
+    }
+
+    /// Takes the engine's actions into `sc` (under the lock), arming the timer for
+    /// anticipations, and wakes whoever waits for the engine to be idle.
+    fn drain_actions(&self, core: &mut Core, sc: &mut Scratch) {
+        while let Some(action) = core.engine.poll_action() {
+            match action {
+                Action::Issue(req) => {
+                    let buf = core.bios[req.user_data as usize].buf.map(|b| b.part(&req));
+                    sc.issues.push((req, buf));
+                }
+                Action::Complete(c) => {
+                    let ctx = core.bios.remove(c.user_data as usize);
+                    sc.dones.push((ctx.done, c.result));
+                }
+                Action::ReportZone(z) => sc.reports.push(z),
+                Action::Anticipate { token, ns } => {
+                    let at = std::time::Instant::now() + std::time::Duration::from_nanos(ns);
+                    // Unbounded: never blocks under the lock. If the timer thread
+                    // is gone the runtime is closing and nothing waits.
+                    let _ = self.timers.send(Timer::Arm { at, token });
+                }
+            }
+        }
+        if core.bios.is_empty() && core.idle_waiters > 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Starts the requests the engine issued; submits the runtime's ring once for
+    /// all of them, unless this thread is plugged ([`Shared::batch`]) or is the
+    /// completion thread (whose next wait submits).
+    fn issue_all(&self, sc: &mut Scratch) {
+        let mut queued = false;
+        for (req, buf) in sc.issues.drain(..) {
+            match self.start(req, buf) {
+                Started::Ring => queued = true,
+                Started::Local | Started::Worker => {}
+                Started::Done(r) => sc.results.push((req.id, r)),
+            }
+        }
+        if let (true, Some(u)) = (queued, &self.uring) {
+            let (depth, _) = BATCH.with(|b| b.get());
+            if depth > 0 {
+                BATCH.with(|b| b.set((depth, true)));
+            } else if !REAPER.with(|r| r.get()) {
+                // (The completion thread's next wait submits what it queued.)
+                let r = u.submit();
+                assert!(r.is_ok(), "io_uring submission failed: {r:?}");
+            }
+        }
+    }
+
+    /// Device-side checks, then the request goes to a ring (the calling thread's own,
+    /// [`local`], or the runtime's), is carried out here (a device that works in
+    /// memory), or goes to a worker.
+    fn start(&self, req: Request, buf: Option<RawBuf>) -> Started {
+        let plan = match self.device.prepare(&req) {
+            Ok(plan) => plan,
+            Err(status) => return Started::Done(Err(status)),
+        };
+        if let (Plan::Transfer(t), Some(b)) = (plan, buf) {
+            let direct = match self.direct {
+                Some((fd, a)) if (b.ptr as u64) % a == 0 && (b.len as u64) % a == 0 && t.offset % a == 0 => Some(fd),
+                _ => None,
+            };
+            if let Some(fd) = direct.or(self.buffered) {
+                let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd }) {
+                    None => return Started::Local,
+                    Some(r) => r,
+                };
+                if let Some(u) = &self.uring {
+                    u.push_rw(Box::new(r));
+                    return Started::Ring;
+                }
+            }
+        }
+        if self.device.inline() {
+            // SAFETY: as in threads::worker_loop: the request's part of its BIO's buffer.
+            return Started::Done(self.device.perform(&req, plan, unsafe { iobuf(req.op, buf) }));
+        }
+        let sent = self.jobs.send(Job::Run { req, plan, buf });
+        assert!(sent.is_ok(), "worker threads gone while requests are issued");
+        Started::Worker
+    }
+
+    /// Ends a transfer a ring carried: a short one is finished synchronously, a read
+    /// zeroed past the write pointer, and the device records the outcome.
+    pub(crate) fn finish_transfer(&self, r: &Inflight, res: i32) -> Result<Sector, Status> {
+        let io = transfer_result(r, res);
+        if !r.t.write {
+            // SAFETY: the request's part of its BIO's buffer, as in threads::worker_loop.
+            zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
+        }
+        self.device.finish(&r.req, r.t, io)
+    }
+}
+
+/// Where [`Shared::start`] sent a request.
+enum Started {
+    /// On the runtime's ring: submitted when the batch ends.
+    Ring,
+    /// On the calling thread's ring ([`local`]).
+    Local,
+    /// To a worker thread.
+    Worker,
+    /// Already over (refused, or carried out here): its result.
+    Done(Result<Sector, Status>),
+}
+
+/// The data of a request as a device takes it.
+///
+/// # Safety
+/// `buf` must be the request's part of its BIO's buffer, valid and used by nobody
+/// else until the request completes.
+pub(crate) unsafe fn iobuf<'a>(op: Op, buf: Option<RawBuf>) -> IoBuf<'a> {
+    // SAFETY: the caller's guarantee.
+    match (buf, op) {
+        (Some(b), Op::Read) => IoBuf::Read(unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }),
+        (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
+        (None, _) => IoBuf::None,
+    }
+}
+
+/// The outcome of a ring read or write: a short transfer is finished synchronously.
+fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
+    if res < 0 {
+        return Err(io::Error::from_raw_os_error(-res));
+    }
+    let mut done = res as usize;
+    // SAFETY: the descriptor is the device's, open while the runtime runs.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(r.fd) };
+    while done < r.len {
+        let off = r.t.offset + done as u64;
+        // SAFETY: the request's part of its BIO's buffer, as in threads::worker_loop.
+        let n = unsafe {
+            if !r.t.write {
+                rustix::io::pread(fd, std::slice::from_raw_parts_mut(r.ptr.add(done), r.len - done), off)
+            } else {
+                rustix::io::pwrite(fd, std::slice::from_raw_parts(r.ptr.add(done), r.len - done), off)
+            }
+        }?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "short transfer"));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Feeds the results of requests over at once and the zone reports' answers back into
+/// the engine (under the lock).
+fn feed_back(core: &mut Core, sc: &mut Scratch) {
+    for (id, r) in sc.results.drain(..) {
+        core.engine.complete(id, r);
+    }
+    for (z, answer) in sc.answers.drain(..) {
+        match answer {
+            Ok(info) => core.engine.zone_report(&info),
+            Err(s) => core.engine.zone_report_failed(z, s),
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The [`Runtime`] handle: starting one on a device (the engine from the device's zone
+//! report, the I/O driver, the worker, timer and completion threads), what it runs
+//! on, asynchronous submission, and closing it (every BIO drained, threads stopped,
+//! the device closed).
+
+use crate::config::{Backend, RuntimeConfig, RuntimeError};
+use crate::io::{FutState, Io, IoDone, IoFuture, Submitter};
+use crate::shared::{Core, Job, Shared, Timer};
+use crate::threads::{completion_loop, timer_loop, worker_loop};
+use crate::uring::Uring;
+use crossbeam_channel::Receiver;
+use slab::Slab;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use zblk_core::bio::Status;
+use zblk_core::engine::{Engine, EngineStats};
+use zblk_core::geometry::Geometry;
+use zblk_core::units::Sector;
+use zblk_core::zone::ZoneInfo;
+use zblk_dev::{Device, DeviceError};
+
+/// The I/O driver in words: io_uring or threads, and how data moves (`direct`: the
+/// alignment of the device's `O_DIRECT` descriptor; `buffered`: it has a page cache
+/// one for the rest).
+fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, inline: bool) -> String {
+    let data = match (direct, buffered) {
+        (None, false) if inline => return "inline on the submitting thread (the device works in memory)".to_string(),
+        (Some(a), true) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O buffered)"),
+        (Some(a), false) if uring => format!("O_DIRECT (aligned to {a} bytes; unaligned I/O bounced by workers)"),
+        (Some(a), _) => format!("O_DIRECT (aligned to {a} bytes)"),
+        (None, true) => {
+            "buffered (no O_DIRECT: the file system refuses it, or its alignment exceeds a block)".to_string()
+        }
+        (None, false) => return format!("{workers} threads (the device moves its own data)"),
+    };
+    match uring {
+        true => format!("io_uring, {data}"),
+        false => format!("{workers} threads with pread/pwrite, {data}"),
+    }
+}
+
+/// The runtime's ring, as `cfg.backend` asks: none for the thread pool, none for a
+/// device without data descriptors (a ring would carry nothing), a refusal when
+/// io_uring is required and cannot be had.
+fn open_ring(device: &dyn Device, cfg: &RuntimeConfig, has_fds: bool) -> Result<Option<Uring>, RuntimeError> {
+    Ok(match cfg.backend {
+        Backend::Threads => None,
+        Backend::IoUring if !has_fds => {
+            return Err(RuntimeError::IoUring(io::Error::other(format!(
+                "{} offers no descriptor for io_uring to move data through",
+                device.name()
+            ))));
+        }
+        Backend::IoUring => Some(Uring::new(cfg.engine.queue_depth).map_err(RuntimeError::IoUring)?),
+        // A ring would carry nothing for a device without descriptors.
+        Backend::Auto if !has_fds => None,
+        Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
+    })
+}
+
+/// How many worker threads: as configured, or by default 4 beside a ring (which
+/// carries the transfers), the queue depth (at most 64) without one, and none for a
+/// device that works inline.
+fn worker_count(device: &dyn Device, cfg: &RuntimeConfig, uring: bool) -> usize {
+    match (cfg.workers, uring) {
+        // Every request runs on its submitting thread: none to hand over.
+        (0, _) if device.inline() => 0,
+        (0, true) => 4,
+        (0, false) => cfg.engine.queue_depth.clamp(1, 64) as usize,
+        (n, _) => n,
+    }
+}
+
+/// The threaded runtime over one device. See the crate documentation.
+pub struct Runtime {
+    shared: Option<Arc<Shared>>,
+    threads: Vec<JoinHandle<()>>,
+    workers: usize,
+    description: String,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("backend", &self.description).finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Starts a runtime on `device`: an engine built from the device's zone report
+    /// (as the kernel revalidates zones), the I/O driver `cfg` asks for, its threads.
+    /// To keep a handle on the device (to look at it while the runtime runs), give an
+    /// `Arc` of it.
+    pub fn start<D: Device + 'static>(device: D, cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let device: Arc<dyn Device> = Arc::new(device);
+        let geo = device.geometry().clone();
+        let zones = device.zones().map_err(|status| RuntimeError::ZoneReport { device: device.name(), status })?;
+        let engine = Engine::new(&geo, cfg.engine, &zones);
+        let fds = device.data_fds();
+        let direct = fds.direct.map(|(fd, a)| (fd.as_raw_fd(), a));
+        let buffered = fds.buffered.map(|fd| fd.as_raw_fd());
+        let has_fds = direct.is_some() || buffered.is_some();
+        let uring = open_ring(&*device, &cfg, has_fds)?;
+        let workers = worker_count(&*device, &cfg, uring.is_some());
+        let description =
+            describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers, device.inline());
+        let description = match (&uring, cfg.backend, has_fds) {
+            (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
+            _ => description,
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (timers, timer_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            device,
+            geo,
+            core: Mutex::new(Core { engine, bios: Slab::new(), idle_waiters: 0 }),
+            idle: Condvar::new(),
+            uring,
+            jobs: tx,
+            timers,
+            direct,
+            buffered,
+            stopping: AtomicBool::new(false),
+        });
+        let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };
+        rt.spawn_threads(&shared, &rx, timer_rx)?;
+        Ok(rt)
+    }
+
+    /// Starts the workers, the io_uring completion thread (with a ring) and the timer.
+    fn spawn_threads(
+        &mut self,
+        shared: &Arc<Shared>,
+        jobs: &Receiver<Job>,
+        timer_rx: Receiver<Timer>,
+    ) -> Result<(), RuntimeError> {
+        for i in 0..self.workers {
+            let (sh, rx) = (shared.clone(), jobs.clone());
+            let t = std::thread::Builder::new().name(format!("zblk-worker-{i}")).spawn(move || worker_loop(sh, rx));
+            self.threads.push(t.map_err(RuntimeError::Thread)?);
+        }
+        if shared.uring.is_some() {
+            let sh = shared.clone();
+            let t = std::thread::Builder::new().name("zblk-completion".into()).spawn(move || completion_loop(sh));
+            self.threads.push(t.map_err(RuntimeError::Thread)?);
+        }
+        let sh = shared.clone();
+        let t = std::thread::Builder::new().name("zblk-timer".into()).spawn(move || timer_loop(sh, timer_rx));
+        self.threads.push(t.map_err(RuntimeError::Thread)?);
+        Ok(())
+    }
+
+    /// The shared state (the runtime runs until it is closed or dropped).
+    pub(crate) fn sh(&self) -> &Shared {
+        self.shared.as_ref().expect("runtime is running")
+    }
+
+    /// Which I/O driver runs, in words: io_uring or threads, `O_DIRECT` or buffered.
+    pub fn backend(&self) -> &str {
+        &self.description
+    }
+
+    /// Whether io_uring is in use.
+    pub fn uses_io_uring(&self) -> bool {
+        self.sh().uring.is_some()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &dyn Device {
+        &*self.sh().device
+    }
+
+    /// The device geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.sh().geo
+    }
+
+    /// Engine counters.
+    pub fn engine_stats(&self) -> EngineStats {
+        self.sh().lock_core().engine.stats()
+    }
+
+    /// Submits `io`; `done` is called once with its [`IoDone`], from whichever thread
+    /// completes it (possibly this one, before `submit` returns, if it is refused).
+    /// Called from inside another callback, a submission that completes at once has
+    /// its callback run after that callback returns, never inside it: chains of I/Os
+    /// submitted from callbacks run as a loop, however many are refused inline.
+    pub fn submit(&self, io: Io, done: impl FnOnce(IoDone) + Send + 'static) {
+        self.sh().submit_io(io, done);
+    }
+
+    /// Runs `f`, which submits I/Os from this thread, and hands everything it queued
+    /// on the ring to the kernel at once when it returns: one system call for a batch
+    /// of submissions instead of one each.
+    pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.sh().batch(f)
+    }
+
+    /// A handle that submits to this runtime from anywhere, completion callbacks
+    /// included (which cannot borrow the runtime): callbacks can chain I/Os.
+    pub fn submitter(&self) -> Submitter {
+        Submitter { shared: Arc::downgrade(self.shared.as_ref().expect("runtime is running")) }
+    }
+
+    /// Submits `io` and returns a future of its [`IoDone`].
+    pub fn submit_async(&self, io: Io) -> IoFuture {
+        let st = Arc::new(Mutex::new(FutState::default()));
+        let st2 = st.clone();
+        self.submit(io, move |d| {
+            let mut s = st2.lock().unwrap_or_else(|p| p.into_inner());
+            s.done = Some(d);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        });
+        IoFuture { st }
+    }
+
+    /// All zones as the device reports them now.
+    pub fn report_zones(&self) -> Result<Vec<ZoneInfo>, Status> {
+        self.device().zones()
+    }
+
+    /// The zone holding `sector` as the device reports it now.
+    pub fn report_zone(&self, sector: Sector) -> Result<ZoneInfo, Status> {
+        self.device().report_zone(sector)
+    }
+
+    /// Waits for every I/O, stops the threads, and closes the device (an image:
+    /// commit, live table marked clean), saying why if it cannot.
+    pub fn close(mut self) -> Result<(), DeviceError> {
+        match self.shutdown() {
+            Some(device) => device.close(),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every I/O and stops the threads; returns the device unless it was
+    /// done already.
+    fn shutdown(&mut self) -> Option<Arc<dyn Device>> {
+        let shared = self.shared.take()?;
+        {
+            let mut core = shared.lock_core();
+            core.idle_waiters += 1;
+            while !core.bios.is_empty() {
+                core = shared.idle.wait(core).unwrap_or_else(|p| p.into_inner());
+            }
+            core.idle_waiters -= 1;
+            // Idle: the engine's invariants cost O(plugs) here.
+            core.engine.check_invariants();
+        }
+        shared.stopping.store(true, Ordering::Release);
+        for _ in 0..self.workers {
+            let _ = shared.jobs.send(Job::Stop);
+        }
+        let _ = shared.timers.send(Timer::Stop);
+        if let Some(u) = &shared.uring {
+            u.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // A submitter's call that raced with closing may still hold the runtime for
+        // a moment.
+        let mut shared = shared;
+        let shared = loop {
+            match Arc::try_unwrap(shared) {
+                Ok(s) => break s,
+                Err(s) => {
+                    shared = s;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        };
+        Some(shared.device)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        drop(self.shutdown());
+    }
+}

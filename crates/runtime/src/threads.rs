@@ -1,0 +1,85 @@
+//! The runtime's threads: workers carrying out what the ring cannot (flushes, zone
+//! management, every request with the thread pool), the timer that expires the
+//! batching issuer's anticipations (the engine has no clock), and the io_uring
+//! completion thread that reaps the ring and feeds completions back in batches.
+
+use crate::pump::{REAPER, iobuf};
+use crate::shared::{Job, Shared, Timer};
+use crate::uring::{self, WAKE};
+use crossbeam_channel::Receiver;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Expires anticipations when their time has come (earliest first).
+pub(crate) fn timer_loop(sh: Arc<Shared>, rx: Receiver<Timer>) {
+    use std::cmp::Reverse;
+    let mut armed: std::collections::BinaryHeap<Reverse<(std::time::Instant, u64)>> = Default::default();
+    loop {
+        let msg = match armed.peek() {
+            None => rx.recv().ok(),
+            Some(Reverse((at, _))) => match rx.recv_timeout(at.saturating_duration_since(std::time::Instant::now())) {
+                Ok(m) => Some(m),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    let now = std::time::Instant::now();
+                    let mut core = sh.lock_core();
+                    while let Some(&Reverse((at, token))) = armed.peek() {
+                        if at > now {
+                            break;
+                        }
+                        armed.pop();
+                        core.engine.anticipation_expired(token);
+                    }
+                    sh.pump(core);
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        match msg {
+            Some(Timer::Arm { at, token }) => armed.push(Reverse((at, token))),
+            Some(Timer::Stop) | None => return,
+        }
+    }
+}
+
+/// Carries out requests the ring does not take, one at a time, until told to stop.
+pub(crate) fn worker_loop(sh: Arc<Shared>, rx: Receiver<Job>) {
+    let mut results = Vec::with_capacity(1);
+    while let Ok(Job::Run { req, plan, buf }) = rx.recv() {
+        // SAFETY: the buffer is the request's part of its BIO's buffer, valid and
+        // untouched by anyone else until the BIO completes (after this request).
+        let r = sh.device.perform(&req, plan, unsafe { iobuf(req.op, buf) });
+        results.push((req.id, r));
+        sh.complete_many(&mut results);
+    }
+}
+
+/// Reaps the runtime's ring and feeds what completed back into the engine, a batch
+/// per wait, until woken to stop.
+pub(crate) fn completion_loop(sh: Arc<Shared>) {
+    REAPER.with(|r| r.set(true));
+    let u = sh.uring.as_ref().expect("completion thread without a ring");
+    let mut batch = Vec::new();
+    let mut results = Vec::new();
+    loop {
+        batch.clear();
+        let r = u.reap(&mut batch);
+        assert!(r.is_ok(), "io_uring wait failed: {r:?}");
+        let mut stop = false;
+        for &(token, res) in &batch {
+            if token == WAKE {
+                stop |= sh.stopping.load(Ordering::Acquire);
+                continue;
+            }
+            // SAFETY: every other token is a request pushed by push_rw, reaped once.
+            let r = unsafe { uring::take(token) };
+            results.push((r.req.id, sh.finish_transfer(&r, res)));
+        }
+        if !results.is_empty() {
+            sh.complete_many(&mut results);
+        }
+        if stop {
+            return;
+        }
+    }
+}
