@@ -39,6 +39,7 @@
 pub mod claim;
 pub mod format;
 pub mod media;
+#[cfg(feature = "testing")]
 pub mod powercut;
 mod recovery;
 pub mod zeroing;
