@@ -21,7 +21,7 @@
 //!   that file, or it is swapped back and the path examined again. Nothing at the
 //!   path is replaced unless it was examined and locked.
 
-use super::{ImageError, ImageErrorKind, err, io_err};
+use super::error::{ImageError, ImageErrorKind, err, io_err};
 use rustix::fs::{CWD, FlockOperation, OFlags, RenameFlags, flock, renameat_with};
 use rustix::io::Errno;
 use std::fs::{File, Metadata, OpenOptions};
