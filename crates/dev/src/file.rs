@@ -64,7 +64,7 @@ mod write_pointer;
 pub mod zeroing;
 
 pub use create::CreateOptions;
-pub use error::{ImageError, ImageErrorKind, describe_io};
+pub use error::{ImageError, ImageErrorKind};
 pub use open::{ImageOptions, current_boot_id};
 
 use commit::Durable;

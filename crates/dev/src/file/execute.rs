@@ -4,11 +4,10 @@
 //! commits they ask for.
 
 use super::FileImage;
-use super::error::describe_io;
 use super::format::Entry;
 use super::zeroing::{self, FileZeroing};
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
-use crate::error::DeviceError;
+use crate::error::{DeviceError, describe_io};
 use crate::{IoBuf, check_discard, check_write_zeroes, zero_past};
 use std::io;
 use std::os::fd::BorrowedFd;

@@ -5,6 +5,7 @@
 use super::*;
 use crate::IoBuf;
 use crate::device::{Device, Plan, Transfer};
+use crate::error::DeviceErrorKind;
 use media::FileMedia;
 use std::io;
 use zblk_core::bio::{Op, Request, Status};
@@ -84,9 +85,9 @@ fn second_open_is_refused_while_in_use() {
     let p = image(dir.path());
     let _img = FileImage::open(&p, &ImageOptions::default()).unwrap();
     let e = FileImage::open(&p, &ImageOptions::default()).unwrap_err();
-    assert!(matches!(e.kind, ImageErrorKind::InUse), "{e}");
+    assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_))), "{e}");
     let e = FileImage::open(&p, &ImageOptions { read_only: true, ..ImageOptions::default() }).unwrap_err();
-    assert!(matches!(e.kind, ImageErrorKind::InUse), "{e}");
+    assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_))), "{e}");
 }
 
 #[test]
