@@ -83,7 +83,7 @@ fn the_geometry_comes_from_sysfs_and_the_zone_report(path: &Path) {
     assert_eq!((zones.len(), zones[0].cond, zones[2].cond), (256, ZoneCond::NotWp, ZoneCond::Empty));
     // Held exclusively: a second open for writing is refused, naming the device.
     let e = LinuxZoned::open(path, &LinuxOptions::default()).unwrap_err();
-    assert!(matches!(e.kind, DeviceErrorKind::InUse), "{e}");
+    assert!(matches!(e.kind, DeviceErrorKind::InUse(_)), "{e}");
     assert!(e.to_string().starts_with(&path.display().to_string()), "{e}");
     eprintln!("{}: {} zones, sysfs {:?}", path.display(), geo.nr_zones(), dev.limits());
 }

@@ -26,7 +26,7 @@ use zblk_core::units::Sector;
 use zblk_core::zone::ZoneInfo;
 
 pub use device::{DataFds, Device, DeviceZeroing, Locked, Plan, Transfer};
-pub use error::{DeviceError, DeviceErrorKind};
+pub use error::{DeviceError, DeviceErrorKind, Hold};
 pub use file::FileImage;
 pub use mem::MemDevice;
 pub use pages::PageStore;

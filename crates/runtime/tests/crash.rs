@@ -30,6 +30,7 @@ use zblk_core::bio::{BioFlags, Op};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
+use zblk_dev::DeviceErrorKind;
 use zblk_dev::file::format::Layout;
 use zblk_dev::file::powercut::PowerCut;
 use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
@@ -368,7 +369,10 @@ fn open_retry(path: &Path, opts: &ImageOptions) -> FileImage {
     loop {
         match FileImage::open(path, opts) {
             Ok(i) => return i,
-            Err(e) if matches!(e.kind, ImageErrorKind::InUse) && t.elapsed() < Duration::from_secs(10) => {
+            Err(e)
+                if matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_)))
+                    && t.elapsed() < Duration::from_secs(10) =>
+            {
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) => panic!("reopen: {e}"),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneCond;
+use zblk_dev::DeviceErrorKind;
 use zblk_dev::file::format::Layout;
 use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
 
@@ -60,7 +61,7 @@ fn with_state(p: &Path) {
 fn missing_file() {
     let dir = tempfile::tempdir().unwrap();
     let e = open(&dir.path().join("nope")).unwrap_err();
-    assert!(matches!(e.kind, ImageErrorKind::Missing), "{e}");
+    assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::Missing)), "{e}");
     assert!(e.to_string().contains("nope: no such file"), "{e}");
 }
 
@@ -205,7 +206,7 @@ fn readers_share_the_image() {
     let b = FileImage::open(&p, &ro).unwrap();
     assert_eq!(a.zones(), b.zones());
     let e = open(&p).unwrap_err();
-    assert!(matches!(e.kind, ImageErrorKind::InUse), "{e}");
+    assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_))), "{e}");
 }
 
 #[test]
@@ -220,7 +221,7 @@ fn permission_denied() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o400)).unwrap();
     let e = open(&p).unwrap_err();
-    assert!(matches!(e.kind, ImageErrorKind::PermissionDenied), "{e}");
+    assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::PermissionDenied)), "{e}");
 }
 
 #[test]

@@ -21,7 +21,8 @@
 //!   that file, or it is swapped back and the path examined again. Nothing at the
 //!   path is replaced unless it was examined and locked.
 
-use super::{ImageError, ImageErrorKind, err, io_err};
+use super::error::{ImageError, ImageErrorKind, err, in_use, io_err};
+use crate::error::DeviceErrorKind;
 use rustix::fs::{CWD, FlockOperation, OFlags, RenameFlags, flock, renameat_with};
 use rustix::io::Errno;
 use std::fs::{File, Metadata, OpenOptions};
@@ -74,8 +75,8 @@ fn still_named(path: &Path, file: &File) -> io::Result<bool> {
 
 fn lock_error(path: &Path) -> impl FnOnce(io::Error) -> ImageError + '_ {
     move |e| match e {
-        e if e.kind() == io::ErrorKind::WouldBlock => err(path, ImageErrorKind::InUse),
-        e => err(path, ImageErrorKind::Io { op: "lock", source: e }),
+        e if e.kind() == io::ErrorKind::WouldBlock => in_use(path),
+        e => err(path, DeviceErrorKind::Io { op: "lock", source: e }.into()),
     }
 }
 

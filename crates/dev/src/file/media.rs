@@ -2,8 +2,8 @@
 //! (except the live table, which is a shared mapping, and the io_uring driver, which
 //! reads and writes the data region itself through [`FileMedia::direct_fd`]).
 //!
-//! A trait, so that tests can put a [`super::powercut::PowerCut`] in between and
-//! model a power loss by dropping the writes no `fdatasync` covered.
+//! A trait, so that tests can put a power-loss model in between (`powercut`, built
+//! with the `testing` feature) and drop the writes no `fdatasync` covered.
 
 use super::zeroing::{FALLOC_FL_WRITE_ZEROES, FileZeroing};
 use crate::buf::AlignedBuf;

@@ -10,6 +10,9 @@
 //! file system with a volatile write cache below it may leave; the live table (a
 //! shared mapping, never synced) is not tracked at all: after a power loss it cannot
 //! be trusted, which the boot id tells the device.
+//!
+//! Only tests use it: it is built with the crate's `testing` feature, which its
+//! users enable for their tests alone, so that a normal build does not carry `rand`.
 
 use super::media::Media;
 use super::zeroing::FileZeroing;

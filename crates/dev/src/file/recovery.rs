@@ -2,9 +2,9 @@
 //! copies, the two durable tables and the live table, each checked, and the newest
 //! state some copy proves (see `docs/images.md`, "How an open decides").
 
+use super::error::{ImageError, ImageErrorKind, err, io_err};
 use super::format::{self, Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table, TableRead};
 use super::media::Media;
-use super::{ImageError, ImageErrorKind, err, io_err};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -217,188 +217,311 @@ pub(crate) fn check_entries(geo: &Geometry, entries: &[Entry]) -> Result<(), Str
 /// ([`contradictions`]): a part copied back from an older image, or writes a disk
 /// acknowledged and lost, may hide a newer commit from every copy left.
 pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<Recovery, String> {
+    let ev = Evidence::gather(geo, found, boot);
     let mut repairs = Vec::new();
-    // A table whose zone state is impossible is damaged too; its number stays known.
-    let tables: Vec<TableRead> = found
-        .tables
-        .into_iter()
-        .map(|t| match t {
-            TableRead::Valid(t) => match check_entries(geo, &t.entries) {
-                Ok(()) => TableRead::Valid(t),
-                Err(e) => TableRead::Damaged { seq: Some(t.seq), why: format!("impossible zone state: {e}") },
-            },
-            other => other,
-        })
-        .collect();
-    let newest = (0..2)
-        .filter_map(|s| match &tables[s] {
-            TableRead::Valid(t) => Some((s, t)),
-            _ => None,
-        })
-        .max_by_key(|(_, t)| t.seq);
+    let newest = newest_valid(&ev.tables);
     let valid_seq = newest.map(|(_, t)| t.seq);
-    let hdr = found.live;
-    // The superblocks and the live table's witness name a commit once its table was
-    // synced: it completed.
-    let witness = found.sb_commit.max(found.live_witness.map_or(0, |w| w.completed));
-    let mut known = valid_seq.unwrap_or(0).max(witness);
-    let mut unknown_damage = false;
-    for t in &tables {
-        match t {
-            TableRead::Damaged { seq: Some(s), .. } => known = known.max(*s),
-            TableRead::Damaged { seq: None, .. } => unknown_damage = true,
-            _ => {}
-        }
-    }
-    // Tables and witnesses claim commits; the live header announces a commit
-    // before its table is written, so every commit below the one it names is
-    // complete (at a clean close, the one it names too).
-    let claims = known;
-    if let Some(c) = hdr.commit {
-        known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
-    }
-    // New tables are numbered above every number seen, so that a later torn write
-    // never mixes two tables of the same number.
-    let highest = tables
-        .iter()
-        .filter_map(|t| match t {
-            TableRead::Torn { seqs } => Some(seqs.1),
-            t => t.claimed_seq(),
-        })
-        .chain(hdr.commit)
-        .chain([witness])
-        .max()
-        .unwrap_or(0);
-    let same_boot = *boot != [0; 36] && hdr.boot_id == *boot;
-    let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
-    let clean_at = |c: u64| hdr.state == LiveState::Clean && hdr.commit == Some(c);
-    let contra =
-        contradictions(&tables, &hdr, found.sb_commit, found.live_witness, found.live_digest_ok, &live, same_boot);
-    // The live table is the state when it is trusted and has seen every known
-    // commit: never when any copy contradicts another.
-    let trusted_live = match (&live, hdr.state, hdr.commit) {
-        _ if !contra.is_empty() => None,
-        (Ok(e), LiveState::Live, Some(c)) if same_boot && c >= claims => Some(e.clone()),
-        (Ok(e), LiveState::Clean, Some(c)) if c >= claims && valid_seq != Some(c) => Some(e.clone()),
-        (Err(why), LiveState::Live, Some(_)) if same_boot => {
-            repairs.push(format!("live zone table unusable ({why}): write pointers from the last commit"));
-            None
-        }
-        _ => None,
-    };
-    for (slot, t) in tables.iter().enumerate() {
-        let other_ok = newest.is_some() || trusted_live.is_some();
-        match t {
-            TableRead::Valid(_) => {}
-            TableRead::Torn { seqs } if other_ok => repairs.push(format!(
-                "durable zone table {}: torn write of commit {} (a power cut during a commit, which was never \
-                 acknowledged); rewritten",
-                slot_name(slot),
-                seqs.1
-            )),
-            TableRead::Damaged { seq, why } if other_ok => repairs.push(format!(
-                "durable zone table {}: {why}{}; rewritten from the {}",
-                slot_name(slot),
-                seq.map_or(String::new(), |s| format!(" (it held commit {s})")),
-                if trusted_live.is_some() && valid_seq < Some(known) { "live table" } else { "other copy" }
-            )),
-            _ => {}
-        }
-    }
-    let unclean = hdr.state != LiveState::Clean;
-    let mut at_risk = None;
-    // Both tables are rewritten when they do not hold the state taken.
-    let mut rewrite = !contra.is_empty();
-    let (durable_seq, durable_slot, durable_entries, entries) = match (&trusted_live, newest) {
-        (Some(live), _) => {
-            // Durable tables are rebuilt from the live one, numbered past every
-            // commit known; the slot of the newest valid table (if any) is kept so
-            // that the damaged one is written first.
-            let slot = newest.map_or(1, |(s, _)| s);
-            let durable = newest.map_or_else(|| live.clone(), |(_, t)| t.entries.clone());
-            if hdr.state == LiveState::Clean {
-                rewrite = true;
-                repairs.push(format!(
-                    "commit {known} has no valid durable table: zone state taken from the live table, which the \
-                     clean close left equal to it{}",
-                    if found.live_digest_ok == Some(true) {
-                        " (its entries match the digest the close stored)"
-                    } else {
-                        ""
-                    }
-                ));
-            } else {
-                repairs.push(
-                    "not closed cleanly (the process using it stopped): write pointers taken from the live zone \
-                     table, which every completed write updated"
-                        .to_string(),
-                );
-            }
-            (highest, slot, durable, live.clone())
-        }
-        (None, Some((slot, t))) => {
-            let proven =
-                t.seq >= known && (!unknown_damage || clean_at(t.seq) || same_boot && hdr.commit == Some(t.seq));
-            if !contra.is_empty() {
-                let why = format!(
-                    "the image's metadata contradicts itself ({}): a part of it was copied back from an older \
-                     image, or the disk lost writes it had acknowledged, so the zone state used (commit {}, from \
-                     durable table {}) cannot be proven the newest: flushed writes, resets and finishes after it \
-                     may be undone",
-                    contra.join("; "),
-                    t.seq,
-                    slot_name(slot)
-                );
-                at_risk = Some(describe_risk(geo, t, why, &live));
-            } else if !proven {
-                at_risk = Some(describe_risk(geo, t, why_unproven(t, known, unknown_damage), &live));
-            }
-            if hdr.state != LiveState::Clean {
-                let cause = if hdr.state == LiveState::Live && !same_boot {
-                    "not closed cleanly and the machine restarted since (power loss or crash)"
-                } else {
-                    "not closed cleanly (interrupted while opening, or its live table is damaged)"
-                };
-                repairs.push(format!(
-                    "{cause}: write pointers taken from the last commit (durable table {}, commit {}); writes not \
-                     flushed since are dropped",
-                    slot_name(slot),
-                    t.seq
-                ));
-                if let Ok(old) = &live {
-                    describe_rollback(geo, old, &t.entries, &mut repairs);
-                }
-            }
-            (highest.max(t.seq), slot, t.entries.clone(), t.entries.clone())
-        }
-        (None, None) => {
-            let why = |s: usize| match &tables[s] {
-                TableRead::Valid(_) => "valid".to_string(),
-                TableRead::Torn { seqs } => format!("torn write (commits {} and {})", seqs.0, seqs.1),
-                TableRead::Damaged { why, .. } => why.clone(),
-            };
-            let live_why = match (&live, hdr.state) {
-                (Err(e), _) => e.clone(),
-                (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
-                (Ok(_), LiveState::Live) if !same_boot => "it was live in another boot".to_string(),
-                (Ok(_), _) if !contra.is_empty() => format!("the copies contradict each other: {}", contra.join("; ")),
-                (Ok(_), _) => format!("it has not seen commit {known}"),
-            };
-            return Err(format!(
-                "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted \
-                 ({live_why})",
-                why(0),
-                why(1)
-            ));
-        }
+    let trusted_live = ev.trusted_live(valid_seq, &mut repairs);
+    ev.describe_damaged_tables(newest.is_some(), trusted_live.is_some(), valid_seq, &mut repairs);
+    let unclean = ev.hdr.state != LiveState::Clean;
+    let choice = match (&trusted_live, newest) {
+        (Some(live), _) => ev.take_live(live, newest, &mut repairs),
+        (None, Some((slot, t))) => ev.take_table(geo, slot, t, &mut repairs),
+        (None, None) => return Err(ev.nothing_usable()),
     };
     if unclean && geo.is_zoned() {
         repairs.push("data past every write pointer discarded".to_string());
     }
-    // A state taken despite a risk (accepted) is written afresh too, so that the
-    // next open finds every copy agreeing.
-    let bad_table = rewrite || at_risk.is_some() || tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
-    Ok(Recovery { entries, repairs, unclean, bad_table, durable_seq, durable_slot, durable_entries, at_risk })
+    // Both tables are rewritten when they do not hold the state taken. A state taken
+    // despite a risk (accepted) is written afresh too, so that the next open finds
+    // every copy agreeing.
+    let bad_table = !ev.contra.is_empty()
+        || choice.rewrite
+        || choice.at_risk.is_some()
+        || ev.tables.iter().any(|t| !matches!(t, TableRead::Valid(_)));
+    Ok(Recovery {
+        entries: choice.entries,
+        repairs,
+        unclean,
+        bad_table,
+        durable_seq: choice.durable_seq,
+        durable_slot: choice.durable_slot,
+        durable_entries: choice.durable_entries,
+        at_risk: choice.at_risk,
+    })
+}
+
+/// The newest valid durable table and its slot.
+fn newest_valid(tables: &[TableRead]) -> Option<(usize, &Table)> {
+    (0..2)
+        .filter_map(|s| match &tables[s] {
+            TableRead::Valid(t) => Some((s, t)),
+            _ => None,
+        })
+        .max_by_key(|(_, t)| t.seq)
+}
+
+/// The commit numbers the copies claim or prove.
+struct Commits {
+    /// The newest commit any copy proves happened: the state taken must be as new.
+    known: u64,
+    /// The newest commit a table or a witness claims (the live header aside).
+    claims: u64,
+    /// The highest commit number seen anywhere: new tables are numbered from it.
+    highest: u64,
+    /// A durable table is damaged beyond telling which commit it held.
+    unknown_damage: bool,
+}
+
+impl Commits {
+    fn of(
+        tables: &[TableRead],
+        hdr: &LiveHeader,
+        sb_commit: u64,
+        live_witness: Option<format::LiveWitness>,
+    ) -> Commits {
+        // The superblocks and the live table's witness name a commit once its table
+        // was synced: it completed.
+        let witness = sb_commit.max(live_witness.map_or(0, |w| w.completed));
+        let mut known = newest_valid(tables).map_or(0, |(_, t)| t.seq).max(witness);
+        let mut unknown_damage = false;
+        for t in tables {
+            match t {
+                TableRead::Damaged { seq: Some(s), .. } => known = known.max(*s),
+                TableRead::Damaged { seq: None, .. } => unknown_damage = true,
+                _ => {}
+            }
+        }
+        // Tables and witnesses claim commits; the live header announces a commit
+        // before its table is written, so every commit below the one it names is
+        // complete (at a clean close, the one it names too).
+        let claims = known;
+        if let Some(c) = hdr.commit {
+            known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
+        }
+        // New tables are numbered above every number seen, so that a later torn write
+        // never mixes two tables of the same number.
+        let highest = tables
+            .iter()
+            .filter_map(|t| match t {
+                TableRead::Torn { seqs } => Some(seqs.1),
+                t => t.claimed_seq(),
+            })
+            .chain(hdr.commit)
+            .chain([witness])
+            .max()
+            .unwrap_or(0);
+        Commits { known, claims, highest, unknown_damage }
+    }
+}
+
+/// Every copy of the zone state as read and checked: what [`recover`] decides from.
+struct Evidence {
+    /// The durable tables; one whose zone state is impossible counts as damaged.
+    tables: Vec<TableRead>,
+    hdr: LiveHeader,
+    /// The live entries, if they describe a possible zone state.
+    live: Result<Vec<Entry>, String>,
+    live_digest_ok: Option<bool>,
+    /// The live table was live in this boot (the page cache still holds it).
+    same_boot: bool,
+    /// How the copies contradict each other ([`contradictions`]).
+    contra: Vec<String>,
+    commits: Commits,
+}
+
+/// The state [`recover`] takes, and the durable table the device goes on from.
+struct Choice {
+    entries: Vec<Entry>,
+    durable_seq: u64,
+    durable_slot: usize,
+    durable_entries: Vec<Entry>,
+    /// What may be lost (see [`Recovery::at_risk`]).
+    at_risk: Option<String>,
+    /// Both durable tables are rewritten from the state taken.
+    rewrite: bool,
+}
+
+impl Evidence {
+    fn gather(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Evidence {
+        // A table whose zone state is impossible is damaged too; its number stays known.
+        let tables: Vec<TableRead> = found
+            .tables
+            .into_iter()
+            .map(|t| match t {
+                TableRead::Valid(t) => match check_entries(geo, &t.entries) {
+                    Ok(()) => TableRead::Valid(t),
+                    Err(e) => TableRead::Damaged { seq: Some(t.seq), why: format!("impossible zone state: {e}") },
+                },
+                other => other,
+            })
+            .collect();
+        let hdr = found.live;
+        let commits = Commits::of(&tables, &hdr, found.sb_commit, found.live_witness);
+        let same_boot = *boot != [0; 36] && hdr.boot_id == *boot;
+        let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
+        let contra =
+            contradictions(&tables, &hdr, found.sb_commit, found.live_witness, found.live_digest_ok, &live, same_boot);
+        Evidence { tables, hdr, live, live_digest_ok: found.live_digest_ok, same_boot, contra, commits }
+    }
+
+    /// The live entries when they are the state: trusted (live in this boot, or left
+    /// by a clean close) and having seen every commit claimed; never when any copy
+    /// contradicts another. Says so when this boot's live table is unusable.
+    fn trusted_live(&self, valid_seq: Option<u64>, repairs: &mut Vec<String>) -> Option<Vec<Entry>> {
+        let claims = self.commits.claims;
+        match (&self.live, self.hdr.state, self.hdr.commit) {
+            _ if !self.contra.is_empty() => None,
+            (Ok(e), LiveState::Live, Some(c)) if self.same_boot && c >= claims => Some(e.clone()),
+            (Ok(e), LiveState::Clean, Some(c)) if c >= claims && valid_seq != Some(c) => Some(e.clone()),
+            (Err(why), LiveState::Live, Some(_)) if self.same_boot => {
+                repairs.push(format!("live zone table unusable ({why}): write pointers from the last commit"));
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Says which durable table is torn or damaged and rewritten, when another copy
+    /// (`newest_ok`: the other table; `from_live`: the live table) holds the state.
+    fn describe_damaged_tables(
+        &self,
+        newest_ok: bool,
+        from_live: bool,
+        valid_seq: Option<u64>,
+        repairs: &mut Vec<String>,
+    ) {
+        let other_ok = newest_ok || from_live;
+        let source = if from_live && valid_seq < Some(self.commits.known) { "live table" } else { "other copy" };
+        for (slot, t) in self.tables.iter().enumerate() {
+            match t {
+                TableRead::Valid(_) => {}
+                TableRead::Torn { seqs } if other_ok => repairs.push(format!(
+                    "durable zone table {}: torn write of commit {} (a power cut during a commit, which was never \
+                     acknowledged); rewritten",
+                    slot_name(slot),
+                    seqs.1
+                )),
+                TableRead::Damaged { seq, why } if other_ok => repairs.push(format!(
+                    "durable zone table {}: {why}{}; rewritten from the {source}",
+                    slot_name(slot),
+                    seq.map_or(String::new(), |s| format!(" (it held commit {s})")),
+                )),
+                _ => {}
+            }
+        }
+    }
+
+    /// The trusted live table's state. Durable tables are rebuilt from it, numbered
+    /// past every commit known; the slot of the newest valid table (if any) is kept so
+    /// that the damaged one is written first.
+    fn take_live(&self, live: &[Entry], newest: Option<(usize, &Table)>, repairs: &mut Vec<String>) -> Choice {
+        let slot = newest.map_or(1, |(s, _)| s);
+        let durable = newest.map_or_else(|| live.to_vec(), |(_, t)| t.entries.clone());
+        let clean = self.hdr.state == LiveState::Clean;
+        if clean {
+            repairs.push(format!(
+                "commit {} has no valid durable table: zone state taken from the live table, which the clean \
+                 close left equal to it{}",
+                self.commits.known,
+                if self.live_digest_ok == Some(true) { " (its entries match the digest the close stored)" } else { "" }
+            ));
+        } else {
+            repairs.push(
+                "not closed cleanly (the process using it stopped): write pointers taken from the live zone table, \
+                 which every completed write updated"
+                    .to_string(),
+            );
+        }
+        Choice {
+            entries: live.to_vec(),
+            durable_seq: self.commits.highest,
+            durable_slot: slot,
+            durable_entries: durable,
+            at_risk: None,
+            rewrite: clean,
+        }
+    }
+
+    /// The newest valid durable table's state (`t`, in `slot`): at risk when it cannot
+    /// be proven the newest; after an unclean stop, the writes not flushed since are
+    /// said dropped.
+    fn take_table(&self, geo: &Geometry, slot: usize, t: &Table, repairs: &mut Vec<String>) -> Choice {
+        let at_risk = self.risk_of(geo, slot, t);
+        let state = self.hdr.state;
+        if state != LiveState::Clean {
+            let cause = if state == LiveState::Live && !self.same_boot {
+                "not closed cleanly and the machine restarted since (power loss or crash)"
+            } else {
+                "not closed cleanly (interrupted while opening, or its live table is damaged)"
+            };
+            repairs.push(format!(
+                "{cause}: write pointers taken from the last commit (durable table {}, commit {}); writes not \
+                 flushed since are dropped",
+                slot_name(slot),
+                t.seq
+            ));
+            if let Ok(old) = &self.live {
+                describe_rollback(geo, old, &t.entries, repairs);
+            }
+        }
+        Choice {
+            entries: t.entries.clone(),
+            durable_seq: self.commits.highest.max(t.seq),
+            durable_slot: slot,
+            durable_entries: t.entries.clone(),
+            at_risk,
+            rewrite: false,
+        }
+    }
+
+    /// What may be lost by taking table `t` (in `slot`): nothing when it is proven as
+    /// new as every commit known and no copy contradicts another.
+    fn risk_of(&self, geo: &Geometry, slot: usize, t: &Table) -> Option<String> {
+        let (hdr, known, unknown_damage) = (&self.hdr, self.commits.known, self.commits.unknown_damage);
+        let clean_at = |c: u64| hdr.state == LiveState::Clean && hdr.commit == Some(c);
+        let proven =
+            t.seq >= known && (!unknown_damage || clean_at(t.seq) || self.same_boot && hdr.commit == Some(t.seq));
+        if !self.contra.is_empty() {
+            let why = format!(
+                "the image's metadata contradicts itself ({}): a part of it was copied back from an older image, \
+                 or the disk lost writes it had acknowledged, so the zone state used (commit {}, from durable \
+                 table {}) cannot be proven the newest: flushed writes, resets and finishes after it may be undone",
+                self.contra.join("; "),
+                t.seq,
+                slot_name(slot)
+            );
+            Some(describe_risk(geo, t, why, &self.live))
+        } else if !proven {
+            Some(describe_risk(geo, t, why_unproven(t, known, unknown_damage), &self.live))
+        } else {
+            None
+        }
+    }
+
+    /// Why no state can be taken: neither durable table is usable and the live table
+    /// cannot be trusted.
+    fn nothing_usable(&self) -> String {
+        let why = |s: usize| match &self.tables[s] {
+            TableRead::Valid(_) => "valid".to_string(),
+            TableRead::Torn { seqs } => format!("torn write (commits {} and {})", seqs.0, seqs.1),
+            TableRead::Damaged { why, .. } => why.clone(),
+        };
+        let live_why = match (&self.live, self.hdr.state) {
+            (Err(e), _) => e.clone(),
+            (Ok(_), LiveState::Invalid) => "its header is invalid".to_string(),
+            (Ok(_), LiveState::Live) if !self.same_boot => "it was live in another boot".to_string(),
+            (Ok(_), _) if !self.contra.is_empty() => {
+                format!("the copies contradict each other: {}", self.contra.join("; "))
+            }
+            (Ok(_), _) => format!("it has not seen commit {}", self.commits.known),
+        };
+        format!(
+            "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted ({live_why})",
+            why(0),
+            why(1)
+        )
+    }
 }
 
 /// The ways the copies contradict each other that no crash, kill or power cut

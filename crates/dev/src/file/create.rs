@@ -1,0 +1,94 @@
+//! Creating an image: the superblock copies, both durable zone tables (every
+//! sequential zone EMPTY) and a clean live table, written to a temporary file that
+//! replaces nothing unexamined when it is put at the path (see [`mod@super::claim`]).
+
+use super::error::{ImageError, ImageErrorKind, err, io_err};
+use super::format::{self, Entry, Layout, LiveState, Superblock, Table};
+use super::live::live_region;
+use super::{FileImage, claim};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use zblk_core::geometry::{Geometry, GeometryParams};
+use zblk_core::zone::ZoneSet;
+
+/// How to create an image.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// The geometry (null_blk's parameters).
+    pub geometry: GeometryParams,
+    /// The image stands for a rotational disk (`zoned_qd1_writes` defaults to 1).
+    pub rotational: bool,
+    /// Replace an existing file.
+    pub force: bool,
+}
+
+impl FileImage {
+    /// Creates an image at `path`: all sequential zones EMPTY, no data (a sparse
+    /// file). Written to a temporary file and renamed, so that a crash never leaves
+    /// a half-made image under `path`; the rename replaces nothing that was not
+    /// examined first (see [`mod@claim`]): a file put at `path` meanwhile makes the
+    /// create fail with [`ImageErrorKind::Exists`].
+    pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
+        Self::create_waiting(path, opts, None)
+    }
+
+    /// [`FileImage::create`], waiting up to `wait` (`Duration::MAX`: as long as it
+    /// takes) for another process to let go of the image `opts.force` replaces,
+    /// as [`ImageOptions::lock_wait`](super::ImageOptions::lock_wait) does for an open.
+    pub fn create_waiting(
+        path: &Path,
+        opts: &CreateOptions,
+        wait: Option<std::time::Duration>,
+    ) -> Result<(), ImageError> {
+        let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
+        let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
+        // What is at `path` now: only a regular file is ever replaced, and only when
+        // no process holds it open as an image: its lock is taken, and kept until the
+        // new image has replaced it.
+        let wait = claim::Wait::of(wait);
+        let old = claim::examine(path, opts.force, wait)?;
+        let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let tmp = claim::temp_name(path, dir)?;
+        // The temporary file is zblk's business: a failure to make it is told with
+        // the directory the user named.
+        let in_dir = |e: io::Error| match std::fs::metadata(dir) {
+            Err(d) if d.kind() == io::ErrorKind::NotFound => err(dir, ImageErrorKind::NoDirectory),
+            _ => io_err(dir, "create a file in the directory")(e),
+        };
+        let result = (|| {
+            let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(in_dir)?;
+            f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
+            for at in format::SUPERBLOCK_OFFSETS {
+                f.write_all_at(&sb.encode(1), at).map_err(io_err(path, "write superblock"))?;
+            }
+            let entries = initial_entries(&geo);
+            for (slot, seq) in [(0, 1), (1, 0)] {
+                let t = Table { seq, entries: entries.clone() };
+                f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+                    .map_err(io_err(path, "write zone table"))?;
+            }
+            f.write_all_at(
+                &live_region(&entries, layout.table_bytes, LiveState::Clean, 1, &[0; 36]),
+                layout.live_offset,
+            )
+            .map_err(io_err(path, "write live table"))?;
+            f.sync_all().map_err(io_err(path, "sync"))?;
+            claim::install(&tmp, path, old, opts.force, wait)?;
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
+fn initial_entries(geo: &Geometry) -> Vec<Entry> {
+    if !geo.is_zoned() {
+        return Vec::new();
+    }
+    ZoneSet::new(geo).zones().iter().map(Entry::of).collect()
+}
