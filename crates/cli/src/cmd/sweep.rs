@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::time::Instant;
 use zblk_core::engine::IssuePolicy;
-use zblk_sim::experiments::SMR_20TB_TESTS;
-use zblk_sim::sweeps::{self, Experiment as Exp, SweepOptions, SweepRow};
+use zblk_lab::experiments::SMR_20TB_TESTS;
+use zblk_lab::sweeps::{self, Experiment as Exp, SweepOptions, SweepRow};
 
 /// Runs one of the published experiments on simulated devices and prints the
 /// simulated numbers beside the published ones where they exist.
@@ -318,8 +318,8 @@ pub fn report(exp: Exp, o: &SweepOptions, rows: &[SweepRow]) -> String {
     // The host side of the model (docs/calibration.md, M9): without this line a
     // reader would take per-zone plugging's loss on random zones for the disk's.
     // Below 1 MiB, so that a 1 MiB write has a remainder to name.
-    let max_kib = zblk_sim::experiments::AHCI_MAX_SECTORS / 2;
-    const { assert!(zblk_sim::experiments::AHCI_MAX_SECTORS / 2 < 1024) };
+    let max_kib = zblk_lab::experiments::AHCI_MAX_SECTORS / 2;
+    const { assert!(zblk_lab::experiments::AHCI_MAX_SECTORS / 2 < 1024) };
     let _ = writeln!(
         s,
         "host: an AHCI port, requests of at most {max_kib} KiB (a 1 MiB write goes as {max_kib} KiB + {} KiB)",

@@ -11,9 +11,9 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::Path;
 use zblk_core::engine::ZeroingMethod;
+use zblk_lab::zeroing::{time_zeroing, writer_with_background_zeroing};
 use zblk_runtime::zeroing::{ZeroMethodChoice, ZeroingBenchOptions};
 use zblk_sim::presets::DeviceSpec;
-use zblk_sim::zeroing::{time_zeroing, writer_with_background_zeroing};
 
 /// Published: a zeroed 1 GiB / 10 GiB file on an NVMe SSD with DEAC, by `dd`
 /// (buffers of zeroes) and by `fallocate -w` (unmapped write zeroes), seconds.

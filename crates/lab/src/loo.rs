@@ -21,10 +21,10 @@
 //! member fits QD 64 and QD 128 together. [`geometry_family`] fixes the advance and
 //! runs windows × advances: the grid revision 3 is fitted on (docs/calibration.md).
 
-use super::experiments::{HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job};
-use super::hdd::{HddParams, OD_RATE};
-use super::sweeps::{Experiment, SweepError, run_one_with};
+use crate::experiments::{HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job};
+use crate::sweeps::{Experiment, SweepError, run_one_with};
 use zblk_core::engine::{EngineConfig, IssuePolicy};
+use zblk_sim::hdd::{HddParams, OD_RATE};
 use zblk_workload::job::{JobSpec, Rw};
 
 /// One left-out point.
@@ -86,7 +86,7 @@ struct Pt {
 }
 
 fn seq30(qd: u32, policy: IssuePolicy, o: &LooOptions) -> Pt {
-    let i = super::experiments::SMR_SEQ_QD.iter().position(|&q| q == qd).expect("a published QD");
+    let i = crate::experiments::SMR_SEQ_QD.iter().position(|&q| q == qd).expect("a published QD");
     let published = if policy == IssuePolicy::Zwp { SMR_SEQ_ZWP[i] } else { SMR_SEQ_QD1[i] };
     Pt {
         name: format!("30 TB QD{qd} {}", policy.name()),
@@ -123,7 +123,7 @@ fn sim(p: &Pt, disk: &HddParams, host_ns: u64, o: &LooOptions) -> Result<f64, Sw
 
 /// `disk` destaging among its `window` oldest dirty extents.
 fn with_window(disk: &HddParams, window: u32) -> HddParams {
-    HddParams { destage: super::hdd::Destage { window, ..disk.destage }, ..disk.clone() }
+    HddParams { destage: zblk_sim::hdd::Destage { window, ..disk.destage }, ..disk.clone() }
 }
 
 fn with_od(disk: &HddParams, od_mb_s: f64) -> HddParams {
@@ -409,7 +409,7 @@ mod tests {
     }
 
     /// The leave-one-out table of docs/calibration.md (several minutes):
-    /// `cargo test --release -p zblk-sim loo -- --ignored --nocapture`.
+    /// `cargo test --release -p zblk-lab loo -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn leave_one_out_table() {
@@ -419,7 +419,7 @@ mod tests {
     }
 
     /// The window family table of docs/calibration.md (about 30 s):
-    /// `cargo test --release -p zblk-sim window_family -- --ignored --nocapture`.
+    /// `cargo test --release -p zblk-lab window_family -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn window_family_table() {
@@ -429,7 +429,7 @@ mod tests {
     }
 
     /// The geometry grid of docs/calibration.md, *Revision 3* (about 15 s):
-    /// `cargo test --release -p zblk-sim geometry_family -- --ignored --nocapture`.
+    /// `cargo test --release -p zblk-lab geometry_family -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn geometry_family_table() {

@@ -7,14 +7,14 @@
 //! this module only runs the simulations, so that tests and other programs get the
 //! same rows.
 
-use super::experiments::{
+use crate::experiments::{
     HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD, SMR_SEQ_QD1, SMR_SEQ_ZWP, SMR_ZONES_K, smr_20tb_job, smr_device,
     smr_seq_job, smr_zones_job,
 };
-use super::hdd::{HddModel, HddParams};
-use super::{BenchReport, Sim, SimConfig, run_jobs_on};
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::params::DeviceParams;
+use zblk_sim::hdd::{HddModel, HddParams};
+use zblk_sim::{BenchReport, Sim, SimConfig, run_jobs_on};
 use zblk_workload::job::{JobSpec, Rw};
 
 /// The experiments [`run`] knows.
