@@ -22,7 +22,7 @@
 //! runs windows × advances: the grid revision 3 is fitted on (docs/calibration.md).
 
 use crate::experiments::{HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job};
-use crate::sweeps::{Experiment, SweepError, run_one_with};
+use crate::sweeps::{Experiment, RunSetup, SweepError, run_one};
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_sim::hdd::{HddParams, OD_RATE};
 use zblk_workload::job::{JobSpec, Rw};
@@ -115,7 +115,8 @@ fn sim(p: &Pt, disk: &HddParams, host_ns: u64, o: &LooOptions) -> Result<f64, Sw
     let mut bw = 0.0;
     let n = o.layouts.unwrap_or(p.exp.default_layouts());
     for i in 0..u64::from(n) {
-        let r = run_one_with(disk, p.exp.max_open(), engine, &p.job, (i, 1 + i), host_ns)?;
+        let setup = RunSetup { host_latency_ns: host_ns, ..RunSetup::for_disk(disk, p.exp.max_open(), i, 1 + i) };
+        let r = run_one(disk, engine, &p.job, &setup)?;
         bw += r.jobs[0].write.bw_bytes;
     }
     Ok(bw / f64::from(n) / 1e6)
