@@ -10,5 +10,7 @@
 
 pub mod experiments;
 pub mod loo;
+pub mod split;
 pub mod sweeps;
+pub mod zeroes;
 pub mod zeroing;
