@@ -1,6 +1,6 @@
 //! A simulated stack from its text: the stack specification (`--stack`) with its
 //! disks as `--dev` takes them, built into a simulator. Shared by `zblk trace` and
-//! `zblk sweep split`, so that neither command imports the other.
+//! `zblk serve --stack`, so that neither command imports the other.
 
 use crate::{CliError, devspec};
 use zblk_core::stack::{SplitOrder, StackConfig, StackSpec};

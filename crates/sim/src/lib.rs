@@ -8,11 +8,9 @@ pub mod checker;
 pub mod checks;
 mod disk;
 pub mod driver;
-pub mod experiments;
 pub mod faults;
 pub mod fuzzing;
 pub mod hdd;
-pub mod loo;
 pub mod model;
 pub mod oracle;
 
@@ -21,10 +19,8 @@ pub mod random;
 pub mod seqjobs;
 pub mod ssd;
 
-pub mod sweeps;
 pub mod vopr;
 pub mod workload;
-pub mod zeroing;
 
 pub use checker::Checker;
 pub use driver::{

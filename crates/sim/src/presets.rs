@@ -6,7 +6,7 @@ use super::driver::{Sim, SimConfig};
 use super::hdd::{HddModel, HddParams};
 use super::model::{DeviceModel, NullModel};
 use super::ssd::{SsdModel, SsdParams};
-use zblk_core::params::{DeviceParams, ParamError};
+use zblk_core::params::{DeviceParams, LatencyDist, ParamError};
 
 /// The presets, with what they are.
 pub const PRESETS: &[(&str, &str)] = &[
@@ -48,8 +48,39 @@ pub struct DeviceSpec {
     pub model: ModelParams,
 }
 
-fn hdd_device(disk: &HddParams, max_open: u32) -> DeviceParams {
-    super::experiments::smr_device(disk, max_open)
+/// Fitted: the application's completion-to-next-submission turnaround (fio reaping a
+/// completion and issuing the next I/O through a system call), the host side of the
+/// disk presets. See docs/calibration.md.
+pub const HOST_LATENCY_NS: u64 = 18_000;
+
+/// The largest request the host sends a SATA disk, in sectors: 672 KiB. An AHCI
+/// port's command table holds 168 scatter-gather entries (`AHCI_MAX_SG` in the
+/// kernel's `drivers/ata/ahci.h`), and a direct write from a user buffer in 4 KiB
+/// pages (fio's default `mem=malloc`) takes one entry per page, so the block layer
+/// splits a 1 MiB write into 672 KiB + 352 KiB. Per-zone plugging issues the
+/// second part only when the first completes; the single issuer issues both in a
+/// row (docs/calibration.md, *Revision 2*). `max_sectors=` overrides it.
+pub const AHCI_MAX_SECTORS: u32 = 168 * 8;
+
+/// The zoned device seen by the host for a disk: its capacity in 256 MiB zones,
+/// emulated zone append, the NCQ depth, rotational, no data kept, requests split
+/// at [`AHCI_MAX_SECTORS`].
+pub fn smr_device(disk: &HddParams, max_open: u32) -> DeviceParams {
+    let zone = disk.zone_bytes.max(256 << 20);
+    let mut p = DeviceParams::default();
+    p.geometry.capacity_bytes = disk.capacity_bytes / zone * zone;
+    p.geometry.zoned = disk.zone_bytes != 0;
+    p.geometry.zone_size_bytes = zone;
+    p.geometry.max_append_sectors = 0;
+    p.geometry.max_open = max_open;
+    p.memory_backed = false;
+    p.rotational = true;
+    p.hw_queue_depth = disk.ncq_depth;
+    p.completion_dist = LatencyDist::Fixed;
+    // SATA disks zero by writing (WRITE SAME without unmap on an SMR zone).
+    p.geometry.write_zeroes_unmap_max_hw_bytes = 0;
+    p.geometry.max_sectors = AHCI_MAX_SECTORS;
+    p
 }
 
 impl DeviceSpec {
@@ -59,15 +90,15 @@ impl DeviceSpec {
             "nullb" | "null_blk" => (DeviceParams::default(), ModelParams::Null),
             "smr-30tb" => {
                 let disk = HddParams::smr_30tb();
-                (hdd_device(&disk, 0), ModelParams::Hdd(disk))
+                (smr_device(&disk, 0), ModelParams::Hdd(disk))
             }
             "smr-20tb" => {
                 let disk = HddParams::smr_20tb();
-                (hdd_device(&disk, 128), ModelParams::Hdd(disk))
+                (smr_device(&disk, 128), ModelParams::Hdd(disk))
             }
             "hdd" => {
                 let disk = HddParams::cmr_hdd(20_000_000_000_000);
-                let mut p = hdd_device(&disk, 0);
+                let mut p = smr_device(&disk, 0);
                 p.geometry.zoned = false;
                 (p, ModelParams::Hdd(disk))
             }
@@ -176,10 +207,10 @@ impl DeviceSpec {
     }
 
     /// The host turnaround the preset was calibrated with: the fitted
-    /// `HOST_LATENCY_NS` for the disk models, none for the others.
+    /// [`HOST_LATENCY_NS`] for the disk models, none for the others.
     pub fn host_latency_ns(&self) -> u64 {
         match self.model {
-            ModelParams::Hdd(_) => super::experiments::HOST_LATENCY_NS,
+            ModelParams::Hdd(_) => HOST_LATENCY_NS,
             _ => 0,
         }
     }

@@ -10,8 +10,6 @@ pub mod info;
 pub mod io;
 pub mod serve;
 pub mod sweep;
-pub mod sweep_split;
-pub mod sweep_zeroes;
 pub mod trace;
 pub mod vopr;
 pub mod zones;

@@ -1,23 +1,21 @@
-//! `zblk sweep split`: large sequential direct reads through an 8-member striped
-//! device (64 KiB chunk, max_sectors 1 MiB), split remainders at the head or at the
-//! tail of the BIO list, the members' seek histograms and the throughput side by
-//! side. Every number is simulated.
+//! The `split` experiment: large sequential direct reads through an 8-member
+//! striped device (64 KiB chunk, max_sectors 1 MiB), split remainders at the head
+//! or at the tail of the BIO list (the order `submit_bio_noacct()` gives them), the
+//! members' seek histograms and the throughput side by side. Every number is
+//! simulated.
 //!
 //! Each 4480 KiB read is split at max_sectors (1 MiB), then each piece at the
 //! chunk; with the tail order the pieces reach the members out of order and every
 //! member seeks back and forth inside what should be one sequential stream.
+//! docs/split-order.md tells the story; `zblk sweep split` prints the rows.
 
-use crate::CliError;
-use crate::out::{out, outln};
-use crate::stacksim::{build_sim, parse_stack};
-use std::fmt::Write as _;
 use zblk_core::bio::Op;
 use zblk_core::params::DeviceParams;
-use zblk_core::stack::{DevKind, SeekHist, SplitOrder, StackSpec};
-use zblk_core::units::{SECTOR_SHIFT, SECTOR_SIZE, Sector, format_bytes_exact};
-use zblk_sim::DeviceModel;
+use zblk_core::stack::{DevKind, SeekHist, SplitOrder, StackConfig, StackSpec};
+use zblk_core::units::{SECTOR_SHIFT, Sector};
 use zblk_sim::hdd::{HddModel, HddParams};
-use zblk_sim::{SeqJob, SeqJobs};
+use zblk_sim::presets::DeviceSpec;
+use zblk_sim::{DeviceModel, ModelFactory, SeqJob, SeqJobs, Sim, StackSimConfig};
 
 /// The experiment's set-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,11 +66,27 @@ pub struct Row {
     pub model: String,
 }
 
-/// The stack of the experiment.
-fn spec(s: &Setup) -> Result<StackSpec, CliError> {
+/// A refused or failed split-order run.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct SplitError(pub String);
+
+/// The stack of the experiment, in the text `zblk trace --stack` takes, its disks
+/// as `--dev` takes them.
+fn spec(s: &Setup) -> Result<StackSpec, SplitError> {
     let disk = format!("nullb:size=64g,zoned=0,rotational=1,max_sectors={},hw_queue_depth=32", s.max_sectors);
     let text = format!("striped:chunk={}[{}*{disk}]", s.chunk_bytes, s.members);
-    parse_stack(&text)
+    let mut resolve = |t: &str| DeviceSpec::parse(t).map(|d| d.params).map_err(|e| e.to_string());
+    StackSpec::parse(&text, &mut resolve).map_err(|e| SplitError(format!("--stack: {e}")))
+}
+
+/// The simulation of `spec` with split order `order`, every device's I/O traced
+/// (the seek histograms are read from the trace).
+fn build_sim(spec: &StackSpec, order: SplitOrder, seed: u64, models: ModelFactory<'_>) -> Result<Sim, SplitError> {
+    let built = spec
+        .build(StackConfig { split_order: order, ..StackConfig::default() }, None)
+        .map_err(|e| SplitError(format!("--stack: {e}")))?;
+    Ok(Sim::with_stack(built, StackSimConfig { check: false, trace: true, ..StackSimConfig::new(seed) }, models))
 }
 
 /// The members' timing: the HDD model with a conventional (CMR) 7200 rpm disk's
@@ -83,8 +97,8 @@ fn member_model(_dev: zblk_core::stack::DevId, p: &DeviceParams, seed: u64) -> B
 }
 
 /// Runs the experiment with split order `order`.
-pub fn run_order(s: &Setup, order: SplitOrder, seed: u64) -> Result<Row, CliError> {
-    let mut sim = build_sim(&spec(s)?, order, seed, false, &mut member_model)?;
+pub fn run_order(s: &Setup, order: SplitOrder, seed: u64) -> Result<Row, SplitError> {
+    let mut sim = build_sim(&spec(s)?, order, seed, &mut member_model)?;
     let top = sim.stack().top();
     let job = SeqJob {
         op: Op::Read,
@@ -98,7 +112,7 @@ pub fn run_order(s: &Setup, order: SplitOrder, seed: u64) -> Result<Row, CliErro
     sim.run(&mut w);
     let t = w.total();
     if t.errors > 0 {
-        return Err(CliError(format!("{} reads failed: {:?}", t.errors, t.first_error)));
+        return Err(SplitError(format!("{} reads failed: {:?}", t.errors, t.first_error)));
     }
     let seeks = sim.seeks().expect("tracing on");
     let mut hist = SeekHist::new();
@@ -122,71 +136,6 @@ pub fn run_order(s: &Setup, order: SplitOrder, seed: u64) -> Result<Row, CliErro
     })
 }
 
-/// Runs `zblk sweep split` with `seed`, as tables or as JSON.
-pub fn run(seed: u64, json: bool) -> Result<(), CliError> {
-    let rows = [run_order(&SETUP, SplitOrder::Head, seed)?, run_order(&SETUP, SplitOrder::Tail, seed)?];
-    if json {
-        outln!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::msg)?);
-    } else {
-        out!("{}", report(&SETUP, &rows));
-    }
-    Ok(())
-}
-
-/// The tables: throughput and seeks per order, the member seek histograms side by
-/// side, each member's fraction of zero-distance seeks.
-pub fn report(s: &Setup, rows: &[Row]) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "split order: {}-member striped device, {} chunk, max_sectors {} ({}), sequential direct reads of {}, \
-         iodepth {}, {} in all",
-        s.members,
-        format_bytes_exact(s.chunk_bytes),
-        s.max_sectors,
-        format_bytes_exact(u64::from(s.max_sectors) * SECTOR_SIZE),
-        format_bytes_exact(s.bs_bytes),
-        s.iodepth,
-        format_bytes_exact(s.reads * s.bs_bytes),
-    );
-    if let Some(r) = rows.first() {
-        let _ = writeln!(o, "members: {}", r.model);
-    }
-    let _ = writeln!(o, "All numbers are simulated (virtual time).\n");
-    let _ = writeln!(
-        o,
-        "{:<6} {:>18} {:>26} {:>20}",
-        "order", "MB/s (simulated)", "zero-distance seeks (sim.)", "seeks (simulated)"
-    );
-    for r in rows {
-        let _ = writeln!(o, "{:<6} {:>18.1} {:>25.1}% {:>20}", r.order, r.mb_s, r.zero_seek_fraction * 100.0, r.seeks);
-    }
-    if let [head, tail] = rows {
-        let _ =
-            writeln!(o, "\nhead / tail throughput: {:.2}x (simulated)", head.mb_s / tail.mb_s.max(f64::MIN_POSITIVE));
-        let _ = writeln!(o, "\nSeek distances of all members together (simulated):");
-        let _ = writeln!(
-            o,
-            "{:>14} | {:>8} {:>7} {:<22}| {:>8} {:>7} {:<22}",
-            "distance", "head", "ratio", "", "tail", "ratio", ""
-        );
-        let (hr, tr) = (head.hist.rows(), tail.hist.rows());
-        for k in 0..hr.len().max(tr.len()) {
-            let cell = |rows: &[(String, u64, f64)]| rows.get(k).map_or((0, 0.0), |r| (r.1, r.2));
-            let label = hr.get(k).or(tr.get(k)).map_or(String::new(), |r| r.0.clone());
-            let ((hc, hx), (tc, tx)) = (cell(&hr), cell(&tr));
-            let (hb, tb) = (zblk_core::stack::trace::bar(hx, 20), zblk_core::stack::trace::bar(tx, 20));
-            let _ = writeln!(o, "{label:>14} | {hc:>8} {hx:>7.4} {hb:<22}| {tc:>8} {tx:>7.4} {tb:<22}");
-        }
-        let _ = writeln!(o, "\nZero-distance seeks per member (simulated):");
-        let _ = writeln!(o, "{:<8} {:>8} {:>8}", "member", "head", "tail");
-        for ((name, h), (_, t)) in head.per_member.iter().zip(&tail.per_member) {
-            let _ = writeln!(o, "{name:<8} {:>7.1}% {:>7.1}%", h * 100.0, t * 100.0);
-        }
-    }
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,8 +152,5 @@ mod tests {
         assert!(tail.seeks > 0, "{tail:?}");
         assert!(head.zero_seek_fraction > tail.zero_seek_fraction);
         assert!(head.mb_s >= 1.5 * tail.mb_s, "head {} MB/s, tail {} MB/s", head.mb_s, tail.mb_s);
-        let text = report(&s, &[head, tail]);
-        assert!(text.contains("simulated"));
-        assert!(text.contains("<= 64KiB"), "{text}");
     }
 }

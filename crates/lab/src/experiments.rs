@@ -9,17 +9,15 @@
 //! - `smr-zones`: 16 jobs × QD 32 × 1 MiB writes to random zones among the first K
 //!   zones (published without numbers).
 
-use super::driver::{Sim, SimConfig};
-use super::hdd::{HddModel, HddParams};
-use super::{BenchReport, run_jobs_on};
 use zblk_core::engine::{EngineConfig, IssuePolicy};
-use zblk_core::params::{DeviceParams, LatencyDist};
+use zblk_sim::hdd::{HddModel, HddParams};
+use zblk_sim::{BenchReport, Sim, SimConfig, run_jobs_on};
 use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 
-/// Fitted: the application's completion-to-next-submission turnaround (fio reaping a
-/// completion and issuing the next I/O through a system call). See
-/// docs/calibration.md.
-pub const HOST_LATENCY_NS: u64 = 18_000;
+/// The host side of the simulated disks, as the presets (`zblk bench --dev`) have
+/// it: the fitted host turnaround, the AHCI port's request size and the zoned
+/// device the host sees.
+pub use zblk_sim::presets::{AHCI_MAX_SECTORS, HOST_LATENCY_NS, smr_device};
 
 /// Published sequential write throughput of the 30 TB disk (MB/s) by QD.
 pub const SMR_SEQ_QD: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -72,36 +70,6 @@ pub const SMR_20TB_TESTS: [Test20; 6] = [
         zwl_mb_s: iops_to_mb_s(0.763, 128 << 10),
     },
 ];
-
-/// The largest request the host sends a SATA disk, in sectors: 672 KiB. An AHCI
-/// port's command table holds 168 scatter-gather entries (`AHCI_MAX_SG` in the
-/// kernel's `drivers/ata/ahci.h`), and a direct write from a user buffer in 4 KiB
-/// pages (fio's default `mem=malloc`) takes one entry per page, so the block layer
-/// splits a 1 MiB write into 672 KiB + 352 KiB. Per-zone plugging issues the
-/// second part only when the first completes; the single issuer issues both in a
-/// row (docs/calibration.md, *Revision 2*). `max_sectors=` overrides it.
-pub const AHCI_MAX_SECTORS: u32 = 168 * 8;
-
-/// The zoned device seen by the host for a disk: its capacity in 256 MiB zones,
-/// emulated zone append, the NCQ depth, rotational, no data kept, requests split
-/// at [`AHCI_MAX_SECTORS`].
-pub fn smr_device(disk: &HddParams, max_open: u32) -> DeviceParams {
-    let zone = disk.zone_bytes.max(256 << 20);
-    let mut p = DeviceParams::default();
-    p.geometry.capacity_bytes = disk.capacity_bytes / zone * zone;
-    p.geometry.zoned = disk.zone_bytes != 0;
-    p.geometry.zone_size_bytes = zone;
-    p.geometry.max_append_sectors = 0;
-    p.geometry.max_open = max_open;
-    p.memory_backed = false;
-    p.rotational = true;
-    p.hw_queue_depth = disk.ncq_depth;
-    p.completion_dist = LatencyDist::Fixed;
-    // SATA disks zero by writing (WRITE SAME without unmap on an SMR zone).
-    p.geometry.write_zeroes_unmap_max_hw_bytes = 0;
-    p.geometry.max_sectors = AHCI_MAX_SECTORS;
-    p
-}
 
 /// One simulated run of `jobs` on `disk` with `policy`.
 pub fn run_on_disk(disk: &HddParams, max_open: u32, policy: IssuePolicy, jobs: &[JobSpec], seed: u64) -> BenchReport {

@@ -21,11 +21,20 @@
 //! member fits QD 64 and QD 128 together. [`geometry_family`] fixes the advance and
 //! runs windows × advances: the grid revision 3 is fitted on (docs/calibration.md).
 
-use super::experiments::{HOST_LATENCY_NS, SMR_20TB_TESTS, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job};
-use super::hdd::{HddParams, OD_RATE};
-use super::sweeps::{Experiment, SweepError, run_one_with};
-use zblk_core::engine::{EngineConfig, IssuePolicy};
-use zblk_workload::job::{JobSpec, Rw};
+mod family;
+mod points;
+#[cfg(test)]
+mod tests;
+
+pub use family::{
+    FAMILY_RESUME_REVS, FAMILY_WINDOWS, FamilyRow, advance_grid, family_table, geometry_family, window_family,
+};
+
+use crate::experiments::HOST_LATENCY_NS;
+use crate::sweeps::SweepError;
+use points::{Pt, seq30, sim, t20, with_od};
+use zblk_core::engine::IssuePolicy;
+use zblk_sim::hdd::{HddParams, OD_RATE};
 
 /// One left-out point.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -75,62 +84,6 @@ pub const WINDOWS: [u32; 5] = [1, 2, 3, 4, 5];
 pub const WINDOW_QDS: [u32; 5] = [8, 16, 32, 64, 128];
 /// The cache sizes (segments of 64 KiB) the refit chooses among.
 pub const CACHE_GRID: [u32; 9] = [5400, 6000, 6600, 7200, 7800, 8400, 9000, 9600, 10200];
-
-/// A published point: which disk, which job, which policy.
-struct Pt {
-    name: String,
-    published: f64,
-    exp: Experiment,
-    job: JobSpec,
-    policy: IssuePolicy,
-}
-
-fn seq30(qd: u32, policy: IssuePolicy, o: &LooOptions) -> Pt {
-    let i = super::experiments::SMR_SEQ_QD.iter().position(|&q| q == qd).expect("a published QD");
-    let published = if policy == IssuePolicy::Zwp { SMR_SEQ_ZWP[i] } else { SMR_SEQ_QD1[i] };
-    Pt {
-        name: format!("30 TB QD{qd} {}", policy.name()),
-        published,
-        exp: Experiment::SmrSeq,
-        job: JobSpec { end_fsync: true, ..smr_seq_job(qd, o.seq_zones) },
-        policy,
-    }
-}
-
-fn t20(name: &str, policy: IssuePolicy, o: &LooOptions) -> Pt {
-    let t = SMR_20TB_TESTS.iter().find(|t| t.name == name).expect("a 20 TB test");
-    let random = t.rw == Rw::RandWrite;
-    Pt {
-        name: format!("20 TB {name} {}", policy.name()),
-        published: if policy == IssuePolicy::Zwl { t.zwl_mb_s } else { t.zwp_mb_s },
-        exp: Experiment::Smr20tb,
-        job: JobSpec { end_fsync: !random, ..smr_20tb_job(t, o.seq20_bytes, o.rand20_ios) },
-        policy,
-    }
-}
-
-/// Simulated MB/s at `p` on `disk`, mean over the layouts (the sweeps' seeds).
-fn sim(p: &Pt, disk: &HddParams, host_ns: u64, o: &LooOptions) -> Result<f64, SweepError> {
-    let engine = EngineConfig { policy: p.policy, ..EngineConfig::default() };
-    let mut bw = 0.0;
-    let n = o.layouts.unwrap_or(p.exp.default_layouts());
-    for i in 0..u64::from(n) {
-        let r = run_one_with(disk, p.exp.max_open(), engine, &p.job, (i, 1 + i), host_ns)?;
-        bw += r.jobs[0].write.bw_bytes;
-    }
-    Ok(bw / f64::from(n) / 1e6)
-}
-
-/// `disk` destaging among its `window` oldest dirty extents.
-fn with_window(disk: &HddParams, window: u32) -> HddParams {
-    HddParams { destage: super::hdd::Destage { window, ..disk.destage }, ..disk.clone() }
-}
-
-fn with_od(disk: &HddParams, od_mb_s: f64) -> HddParams {
-    // The ID rate follows the OD rate (same radius ratio).
-    let ratio = disk.id_rate / disk.od_rate;
-    HddParams { od_rate: od_mb_s * 1e6, id_rate: od_mb_s * 1e6 * ratio, ..disk.clone() }
-}
 
 /// Every leave-one-out row; `progress` is told each point as it starts.
 pub fn leave_one_out(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<LooRow>, SweepError> {
@@ -265,116 +218,6 @@ fn geometry_rows(o: &LooOptions, progress: &mut dyn FnMut(&str), rows: &mut Vec<
     Ok(())
 }
 
-/// The zone advances (revolutions) the 30 TB refit chooses among: 0 to 0.95 in
-/// steps of 0.05.
-pub fn advance_grid() -> impl Iterator<Item = f64> {
-    (0..20).map(|i| f64::from(i) / 20.0)
-}
-
-/// Runs the 30 TB disk with every destage window of [`WINDOWS`] and every zone
-/// advance of [`advance_grid`] (zone resume cost: one revolution, M2) on
-/// per-zone plugging, QD 8 to 128: the grid the window and the advance are
-/// fitted on together. With the advance fixed, `smr-seq` has nothing left to
-/// draw, so each member runs once, whatever `o.layouts` says.
-pub fn geometry_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<FamilyRow>, SweepError> {
-    let one = LooOptions { layouts: Some(1), ..*o };
-    let pts: Vec<Pt> = WINDOW_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, &one)).collect();
-    let base = Experiment::SmrSeq.disk();
-    let mut rows = Vec::new();
-    for w in WINDOWS {
-        for a in advance_grid() {
-            progress(&format!("window {w}, zone advance {a:.2} rev"));
-            let disk = HddParams { zone_advance: Some(a), ..with_window(&base, w) };
-            rows.push(family_row(&pts, &disk, &one)?);
-        }
-    }
-    Ok(rows)
-}
-
-/// The destage windows and zone resume costs (revolutions) [`window_family`] runs.
-pub const FAMILY_WINDOWS: [u32; 6] = [1, 2, 3, 4, 5, 6];
-/// See [`FAMILY_WINDOWS`].
-pub const FAMILY_RESUME_REVS: [f64; 6] = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5];
-
-/// One member of the window family: the 30 TB disk with destage window `window`
-/// and zone resume cost `resume_revs`, and its per-zone plugging `smr-seq` errors
-/// (simulated / published − 1) at QD 8, 16, 32, 64 and 128.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct FamilyRow {
-    /// Destage window (oldest extents the destager chooses among).
-    pub window: u32,
-    /// Zone resume cost, revolutions (M2).
-    pub resume_revs: f64,
-    /// Zone advance, revolutions; `None`: drawn from each layout's seed and
-    /// averaged over the layouts.
-    pub zone_advance: Option<f64>,
-    /// Simulated MB/s at QD 8, 16, 32, 64, 128.
-    pub mb_s: Vec<f64>,
-    /// Errors against the published points, same order.
-    pub errors: Vec<f64>,
-}
-
-impl FamilyRow {
-    /// Whether every point is within ±10 %.
-    pub fn fits(&self) -> bool {
-        self.errors.iter().all(|e| e.abs() <= 0.10)
-    }
-}
-
-/// `disk` on the per-zone plugging points `pts`: the member's row, its window,
-/// resume cost and advance read from the disk it ran.
-fn family_row(pts: &[Pt], disk: &HddParams, o: &LooOptions) -> Result<FamilyRow, SweepError> {
-    let mb_s = pts.iter().map(|p| sim(p, disk, HOST_LATENCY_NS, o)).collect::<Result<Vec<_>, _>>()?;
-    let errors = mb_s.iter().zip(pts).map(|(m, p)| m / p.published - 1.0).collect();
-    Ok(FamilyRow {
-        window: disk.destage.window,
-        resume_revs: disk.zone_resume_revs,
-        zone_advance: disk.zone_advance,
-        mb_s,
-        errors,
-    })
-}
-
-/// Runs every (window, resume cost) pair of the family on the 30 TB disk: whether
-/// any destage order of this kind (the best positioned of the W oldest dirty
-/// extents, a zone switch costing a short seek, the rotational wait and a resume
-/// of R revolutions) fits per-zone plugging from QD 8 to QD 128.
-pub fn window_family(o: &LooOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<FamilyRow>, SweepError> {
-    let pts: Vec<Pt> = WINDOW_QDS.iter().map(|&q| seq30(q, IssuePolicy::Zwp, o)).collect();
-    let base = Experiment::SmrSeq.disk();
-    let mut rows = Vec::new();
-    for w in FAMILY_WINDOWS {
-        for r in FAMILY_RESUME_REVS {
-            progress(&format!("window {w}, resume {r} rev"));
-            // The advance drawn per layout and averaged: the phase averaged away,
-            // as revisions 1 and 2 had it.
-            let disk = HddParams { zone_resume_revs: r, zone_advance: None, ..with_window(&base, w) };
-            rows.push(family_row(&pts, &disk, o)?);
-        }
-    }
-    Ok(rows)
-}
-
-/// The family as a markdown table (SIMULATED errors against published figures).
-pub fn family_table(rows: &[FamilyRow]) -> String {
-    let mut s = String::from("| window | resume (rev) | zone advance (rev) |");
-    for q in WINDOW_QDS {
-        s += &format!(" QD{q} |");
-    }
-    s += " all within ±10 % |\n|---|---|---|";
-    s += &"---|".repeat(WINDOW_QDS.len() + 1);
-    s += "\n";
-    for r in rows {
-        let advance = r.zone_advance.map_or("drawn".to_string(), |a| format!("{a:.2}"));
-        s += &format!("| {} | {} | {advance} |", r.window, r.resume_revs);
-        for (m, e) in r.mb_s.iter().zip(&r.errors) {
-            s += &format!(" {m:.0} ({:+.0} %) |", e * 100.0);
-        }
-        s += if r.fits() { " yes |\n" } else { " no |\n" };
-    }
-    s
-}
-
 /// The rows as a markdown table (SIMULATED errors against published figures).
 pub fn table(rows: &[LooRow]) -> String {
     let mut s = String::from(
@@ -393,51 +236,4 @@ pub fn table(rows: &[LooRow]) -> String {
         );
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_window_choice_counts_points_within_ten_percent_then_the_worst() {
-        // Window 0 fits two points of three, window 1 all three: 1. Without point 2,
-        // both fit both; window 0's worst is smaller: 0.
-        let err = vec![vec![0.01, 0.02, 0.30], vec![0.05, -0.08, 0.09]];
-        assert_eq!(choose(&err, &[0, 1, 2]), 1);
-        assert_eq!(choose(&err, &[0, 1]), 0);
-    }
-
-    /// The leave-one-out table of docs/calibration.md (several minutes):
-    /// `cargo test --release -p zblk-sim loo -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn leave_one_out_table() {
-        let rows = leave_one_out(&LooOptions::default(), &mut |p| eprintln!("loo: {p}")).unwrap();
-        println!("{}", table(&rows));
-        assert_eq!(rows.len(), 3 + 1 + 1 + 5);
-    }
-
-    /// The window family table of docs/calibration.md (about 30 s):
-    /// `cargo test --release -p zblk-sim window_family -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn window_family_table() {
-        let rows = window_family(&LooOptions::default(), &mut |p| eprintln!("family: {p}")).unwrap();
-        println!("{}", family_table(&rows));
-        assert_eq!(rows.len(), FAMILY_WINDOWS.len() * FAMILY_RESUME_REVS.len());
-    }
-
-    /// The geometry grid of docs/calibration.md, *Revision 3* (about 15 s):
-    /// `cargo test --release -p zblk-sim geometry_family -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn geometry_family_table() {
-        let rows = geometry_family(&LooOptions::default(), &mut |p| eprintln!("geometry: {p}")).unwrap();
-        println!("{}", family_table(&rows));
-        let err: Vec<Vec<f64>> = rows.iter().map(|m| m.errors.clone()).collect();
-        let best = &rows[choose(&err, &[0, 1, 2, 3, 4])];
-        println!("chosen: window {}, zone advance {:?}", best.window, best.zone_advance);
-        assert_eq!(rows.len(), WINDOWS.len() * advance_grid().count());
-    }
 }

@@ -5,13 +5,12 @@
 //! bandwidth while another region is zeroed in the background. Every number is a
 //! simulator number.
 
-use super::driver::{Sim, SimCompletion, SimConfig, Workload};
-use super::presets::DeviceSpec;
-use super::workload::FioJobs;
 use zblk_core::bio::{Bio, BioFlags, Op};
 use zblk_core::engine::ZeroingMethod;
 use zblk_core::params::ParamError;
 use zblk_core::units::{SECTOR_SHIFT, Sector};
+use zblk_sim::presets::DeviceSpec;
+use zblk_sim::{FioJobs, Sim, SimCompletion, SimConfig, Workload};
 use zblk_workload::job::{JobError, JobSpec, Rw, ZoneMode};
 
 /// Zeroing completions carry this bit in their token (fio-like jobs use 62 and 63).
