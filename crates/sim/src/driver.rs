@@ -1,8 +1,9 @@
 //! The simulator: one virtual clock driving a [`Stack`] (a single device is a stack
 //! of one disk) and, per disk, an in-memory device (data and device-side zone
 //! state), a [`DeviceModel`] deciding when each request completes, seeded fault
-//! injection and, with checking on, the [`Checker`](crate::Checker) after every step. One thread,
-//! no wall clock: a run is a function of its configuration, its models and its seed.
+//! injection and, with checking on, the [`Checker`](crate::Checker) after every
+//! step. One thread, no wall clock: a run is a function of its configuration, its
+//! models and its seed.
 //!
 //! A request executes on its disk when the disk's model completes it, so a model
 //! that reorders completions reorders execution too, as a device with a queue does.
@@ -15,6 +16,11 @@
 //! the disks complete then, in disk order; deliver what is due; expire the timers
 //! due; carry out the stack's actions (issue to the models, complete BIOs, answer
 //! zone reports); hand the completions to the workload one by one; check.
+//!
+//! [`Sim`]'s state comes in parts: the clock (virtual time and what is due on it),
+//! durability tracking, checking (the host oracle among it) and tracing. Its
+//! methods are grouped by what they do: `build`, `inspect`, `submit`,
+//! `durability`, `tracing` and `event_loop`.
 
 mod build;
 mod durability;
@@ -189,42 +195,53 @@ type Extent = (usize, Sector, u32, u32);
 
 /// A simulation in progress. See the module documentation.
 pub struct Sim {
-    now_ns: u64,
     seed: u64,
-    check: bool,
     stack: Stack,
     disks: Vec<SimDisk>,
     /// Device index → index in `disks`.
     disk_of: Vec<Option<usize>>,
     bios: Slab<BioRec>,
+    /// Completions ready for the workload, in completion order.
     completions: VecDeque<SimCompletion>,
-    /// Completions on their way to the workload: (delivery time, completion).
-    delayed: VecDeque<(u64, SimCompletion)>,
-    /// The engines' anticipation timers: (due time, disk, token), earliest first.
-    timers: VecDeque<(u64, DevId, u64)>,
-    host_latency_ns: u64,
-    /// Trace events taken from the stack (with the disks' completions between them,
-    /// in the order they happened) and not handed out yet; `None` when not tracing.
-    events: Option<Vec<TraceEvent>>,
-    seeks: Option<SeekTracker>,
-    sink: Option<TraceSink>,
+    clock: Clock,
+    durability: Durability,
+    checking: Checking,
+    tracing: Tracing,
+    /// What a disk model completes in a step (kept to reuse its allocation).
     done: Vec<Request>,
-    /// Each disk model's next event, during a step.
-    next_ns: Vec<Option<u64>>,
+    /// A disk's data buffer (kept to reuse its allocation).
     buf: Vec<u8>,
     stats: SimStats,
-    /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.
-    debug: bool,
     /// Progress callback and its period in completions.
     progress: Option<(u64, ProgressFn)>,
     completed: u64,
     /// An engine was handed out mutably: what it decided must be collected.
     engines_touched: bool,
-    /// The host-side oracle (checking on).
-    host: Option<HostOracle>,
+}
+
+/// Virtual time, and what is due on it besides the models' own events: the
+/// completions on their way to the workload, the engines' anticipation timers and
+/// the completions the driver's timeout fails.
+struct Clock {
+    /// Virtual time now, in nanoseconds.
+    now_ns: u64,
+    /// What a completion takes to reach the workload, ns.
+    host_latency_ns: u64,
+    /// Completions on their way to the workload: (delivery time, completion).
+    delayed: VecDeque<(u64, SimCompletion)>,
+    /// The engines' anticipation timers: (due time, disk, token), earliest first.
+    timers: VecDeque<(u64, DevId, u64)>,
     /// Completions lost by the disks, which the driver's timeout fails: (time,
     /// disk, request, result), earliest first.
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
+    /// Each disk model's next event, during a step.
+    next_ns: Vec<Option<u64>>,
+}
+
+/// Which acknowledged writes are durable: a FLUSH makes the writes acknowledged
+/// before its submission durable, a FUA write itself; a power loss must keep them.
+#[derive(Default)]
+struct Durability {
     /// Writes acknowledged and not yet made durable by a FLUSH: (their number,
     /// their sectors on each disk).
     acked: VecDeque<(u64, AckedWrite)>,
@@ -232,11 +249,33 @@ pub struct Sim {
     acks: u64,
     /// Power losses so far.
     power_losses: u64,
+}
+
+/// What checks the run: the disks' checkers and oracles, the engines' invariants
+/// and the host-side oracle of the top device.
+struct Checking {
+    /// Checking is on.
+    on: bool,
+    /// Which checks are on (see [`SimChecks`]).
     checks: SimChecks,
+    /// The host-side oracle (checking on).
+    host: Option<HostOracle>,
+}
+
+/// Where the stack's events go: the disks' checkers, the seek histograms, the
+/// trace sink, and (for debugging a seed) stderr.
+struct Tracing {
+    /// Trace events taken from the stack (with the disks' completions between them,
+    /// in the order they happened) and not handed out yet; `None` when not tracing.
+    events: Option<Vec<TraceEvent>>,
+    seeks: Option<SeekTracker>,
+    sink: Option<TraceSink>,
+    /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.
+    debug: bool,
 }
 
 impl std::fmt::Debug for Sim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sim").field("now_ns", &self.now_ns).field("seed", &self.seed).finish_non_exhaustive()
+        f.debug_struct("Sim").field("now_ns", &self.clock.now_ns).field("seed", &self.seed).finish_non_exhaustive()
     }
 }

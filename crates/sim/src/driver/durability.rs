@@ -29,14 +29,14 @@ impl Sim {
     pub(super) fn power_loss_with(&mut self, destaged: Option<usize>) {
         self.pump();
         assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: a power loss with BIOs in flight", self.seed);
-        assert!(self.completions.is_empty() && self.delayed.is_empty() && self.late.is_empty());
-        if self.debug {
-            let _ = writeln!(std::io::stderr(), "{:>12} power loss", self.now_ns);
+        assert!(self.completions.is_empty() && self.clock.delayed.is_empty() && self.clock.late.is_empty());
+        if self.tracing.debug {
+            let _ = writeln!(std::io::stderr(), "{:>12} power loss", self.clock.now_ns);
         }
-        self.power_losses += 1;
+        self.durability.power_losses += 1;
         // The host restarts: its timers and what it waited for go with it.
-        self.timers.clear();
-        self.acked.clear();
+        self.clock.timers.clear();
+        self.durability.acked.clear();
         for i in 0..self.disks.len() {
             let d = &mut self.disks[i];
             d.power_loss(destaged, &mut self.buf);
@@ -44,12 +44,12 @@ impl Sim {
             let engine = self.stack.engine_mut(d.dev);
             let (geo, cfg) = (engine.geometry().clone(), *engine.config());
             *engine = Engine::new(&geo, cfg, &zones);
-            engine.set_self_check(self.checks.engine_invariants);
+            engine.set_self_check(self.checking.checks.engine_invariants);
         }
         self.engines_touched = true;
-        if let Some(mut host) = self.host.take() {
+        if let Some(mut host) = self.checking.host.take() {
             host.restart(&mut |z| self.top_zone_wp(z));
-            self.host = Some(host);
+            self.checking.host = Some(host);
         }
         self.pump();
         self.check();
@@ -118,7 +118,7 @@ impl Sim {
                 sectors.push((i, c.acked(s, n, rec.stamp, k)));
             }
         }
-        self.acks += 1;
+        self.durability.acks += 1;
         if rec.flags.contains(BioFlags::FUA) {
             for (i, list) in sectors {
                 if let Some(c) = &mut self.disks[i].checker {
@@ -126,7 +126,20 @@ impl Sim {
                 }
             }
         } else {
-            self.acked.push_back((self.acks - 1, sectors));
+            self.durability.acked.push_back((self.durability.acks - 1, sectors));
+        }
+    }
+
+    /// A FLUSH submitted when `flush_mark` writes had been acknowledged succeeded:
+    /// every write acknowledged before it is durable.
+    pub(super) fn flushed(&mut self, flush_mark: u64) {
+        while self.durability.acked.front().is_some_and(|(n, _)| *n < flush_mark) {
+            let (_, sectors) = self.durability.acked.pop_front().expect("an acknowledged write");
+            for (i, list) in sectors {
+                if let Some(c) = &mut self.disks[i].checker {
+                    c.make_durable(&list);
+                }
+            }
         }
     }
 }

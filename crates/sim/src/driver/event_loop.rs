@@ -19,12 +19,12 @@ impl Sim {
                 self.stack.pump_disk(self.disks[i].dev);
             }
         }
-        if self.events.is_some() {
+        if self.tracing.events.is_some() {
             self.drain_events();
         }
         while let Some(action) = self.stack.poll_action() {
-            if self.debug {
-                let _ = writeln!(std::io::stderr(), "{:>12} {action:?}", self.now_ns);
+            if self.tracing.debug {
+                let _ = writeln!(std::io::stderr(), "{:>12} {action:?}", self.clock.now_ns);
             }
             match action {
                 StackAction::Issue { dev, req } => {
@@ -40,7 +40,7 @@ impl Sim {
                         let unmap_disabled = engine.write_zeroes_unmap_max_bytes() == 0;
                         c.on_issue(&req, engine.config().policy, bio_flags, unmap_disabled);
                     }
-                    d.model.submit(self.now_ns, &req);
+                    d.model.submit(self.clock.now_ns, &req);
                 }
                 StackAction::Complete(c) => self.bio_done(c.user_data as usize, c.result),
                 StackAction::ReportZone { dev, zone } => {
@@ -54,12 +54,12 @@ impl Sim {
                     }
                 }
                 StackAction::Anticipate { dev, token, ns } => {
-                    let at = self.now_ns + ns;
-                    let i = self.timers.partition_point(|&(t, _, _)| t <= at);
-                    self.timers.insert(i, (at, dev, token));
+                    let at = self.clock.now_ns + ns;
+                    let i = self.clock.timers.partition_point(|&(t, _, _)| t <= at);
+                    self.clock.timers.insert(i, (at, dev, token));
                 }
             }
-            if self.events.is_some() {
+            if self.tracing.events.is_some() {
                 self.drain_events();
             }
         }
@@ -69,28 +69,20 @@ impl Sim {
     /// says; the completion goes to the workload now or after the host's latency.
     pub(super) fn bio_done(&mut self, key: usize, result: Result<Sector, Status>) {
         let rec = self.bios.remove(key);
-        if let (true, Ok(at), Op::Write | Op::ZoneAppend) = (self.check, result, rec.op) {
+        if let (true, Ok(at), Op::Write | Op::ZoneAppend) = (self.checking.on, result, rec.op) {
             self.check_written(&rec, at);
         }
-        if let (true, Ok(_), Op::Flush) = (self.check, result, rec.op) {
-            // Every write acknowledged before the FLUSH was submitted is durable.
-            while self.acked.front().is_some_and(|(n, _)| *n < rec.flush_mark) {
-                let (_, sectors) = self.acked.pop_front().expect("an acknowledged write");
-                for (i, list) in sectors {
-                    if let Some(c) = &mut self.disks[i].checker {
-                        c.make_durable(&list);
-                    }
-                }
-            }
+        if let (true, Ok(_), Op::Flush) = (self.checking.on, result, rec.op) {
+            self.flushed(rec.flush_mark);
         }
-        if let Some(mut host) = self.host.take() {
+        if let Some(mut host) = self.checking.host.take() {
             let verdict = host.on_complete(&rec.host, result, &mut |z| self.top_zone_wp(z));
-            self.host = Some(host);
-            if let (Err(e), true) = (verdict, self.checks.model) {
+            self.checking.host = Some(host);
+            if let (Err(e), true) = (verdict, self.checking.checks.model) {
                 panic!("host oracle violation (seed {}): {e}", self.seed);
             }
         }
-        let deliver_at = self.now_ns + self.host_latency_ns;
+        let deliver_at = self.clock.now_ns + self.clock.host_latency_ns;
         let c = SimCompletion {
             token: rec.token,
             submitter: rec.submitter,
@@ -100,20 +92,20 @@ impl Sim {
             result,
             latency_ns: deliver_at - rec.submit_ns,
         };
-        if self.host_latency_ns == 0 {
+        if self.clock.host_latency_ns == 0 {
             self.completions.push_back(c);
         } else {
-            self.delayed.push_back((deliver_at, c));
+            self.clock.delayed.push_back((deliver_at, c));
         }
     }
 
     /// Moves delayed completions due by now to the workload's queue.
     pub(super) fn deliver_due(&mut self) {
-        while let Some(&(t, c)) = self.delayed.front() {
-            if t > self.now_ns {
+        while let Some(&(t, c)) = self.clock.delayed.front() {
+            if t > self.clock.now_ns {
                 break;
             }
-            self.delayed.pop_front();
+            self.clock.delayed.pop_front();
             self.completions.push_back(c);
         }
     }
@@ -123,11 +115,11 @@ impl Sim {
         self.stats.executed += 1;
         let rec = &self.bios[req.user_data as usize];
         let (stamp, submitter) = (rec.stamp, rec.submitter);
-        let trace = self.debug.then_some(self.now_ns);
+        let trace = self.tracing.debug.then_some(self.clock.now_ns);
         let d = &mut self.disks[i];
         let (result, executed) = d.execute(req, stamp, &mut self.buf, trace);
         let dev = d.dev;
-        if let (Some(h), Some(rec)) = (&mut self.host, self.bios.get_mut(req.user_data as usize)) {
+        if let (Some(h), Some(rec)) = (&mut self.checking.host, self.bios.get_mut(req.user_data as usize)) {
             if result.is_err() || executed.fault {
                 let refused = if executed.fault { None } else { result.err() };
                 h.on_device_error(&mut rec.host, req, executed.zone_failed, refused);
@@ -136,7 +128,7 @@ impl Sim {
             }
         }
         if executed.timed_out {
-            self.late.push_back((self.now_ns + crate::faults::TIMEOUT_NS, dev, *req, result));
+            self.clock.late.push_back((self.clock.now_ns + crate::faults::TIMEOUT_NS, dev, *req, result));
             return;
         }
         self.complete_request(dev, req, result, submitter);
@@ -150,11 +142,11 @@ impl Sim {
         result: Result<Sector, Status>,
         submitter: u32,
     ) {
-        if self.events.is_some() {
+        if self.tracing.events.is_some() {
             // After what the stack recorded so far, before what the completion makes.
             self.take_events();
             let done = TraceAction::Complete { error: result.err() };
-            self.events.as_mut().expect("tracing").push(TraceEvent::of_request(dev, done, req, submitter));
+            self.tracing.events.as_mut().expect("tracing").push(TraceEvent::of_request(dev, done, req, submitter));
         }
         self.stack.complete(dev, req.id, result);
     }
@@ -165,30 +157,33 @@ impl Sim {
     pub(super) fn advance(&mut self) -> bool {
         // Executing a request submits nothing to a model (the stack's actions wait
         // for the pump): the models' next events, asked once, hold for the step.
-        self.next_ns.clear();
-        self.next_ns.extend(self.disks.iter().map(|d| d.model.next_event_ns()));
-        let next_host =
-            [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0), self.late.front().map(|l| l.0)];
-        let Some(t) = self.next_ns.iter().chain(&next_host).flatten().copied().min() else {
+        self.clock.next_ns.clear();
+        self.clock.next_ns.extend(self.disks.iter().map(|d| d.model.next_event_ns()));
+        let next_host = [
+            self.clock.delayed.front().map(|d| d.0),
+            self.clock.timers.front().map(|t| t.0),
+            self.clock.late.front().map(|l| l.0),
+        ];
+        let Some(t) = self.clock.next_ns.iter().chain(&next_host).flatten().copied().min() else {
             return false;
         };
-        self.now_ns = self.now_ns.max(t);
+        self.clock.now_ns = self.clock.now_ns.max(t);
         for i in 0..self.disks.len() {
-            if self.next_ns[i].is_none_or(|n| n > self.now_ns) {
+            if self.clock.next_ns[i].is_none_or(|n| n > self.clock.now_ns) {
                 continue;
             }
             let mut done = std::mem::take(&mut self.done);
-            self.disks[i].model.advance(self.now_ns, &mut done);
+            self.disks[i].model.advance(self.clock.now_ns, &mut done);
             for req in done.drain(..) {
                 self.execute(i, &req);
             }
             self.done = done;
         }
         self.deliver_due();
-        while self.late.front().is_some_and(|l| l.0 <= self.now_ns) {
-            let (_, dev, req, result) = self.late.pop_front().expect("a late completion");
-            if self.debug {
-                let _ = writeln!(std::io::stderr(), "{:>12} timeout {req:?} -> {result:?}", self.now_ns);
+        while self.clock.late.front().is_some_and(|l| l.0 <= self.clock.now_ns) {
+            let (_, dev, req, result) = self.clock.late.pop_front().expect("a late completion");
+            if self.tracing.debug {
+                let _ = writeln!(std::io::stderr(), "{:>12} timeout {req:?} -> {result:?}", self.clock.now_ns);
             }
             let i = self.disk_index(dev);
             if let Some(c) = &mut self.disks[i].checker {
@@ -197,22 +192,22 @@ impl Sim {
             let submitter = self.bios.get(req.user_data as usize).map_or(0, |r| r.submitter);
             self.complete_request(dev, &req, result, submitter);
         }
-        while let Some(&(at, dev, token)) = self.timers.front() {
-            if at > self.now_ns {
+        while let Some(&(at, dev, token)) = self.clock.timers.front() {
+            if at > self.clock.now_ns {
                 break;
             }
-            self.timers.pop_front();
+            self.clock.timers.pop_front();
             self.stack.anticipation_expired(dev, token);
         }
         true
     }
 
     pub(super) fn check(&mut self) {
-        if !self.check {
+        if !self.checking.on {
             return;
         }
         // The stack's invariants, its disks' engines' among them.
-        if self.checks.engine_invariants {
+        if self.checking.checks.engine_invariants {
             self.stack.check_invariants();
         }
         for d in &mut self.disks {
@@ -242,8 +237,11 @@ impl Sim {
     /// `None` when nothing is pending.
     pub fn next_event_ns(&self) -> Option<u64> {
         let disks = self.disks.iter().filter_map(|d| d.model.next_event_ns());
-        let host =
-            [self.delayed.front().map(|d| d.0), self.timers.front().map(|t| t.0), self.late.front().map(|l| l.0)];
+        let host = [
+            self.clock.delayed.front().map(|d| d.0),
+            self.clock.timers.front().map(|t| t.0),
+            self.clock.late.front().map(|l| l.0),
+        ];
         disks.chain(host.into_iter().flatten()).min()
     }
 
@@ -260,7 +258,7 @@ impl Sim {
             }
             self.advance();
         }
-        self.now_ns = self.now_ns.max(t_ns);
+        self.clock.now_ns = self.clock.now_ns.max(t_ns);
     }
 
     /// Completions gathered since the last call, in completion order.
@@ -279,7 +277,7 @@ impl Sim {
                 self.completed += 1;
                 if let Some((every, report)) = &mut self.progress {
                     if self.completed % *every == 0 {
-                        report(self.now_ns, self.completed);
+                        report(self.clock.now_ns, self.completed);
                     }
                 }
             }

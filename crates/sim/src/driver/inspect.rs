@@ -16,7 +16,7 @@ use zblk_dev::{BlockDevice, MemDevice};
 impl Sim {
     /// Virtual time now, in nanoseconds.
     pub fn now_ns(&self) -> u64 {
-        self.now_ns
+        self.clock.now_ns
     }
 
     /// The run's seed.
@@ -59,8 +59,8 @@ impl Sim {
     /// writing the queue attribute while I/O runs: each engine freezes, drains and
     /// switches.
     pub fn set_zoned_qd1_writes(&mut self, value: u64) {
-        if self.debug {
-            let _ = writeln!(std::io::stderr(), "{:>12} zoned_qd1_writes={value}", self.now_ns);
+        if self.tracing.debug {
+            let _ = writeln!(std::io::stderr(), "{:>12} zoned_qd1_writes={value}", self.clock.now_ns);
         }
         for i in 0..self.disks.len() {
             let dev = self.disks[i].dev;
@@ -151,7 +151,7 @@ impl Sim {
     /// Counters.
     pub fn stats(&self) -> SimStats {
         let checks = self.disks.iter().filter_map(|d| d.checker.as_ref()).map(|c| c.checks).sum();
-        let faults = self.disks.iter().map(|d| d.faults.injected).sum::<u64>() + self.power_losses;
+        let faults = self.disks.iter().map(|d| d.faults.injected).sum::<u64>() + self.durability.power_losses;
         SimStats { checks, faults, ..self.stats }
     }
 
@@ -163,8 +163,8 @@ impl Sim {
                 *sum.entry(*k).or_insert(0) += n;
             }
         }
-        if self.power_losses > 0 {
-            sum.insert(crate::faults::POWER_LOSS, self.power_losses);
+        if self.durability.power_losses > 0 {
+            sum.insert(crate::faults::POWER_LOSS, self.durability.power_losses);
         }
         sum
     }

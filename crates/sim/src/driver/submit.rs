@@ -20,15 +20,15 @@ impl Sim {
     /// As [`Sim::submit`], for `submitter` (a number naming the submitting
     /// context, in traces and completions).
     pub fn submit_by(&mut self, submitter: u32, mut bio: Bio, token: u64, stamp: u64) {
-        if self.host.is_some() && matches!(bio.op, Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll) {
+        if self.checking.host.is_some() && matches!(bio.op, Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll) {
             // Carry out what the engines decided so far: the oracle must see which
             // writes are on their way to the device and which wait in a plug.
             self.pump();
         }
         self.stats.bios += 1;
         let top = self.stack.top();
-        let epoch = if self.check { self.epoch(top, bio.sector, bio.nr_sectors) } else { 0 };
-        let host = match &mut self.host {
+        let epoch = if self.checking.on { self.epoch(top, bio.sector, bio.nr_sectors) } else { 0 };
+        let host = match &mut self.checking.host {
             Some(h) => {
                 // Every zone write in flight and not issued waits in its plug (so that
                 // a reset or finish must abort it) when a single disk's engine has a
@@ -47,7 +47,7 @@ impl Sim {
         let key = self.bios.insert(BioRec {
             token,
             submitter,
-            submit_ns: self.now_ns,
+            submit_ns: self.clock.now_ns,
             op: bio.op,
             sector: bio.sector,
             nr_sectors: bio.nr_sectors,
@@ -55,12 +55,13 @@ impl Sim {
             epoch,
             host,
             flags: bio.flags,
-            flush_mark: self.acks,
+            flush_mark: self.durability.acks,
         });
         bio.user_data = key as u64;
-        if self.debug {
+        if self.tracing.debug {
             let r = &self.bios[key].host;
-            let _ = writeln!(std::io::stderr(), "{:>12} submit {bio:?} (oracle: {:?})", self.now_ns, r.prediction());
+            let _ =
+                writeln!(std::io::stderr(), "{:>12} submit {bio:?} (oracle: {:?})", self.clock.now_ns, r.prediction());
         }
         self.stack.submit(top, bio, submitter);
     }
@@ -75,7 +76,7 @@ impl Sim {
             return;
         }
         let z = geo.zone_no(sector);
-        if let Some(h) = &mut self.host {
+        if let Some(h) = &mut self.checking.host {
             h.on_user_report(z);
         }
         let mut parts = Vec::new();
