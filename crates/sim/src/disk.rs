@@ -122,71 +122,9 @@ impl SimDisk {
         buf: &mut Vec<u8>,
         trace: Option<u64>,
     ) -> (Result<Sector, Status>, Executed) {
-        let geo = self.mem.geometry();
-        let seq_zone =
-            (geo.is_zoned() && req.op.has_range()).then(|| geo.zone_no(req.sector)).filter(|z| !geo.zone_is_conv(*z));
-        let lbs = geo.lbs_sectors();
-        let fault = match (req.op, seq_zone) {
-            (Op::Write | Op::ZoneAppend | Op::WriteZeroes, Some(_)) => self.faults.for_write(req.nr_sectors, lbs),
-            (Op::Read, _) => self.faults.for_read(),
-            _ => Fault::None,
-        };
-        let fault = match (fault, self.faults.for_completion()) {
-            (Fault::None, Some(executed)) => Fault::Timeout(executed),
-            (f, _) => f,
-        };
-        let expected = self.oracle.as_mut().map(|o| match fault {
-            Fault::ZoneReadOnly | Fault::ZoneOffline => {
-                let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
-                o.fail_zone(seq_zone.expect("zone fault on a sequential zone"), cond);
-                o.execute(req)
-            }
-            Fault::PartialWrite(k) if req.op == Op::Write => {
-                if k > 0 {
-                    let _ = o.execute(&Request { nr_sectors: k, ..*req });
-                }
-                Err(errno::EIO)
-            }
-            Fault::ReadError => Err(errno::EIO),
-            Fault::Timeout(false) => Err(errno::EIO),
-            _ => o.execute(req),
-        });
-        let mut partial = 0;
-        let result = match fault {
-            Fault::ZoneReadOnly | Fault::ZoneOffline => {
-                let z = seq_zone.expect("zone fault on a sequential zone");
-                let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
-                self.mem.zones_mut().expect("zoned").set_failed(z, cond);
-                if let Some(cache) = &mut self.cache {
-                    // The medium failed: no cache keeps that from the zone.
-                    cache.destage_all(buf);
-                    cache.durable.zones_mut().expect("zoned").set_failed(z, cond);
-                    if let Some(o) = &mut cache.durable_oracle {
-                        o.fail_zone(z, cond);
-                    }
-                }
-                if let Some(c) = &mut self.checker {
-                    c.on_zone_failed(z);
-                }
-                self.cached(req, stamp);
-                self.execute_data(req, stamp, buf)
-            }
-            Fault::PartialWrite(k) if req.op == Op::Write => {
-                if k > 0 {
-                    let head = Request { nr_sectors: k, ..*req };
-                    self.cached(&head, stamp);
-                    if self.execute_data(&head, stamp, buf).is_ok() {
-                        partial = k;
-                    }
-                }
-                Err(Status::IoErr)
-            }
-            Fault::ReadError | Fault::Timeout(false) => Err(Status::IoErr),
-            _ => {
-                self.cached(req, stamp);
-                self.execute_data(req, stamp, buf)
-            }
-        };
+        let (fault, seq_zone) = self.draw_fault(req);
+        let expected = self.oracle_expects(req, fault, seq_zone);
+        let (result, partial) = self.execute_with(req, fault, seq_zone, stamp, buf);
         let durable_point = match req.op {
             Op::Flush => result.is_ok(),
             Op::Write | Op::ZoneAppend | Op::WriteZeroes => {
@@ -199,24 +137,7 @@ impl SimDisk {
             cache.destage_all(buf);
         }
         if let Some(expected) = expected {
-            let got = result.map(|s| s.0).map_err(|s| s.errno());
-            let agree = match (got, expected) {
-                (Ok(a), Ok(b)) => a == b,
-                (Err(a), Err(b)) => a == b,
-                _ => false,
-            };
-            if !agree && self.oracle_checks {
-                panic!(
-                    "device oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
-                    self.seed,
-                    errno_of(result)
-                );
-            }
-            if let (Some(o), Some(zones), true) = (&self.oracle, self.mem.zones(), self.oracle_checks) {
-                if let Err(e) = o.compare(zones.zones()) {
-                    panic!("device oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
-                }
-            }
+            self.check_with_oracle(req, fault, result, expected);
         }
         if let Some(now_ns) = trace {
             let _ = writeln!(std::io::stderr(), "{now_ns:>12} execute {req:?} -> {result:?} (fault {fault:?})");
@@ -236,6 +157,134 @@ impl SimDisk {
         };
         // A lost completion: whatever the device did, the driver's timeout fails it.
         (if timed_out { Err(Status::IoErr) } else { result }, executed)
+    }
+
+    /// The fault `req` meets, drawn from the seed (a write or read fault first,
+    /// then a lost completion for a request that has none), and the sequential zone
+    /// `req` starts in, if any: zone faults strike only there.
+    fn draw_fault(&mut self, req: &Request) -> (Fault, Option<ZoneNo>) {
+        let geo = self.mem.geometry();
+        let seq_zone =
+            (geo.is_zoned() && req.op.has_range()).then(|| geo.zone_no(req.sector)).filter(|z| !geo.zone_is_conv(*z));
+        let lbs = geo.lbs_sectors();
+        let fault = match (req.op, seq_zone) {
+            (Op::Write | Op::ZoneAppend | Op::WriteZeroes, Some(_)) => self.faults.for_write(req.nr_sectors, lbs),
+            (Op::Read, _) => self.faults.for_read(),
+            _ => Fault::None,
+        };
+        let fault = match (fault, self.faults.for_completion()) {
+            (Fault::None, Some(executed)) => Fault::Timeout(executed),
+            (f, _) => f,
+        };
+        (fault, seq_zone)
+    }
+
+    /// What the reference model answers to `req` meeting `fault` (checking on),
+    /// the model following the device: a failed zone fails in it too, a partial
+    /// write's head executes in it.
+    fn oracle_expects(&mut self, req: &Request, fault: Fault, seq_zone: Option<ZoneNo>) -> Option<Result<u64, i32>> {
+        self.oracle.as_mut().map(|o| match fault {
+            Fault::ZoneReadOnly | Fault::ZoneOffline => {
+                let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
+                o.fail_zone(seq_zone.expect("zone fault on a sequential zone"), cond);
+                o.execute(req)
+            }
+            Fault::PartialWrite(k) if req.op == Op::Write => {
+                if k > 0 {
+                    let _ = o.execute(&Request { nr_sectors: k, ..*req });
+                }
+                Err(errno::EIO)
+            }
+            Fault::ReadError => Err(errno::EIO),
+            Fault::Timeout(false) => Err(errno::EIO),
+            _ => o.execute(req),
+        })
+    }
+
+    /// Executes `req` on the device as `fault` has it: after failing its zone, as
+    /// its first sectors only (a partial write), not at all (a read error, a
+    /// timeout before execution) or whole. Returns the result and the sectors a
+    /// partial write wrote.
+    fn execute_with(
+        &mut self,
+        req: &Request,
+        fault: Fault,
+        seq_zone: Option<ZoneNo>,
+        stamp: u64,
+        buf: &mut Vec<u8>,
+    ) -> (Result<Sector, Status>, u32) {
+        let mut partial = 0;
+        let result = match fault {
+            Fault::ZoneReadOnly | Fault::ZoneOffline => {
+                let z = seq_zone.expect("zone fault on a sequential zone");
+                let cond = if fault == Fault::ZoneReadOnly { ZoneCond::ReadOnly } else { ZoneCond::Offline };
+                self.fail_zone(z, cond, buf);
+                self.cached(req, stamp);
+                self.execute_data(req, stamp, buf)
+            }
+            Fault::PartialWrite(k) if req.op == Op::Write => {
+                if k > 0 {
+                    let head = Request { nr_sectors: k, ..*req };
+                    self.cached(&head, stamp);
+                    if self.execute_data(&head, stamp, buf).is_ok() {
+                        partial = k;
+                    }
+                }
+                Err(Status::IoErr)
+            }
+            Fault::ReadError | Fault::Timeout(false) => Err(Status::IoErr),
+            _ => {
+                self.cached(req, stamp);
+                self.execute_data(req, stamp, buf)
+            }
+        };
+        (result, partial)
+    }
+
+    /// Zone `z` fails (`cond`: READONLY or OFFLINE) on the device, in its durable
+    /// state too (the medium failed: no cache keeps that from the zone), and the
+    /// checker learns of it.
+    fn fail_zone(&mut self, z: ZoneNo, cond: ZoneCond, buf: &mut Vec<u8>) {
+        self.mem.zones_mut().expect("zoned").set_failed(z, cond);
+        if let Some(cache) = &mut self.cache {
+            cache.destage_all(buf);
+            cache.durable.zones_mut().expect("zoned").set_failed(z, cond);
+            if let Some(o) = &mut cache.durable_oracle {
+                o.fail_zone(z, cond);
+            }
+        }
+        if let Some(c) = &mut self.checker {
+            c.on_zone_failed(z);
+        }
+    }
+
+    /// The device's answer `result` to `req` (meeting `fault`) must be the model's,
+    /// `expected`, and every zone must be as the model has it (with model checks on).
+    fn check_with_oracle(
+        &self,
+        req: &Request,
+        fault: Fault,
+        result: Result<Sector, Status>,
+        expected: Result<u64, i32>,
+    ) {
+        let got = result.map(|s| s.0).map_err(|s| s.errno());
+        let agree = match (got, expected) {
+            (Ok(a), Ok(b)) => a == b,
+            (Err(a), Err(b)) => a == b,
+            _ => false,
+        };
+        if !agree && self.oracle_checks {
+            panic!(
+                "device oracle violation (seed {}): {req:?} (fault {fault:?}): the device answered {result:?} (errno {}), the model {expected:?}",
+                self.seed,
+                errno_of(result)
+            );
+        }
+        if let (Some(o), Some(zones), true) = (&self.oracle, self.mem.zones(), self.oracle_checks) {
+            if let Err(e) = o.compare(zones.zones()) {
+                panic!("device oracle violation (seed {}): after {req:?} (fault {fault:?}): {e}", self.seed);
+            }
+        }
     }
 
     /// `req` is about to execute on the device: into the write cache, if there is

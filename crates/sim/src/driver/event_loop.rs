@@ -1,0 +1,299 @@
+//! The event loop: carrying out the stack's actions (issue to a model, complete a
+//! BIO, answer a zone report, arm an anticipation timer), moving the clock to the
+//! next event and executing what the disks complete then, delivering completions
+//! to the workload, and the checks after each step.
+
+use super::{Sim, SimCompletion, Workload};
+use std::io::Write as _;
+use zblk_core::bio::{BioFlags, Op, Request, Status};
+use zblk_core::stack::{DevId, StackAction, TraceAction, TraceEvent};
+use zblk_core::units::Sector;
+use zblk_dev::BlockDevice;
+
+impl Sim {
+    /// Carries out the stack's actions until there are none.
+    pub(super) fn pump(&mut self) {
+        if self.engines_touched {
+            self.engines_touched = false;
+            for i in 0..self.disks.len() {
+                self.stack.pump_disk(self.disks[i].dev);
+            }
+        }
+        if self.tracing.events.is_some() {
+            self.drain_events();
+        }
+        while let Some(action) = self.stack.poll_action() {
+            if self.tracing.debug {
+                let _ = writeln!(std::io::stderr(), "{:>12} {action:?}", self.clock.now_ns);
+            }
+            match action {
+                StackAction::Issue { dev, req } => {
+                    let mut bio_flags = BioFlags::NONE;
+                    if let Some(rec) = self.bios.get_mut(req.user_data as usize) {
+                        rec.host.issued = true;
+                        bio_flags = rec.flags;
+                    }
+                    let i = self.disk_index(dev);
+                    let d = &mut self.disks[i];
+                    if let Some(c) = &mut d.checker {
+                        let engine = self.stack.engine(dev).expect("a disk has an engine");
+                        let unmap_disabled = engine.write_zeroes_unmap_max_bytes() == 0;
+                        c.on_issue(&req, engine.config().policy, bio_flags, unmap_disabled);
+                    }
+                    d.model.submit(self.clock.now_ns, &req);
+                }
+                StackAction::Complete(c) => self.bio_done(c.user_data as usize, c.result),
+                StackAction::ReportZone { dev, zone } => {
+                    let mem = &self.disks[self.disk_index(dev)].mem;
+                    match mem.report_zone(mem.geometry().zone_start(zone)) {
+                        Ok(info) => {
+                            self.stats.reports += 1;
+                            self.stack.zone_report(dev, &info);
+                        }
+                        Err(s) => self.stack.zone_report_failed(dev, zone, s),
+                    }
+                }
+                StackAction::Anticipate { dev, token, ns } => {
+                    let at = self.clock.now_ns + ns;
+                    let i = self.clock.timers.partition_point(|&(t, _, _)| t <= at);
+                    self.clock.timers.insert(i, (at, dev, token));
+                }
+            }
+            if self.tracing.events.is_some() {
+                self.drain_events();
+            }
+        }
+    }
+
+    /// BIO `key` completed: a successful write's data must be where its completion
+    /// says; the completion goes to the workload now or after the host's latency.
+    pub(super) fn bio_done(&mut self, key: usize, result: Result<Sector, Status>) {
+        let rec = self.bios.remove(key);
+        if let (true, Ok(at), Op::Write | Op::ZoneAppend) = (self.checking.on, result, rec.op) {
+            self.check_written(&rec, at);
+        }
+        if let (true, Ok(_), Op::Flush) = (self.checking.on, result, rec.op) {
+            self.flushed(rec.flush_mark);
+        }
+        if let Some(mut host) = self.checking.host.take() {
+            let verdict = host.on_complete(&rec.host, result, &mut |z| self.top_zone_wp(z));
+            self.checking.host = Some(host);
+            if let (Err(e), true) = (verdict, self.checking.checks.model) {
+                panic!("host oracle violation (seed {}): {e}", self.seed);
+            }
+        }
+        let deliver_at = self.clock.now_ns + self.clock.host_latency_ns;
+        let c = SimCompletion {
+            token: rec.token,
+            submitter: rec.submitter,
+            op: rec.op,
+            sector: rec.sector,
+            nr_sectors: rec.nr_sectors,
+            result,
+            latency_ns: deliver_at - rec.submit_ns,
+        };
+        if self.clock.host_latency_ns == 0 {
+            self.completions.push_back(c);
+        } else {
+            self.clock.delayed.push_back((deliver_at, c));
+        }
+    }
+
+    /// Moves delayed completions due by now to the workload's queue.
+    pub(super) fn deliver_due(&mut self) {
+        while let Some(&(t, c)) = self.clock.delayed.front() {
+            if t > self.clock.now_ns {
+                break;
+            }
+            self.clock.delayed.pop_front();
+            self.completions.push_back(c);
+        }
+    }
+
+    /// Executes on disk `i` a request its model completes now, and tells the stack.
+    pub(super) fn execute(&mut self, i: usize, req: &Request) {
+        self.stats.executed += 1;
+        let rec = &self.bios[req.user_data as usize];
+        let (stamp, submitter) = (rec.stamp, rec.submitter);
+        let trace = self.tracing.debug.then_some(self.clock.now_ns);
+        let d = &mut self.disks[i];
+        let (result, executed) = d.execute(req, stamp, &mut self.buf, trace);
+        let dev = d.dev;
+        if let (Some(h), Some(rec)) = (&mut self.checking.host, self.bios.get_mut(req.user_data as usize)) {
+            if result.is_err() || executed.fault {
+                let refused = if executed.fault { None } else { result.err() };
+                h.on_device_error(&mut rec.host, req, executed.zone_failed, refused);
+            } else if req.op == Op::Flush {
+                rec.host.flush_executed = true;
+            }
+        }
+        if executed.timed_out {
+            self.clock.late.push_back((self.clock.now_ns + crate::faults::TIMEOUT_NS, dev, *req, result));
+            return;
+        }
+        self.complete_request(dev, req, result, submitter);
+    }
+
+    /// Tells the stack that `req` of disk `dev` completed with `result`.
+    pub(super) fn complete_request(
+        &mut self,
+        dev: DevId,
+        req: &Request,
+        result: Result<Sector, Status>,
+        submitter: u32,
+    ) {
+        if self.tracing.events.is_some() {
+            // After what the stack recorded so far, before what the completion makes.
+            self.take_events();
+            let done = TraceAction::Complete { error: result.err() };
+            self.tracing.events.as_mut().expect("tracing").push(TraceEvent::of_request(dev, done, req, submitter));
+        }
+        self.stack.complete(dev, req.id, result);
+    }
+
+    /// Moves virtual time to the next event and processes what happens then: the
+    /// disks' completions (disk by disk in creation order), completions due to the
+    /// workload, anticipation timers. Returns false when nothing is pending.
+    pub(super) fn advance(&mut self) -> bool {
+        // Executing a request submits nothing to a model (the stack's actions wait
+        // for the pump): the models' next events, asked once, hold for the step.
+        self.clock.next_ns.clear();
+        self.clock.next_ns.extend(self.disks.iter().map(|d| d.model.next_event_ns()));
+        let next_host = [
+            self.clock.delayed.front().map(|d| d.0),
+            self.clock.timers.front().map(|t| t.0),
+            self.clock.late.front().map(|l| l.0),
+        ];
+        let Some(t) = self.clock.next_ns.iter().chain(&next_host).flatten().copied().min() else {
+            return false;
+        };
+        self.clock.now_ns = self.clock.now_ns.max(t);
+        for i in 0..self.disks.len() {
+            if self.clock.next_ns[i].is_none_or(|n| n > self.clock.now_ns) {
+                continue;
+            }
+            let mut done = std::mem::take(&mut self.done);
+            self.disks[i].model.advance(self.clock.now_ns, &mut done);
+            for req in done.drain(..) {
+                self.execute(i, &req);
+            }
+            self.done = done;
+        }
+        self.deliver_due();
+        while self.clock.late.front().is_some_and(|l| l.0 <= self.clock.now_ns) {
+            let (_, dev, req, result) = self.clock.late.pop_front().expect("a late completion");
+            if self.tracing.debug {
+                let _ = writeln!(std::io::stderr(), "{:>12} timeout {req:?} -> {result:?}", self.clock.now_ns);
+            }
+            let i = self.disk_index(dev);
+            if let Some(c) = &mut self.disks[i].checker {
+                c.completion_timed_out(&req);
+            }
+            let submitter = self.bios.get(req.user_data as usize).map_or(0, |r| r.submitter);
+            self.complete_request(dev, &req, result, submitter);
+        }
+        while let Some(&(at, dev, token)) = self.clock.timers.front() {
+            if at > self.clock.now_ns {
+                break;
+            }
+            self.clock.timers.pop_front();
+            self.stack.anticipation_expired(dev, token);
+        }
+        true
+    }
+
+    pub(super) fn check(&mut self) {
+        if !self.checking.on {
+            return;
+        }
+        // The stack's invariants, its disks' engines' among them.
+        if self.checking.checks.engine_invariants {
+            self.stack.check_invariants();
+        }
+        for d in &mut self.disks {
+            if let Some(c) = &mut d.checker {
+                c.check_plugs(self.stack.engine(d.dev).expect("a disk has an engine"), &d.mem);
+            }
+        }
+    }
+
+    /// Processes what is ready and advances time until nothing is left in flight.
+    /// Completions are kept for [`Sim::take_completions`]. For scripted scenarios.
+    pub fn run_until_idle(&mut self) {
+        loop {
+            self.pump();
+            self.check();
+            if !self.advance() {
+                break;
+            }
+        }
+        self.pump();
+        self.check();
+        assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack with idle disks", self.seed);
+    }
+
+    /// When the next event is due (a disk's completion, a completion on its way to
+    /// the workload, an anticipation timer, a late completion), in virtual time;
+    /// `None` when nothing is pending.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        let disks = self.disks.iter().filter_map(|d| d.model.next_event_ns());
+        let host = [
+            self.clock.delayed.front().map(|d| d.0),
+            self.clock.timers.front().map(|t| t.0),
+            self.clock.late.front().map(|l| l.0),
+        ];
+        disks.chain(host.into_iter().flatten()).min()
+    }
+
+    /// Processes every event due up to `t_ns` and moves the clock to `t_ns` (never
+    /// back): a driver that paces the simulation to wall-clock time calls this with
+    /// the wall time before each submission and whenever the next event is due.
+    /// Completions are kept for [`Sim::take_completions`].
+    pub fn run_until(&mut self, t_ns: u64) {
+        loop {
+            self.pump();
+            self.check();
+            if self.next_event_ns().is_none_or(|n| n > t_ns) {
+                break;
+            }
+            self.advance();
+        }
+        self.clock.now_ns = self.clock.now_ns.max(t_ns);
+    }
+
+    /// Completions gathered since the last call, in completion order.
+    pub fn take_completions(&mut self) -> Vec<SimCompletion> {
+        self.completions.drain(..).collect()
+    }
+
+    /// Runs `w` to its end, or until it stops submitting.
+    pub fn run(&mut self, w: &mut dyn Workload) {
+        w.start(self);
+        loop {
+            self.pump();
+            while let Some(c) = self.completions.pop_front() {
+                w.on_complete(self, c);
+                self.pump();
+                self.completed += 1;
+                if let Some((every, report)) = &mut self.progress {
+                    if self.completed % *every == 0 {
+                        report(self.clock.now_ns, self.completed);
+                    }
+                }
+            }
+            self.check();
+            if self.advance() {
+                continue;
+            }
+            self.pump();
+            if !self.completions.is_empty() {
+                continue;
+            }
+            assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack, disks idle", self.seed);
+            if w.is_done() || !w.on_idle(self) {
+                break;
+            }
+        }
+        assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: BIOs stuck in the stack at the end", self.seed);
+    }
+}
