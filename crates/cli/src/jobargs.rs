@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Start of the region the job works on.
     #[arg(long, default_value = "0", value_parser = parse::size)]
     pub offset: u64,
+    /// Copy N of the job (--numjobs) starts at --offset + N x this, its region --size
+    /// long from there: N streams, each in its own zones (fio's offset_increment).
+    #[arg(long = "offset_increment", default_value = "0", value_parser = parse::size)]
+    pub offset_increment: u64,
     /// Length of the region (default: to the end of the device).
     #[arg(long, value_parser = parse::size)]
     pub size: Option<u64>,
@@ -224,6 +228,7 @@ pub fn job_spec(a: &BenchArgs, zoned: bool) -> JobSpec {
         iodepth: a.iodepth,
         numjobs: a.numjobs,
         offset_bytes: a.offset,
+        offset_increment_bytes: a.offset_increment,
         size_bytes: a.size,
         io_size_bytes: a.io_size,
         runtime_ns: a.runtime,

@@ -119,6 +119,35 @@ pub fn smr_20tb_job(t: &Test20, seq_bytes: u64, rand_ios: u64) -> JobSpec {
 /// Zone counts of the `smr-zones` experiment.
 pub const SMR_ZONES_K: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
+/// `smr-streams`' stream counts N.
+pub const SMR_STREAMS_N: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// I/Os in flight per stream.
+pub const SMR_STREAMS_QD: u32 = 4;
+/// Zones all streams write together: each stream writes `SMR_STREAMS_ZONES / N` zones
+/// (at least one) of its own, so every point moves about as much data.
+pub const SMR_STREAMS_ZONES: u64 = 32;
+
+/// The `smr-streams` jobs: `n` sequential writers (fio's `numjobs` with
+/// `offset_increment`), each with [`SMR_STREAMS_QD`] 1 MiB writes in flight, each
+/// writing its own run of zones from the start of the disk, stream `i` from zone
+/// `i × zones`: the writers of a log-structured file system or an object store,
+/// each sequential in its own zones.
+pub fn smr_streams_job(n: u32) -> JobSpec {
+    let zones = (SMR_STREAMS_ZONES / u64::from(n)).max(1);
+    let region = zones * (256 << 20);
+    JobSpec {
+        name: format!("seqw1M-{n}x{SMR_STREAMS_QD}-streams"),
+        rw: Rw::Write,
+        bs_bytes: 1 << 20,
+        iodepth: SMR_STREAMS_QD,
+        numjobs: n,
+        offset_increment_bytes: region,
+        size_bytes: Some(region),
+        zonemode: ZoneMode::Zbd,
+        ..JobSpec::default()
+    }
+}
+
 /// The `smr-zones` jobs: 16 jobs × QD 32 × 1 MiB writes to random zones among the
 /// first `k` zones, for `runtime_ns` of virtual time.
 pub fn smr_zones_job(k: u32, runtime_ns: u64) -> JobSpec {

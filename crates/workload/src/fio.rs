@@ -216,9 +216,11 @@ impl FioGen {
         let mut jobs = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
             spec.validate(geo)?;
-            let start = spec.offset_bytes >> SECTOR_SHIFT;
-            let end = start + (spec.region_bytes(geo) >> SECTOR_SHIFT);
             for n in 0..spec.numjobs {
+                // fio's offset_increment: copy n's region starts n increments further.
+                let (start_bytes, len_bytes) = spec.copy_region(geo, n);
+                let start = start_bytes >> SECTOR_SHIFT;
+                let end = start + (len_bytes >> SECTOR_SHIFT);
                 let job_seed = seed ^ ((i as u64) << 48) ^ (u64::from(n) << 32) ^ 0x5eed;
                 jobs.push(Job {
                     spec: i,
@@ -227,7 +229,7 @@ impl FioGen {
                     region_end: end,
                     next_seq: start,
                     issued_bytes: 0,
-                    io_limit_bytes: spec.io_size_bytes.unwrap_or(spec.region_bytes(geo)),
+                    io_limit_bytes: spec.io_size_bytes.unwrap_or(len_bytes),
                     inflight: 0,
                     stopped: false,
                     fsynced: false,

@@ -74,6 +74,11 @@ pub struct JobSpec {
     pub numjobs: u32,
     /// `offset`, bytes: start of the region.
     pub offset_bytes: u64,
+    /// `offset_increment`, bytes: copy `n` of the job (`numjobs`) starts at
+    /// `offset + n * offset_increment`, its region `size` long from there (fio's
+    /// streams: each job in its own part of the device). 0: every copy at `offset`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset_increment_bytes: u64,
     /// `size`, bytes: length of the region; `None`: to the end of the device.
     pub size_bytes: Option<u64>,
     /// `io_size`, bytes per job; `None`: `size`.
@@ -101,6 +106,7 @@ impl Default for JobSpec {
             iodepth: 1,
             numjobs: 1,
             offset_bytes: 0,
+            offset_increment_bytes: 0,
             size_bytes: None,
             io_size_bytes: None,
             runtime_ns: None,
@@ -156,8 +162,29 @@ impl JobSpec {
                 ),
             ));
         }
+        if self.offset_increment_bytes % lbs != 0 {
+            return Err(job_err(
+                "offset_increment",
+                format!("must be block aligned, got {}", self.offset_increment_bytes),
+            ));
+        }
+        let last = self.job_offset_bytes(self.numjobs - 1);
+        if last.is_none_or(|o| o >= dev_bytes) {
+            return Err(job_err(
+                "offset_increment",
+                format!(
+                    "job {} would start at offset {} + {} x {}, outside the device ({})",
+                    self.numjobs - 1,
+                    self.offset_bytes,
+                    self.numjobs - 1,
+                    self.offset_increment_bytes,
+                    format_bytes_exact(dev_bytes)
+                ),
+            ));
+        }
         let size = self.region_bytes(geo);
-        if size == 0 || size % lbs != 0 || self.offset_bytes + size > dev_bytes {
+        let (last_start, last_size) = self.copy_region(geo, self.numjobs - 1);
+        if size == 0 || size % lbs != 0 || last_start + last_size > dev_bytes {
             return Err(job_err(
                 "size",
                 format!(
@@ -192,6 +219,12 @@ impl JobSpec {
                 format!("must be a multiple of the zone size ({}) with zonemode=zbd", format_bytes_exact(zone_bytes)),
             ));
         }
+        if self.offset_increment_bytes % zone_bytes != 0 {
+            return Err(job_err(
+                "offset_increment",
+                format!("must be a multiple of the zone size ({}) with zonemode=zbd", format_bytes_exact(zone_bytes)),
+            ));
+        }
         let end = self.offset_bytes + self.region_bytes(geo);
         if end % zone_bytes != 0 && end != geo.nr_sectors() << SECTOR_SHIFT {
             return Err(job_err(
@@ -213,10 +246,27 @@ impl JobSpec {
         Ok(())
     }
 
-    /// The region's length in bytes.
+    /// The region's length in bytes (the first copy's, see [`JobSpec::copy_region`]).
     pub fn region_bytes(&self, geo: &Geometry) -> u64 {
-        self.size_bytes.unwrap_or((geo.nr_sectors() << SECTOR_SHIFT).saturating_sub(self.offset_bytes))
+        self.copy_region(geo, 0).1
     }
+
+    /// Where copy `n` of the job starts: `offset + n * offset_increment` (`None` past
+    /// what a byte offset holds).
+    pub fn job_offset_bytes(&self, n: u32) -> Option<u64> {
+        self.offset_increment_bytes.checked_mul(u64::from(n)).and_then(|d| d.checked_add(self.offset_bytes))
+    }
+
+    /// Copy `n`'s region: its start and its length in bytes (`size`, or to the end of
+    /// the device from its start).
+    pub fn copy_region(&self, geo: &Geometry, n: u32) -> (u64, u64) {
+        let start = self.job_offset_bytes(n).unwrap_or(u64::MAX);
+        (start, self.size_bytes.unwrap_or((geo.nr_sectors() << SECTOR_SHIFT).saturating_sub(start)))
+    }
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The result of one job (or of a group of jobs), as fio reports it.

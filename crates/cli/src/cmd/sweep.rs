@@ -135,6 +135,9 @@ pub enum Experiment {
     Smr20tb,
     /// smr-seq with the write cache off.
     SmrNocache,
+    /// N sequential streams (1..64), each QD 4 x 1 MiB writes in its own zones, on
+    /// the 30 TB SMR disk (not part of `all`).
+    SmrStreams,
     /// smr-seq, smr-zones, smr-20tb and smr-nocache.
     All,
     /// Split order on a striped device: sequential reads with split remainders at
@@ -152,6 +155,7 @@ impl Experiment {
             Experiment::SmrZones => vec![Exp::SmrZones],
             Experiment::Smr20tb => vec![Exp::Smr20tb],
             Experiment::SmrNocache => vec![Exp::SmrNocache],
+            Experiment::SmrStreams => vec![Exp::SmrStreams],
             Experiment::All => Exp::ALL.to_vec(),
             Experiment::Split | Experiment::Zeroes => Vec::new(),
         }

@@ -5,7 +5,8 @@
 
 use super::{Experiment, SweepError, SweepOptions};
 use crate::experiments::{
-    SMR_20TB_TESTS, SMR_SEQ_QD, SMR_SEQ_QD1, SMR_SEQ_ZWP, smr_20tb_job, smr_seq_job, smr_zones_job,
+    SMR_20TB_TESTS, SMR_SEQ_QD, SMR_SEQ_QD1, SMR_SEQ_ZWP, SMR_STREAMS_QD, smr_20tb_job, smr_seq_job, smr_streams_job,
+    smr_zones_job,
 };
 use zblk_core::engine::IssuePolicy;
 use zblk_workload::job::{JobSpec, Rw};
@@ -39,6 +40,7 @@ pub(super) fn points(exp: Experiment, o: &SweepOptions) -> Result<Vec<Point>, Sw
             Experiment::SmrSeq | Experiment::SmrNocache => seq_point(exp, x, o),
             Experiment::SmrZones => zones_point(x, o),
             Experiment::Smr20tb => test20_point(x, o),
+            Experiment::SmrStreams => streams_point(x),
         })
         .collect()
 }
@@ -103,4 +105,15 @@ fn test20_point(index: u32, o: &SweepOptions) -> Result<Point, SweepError> {
         published: vec![(IssuePolicy::Zwp, t.zwp_mb_s), (IssuePolicy::Zwl, t.zwl_mb_s)],
         region: if random { None } else { Some((0, o.seq20_bytes)) },
     })
+}
+
+/// `smr-streams` with `n` streams: flushed at the end, so that it measures the media,
+/// not the cache; no published figure (the rate over the zones written bounds it).
+fn streams_point(n: u32) -> Result<Point, SweepError> {
+    if !(1..=1024).contains(&n) {
+        return Err(bad(Experiment::SmrStreams, n, "the number of streams must be 1 to 1024"));
+    }
+    let job = JobSpec { end_fsync: true, ..smr_streams_job(n) };
+    let span = job.offset_increment_bytes * u64::from(n);
+    Ok(Point { job, qd: SMR_STREAMS_QD, jobs: n, zones: None, published: Vec::new(), region: Some((0, span)) })
 }

@@ -196,3 +196,41 @@ fn bad_set_ups_are_refused() {
     assert!(err(Experiment::SmrZones, SweepOptions { points: Some(vec![]), ..small() }).contains("no points"));
     assert!(err(Experiment::Smr20tb, SweepOptions { seq20_bytes: 1 << 20, ..small() }).contains("256 MiB zones"));
 }
+
+/// `smr-streams` (docs/calibration.md, "Streams"): every single issuer keeps the
+/// media rate, per-zone plugging loses most of it once streams interleave, and the
+/// batching issuer serves the streams in turn where the FIFO issuer drains one
+/// stream's zone while the others wait (its p99 latency is seconds).
+#[test]
+fn streams_keep_the_media_rate_under_a_single_issuer_and_batching_bounds_the_wait() {
+    let o = SweepOptions {
+        policies: vec![IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch],
+        points: Some(vec![2, 8]),
+        layouts: Some(1),
+        ..SweepOptions::default()
+    };
+    let rows = run(Experiment::SmrStreams, &o, &mut |_| {}).unwrap();
+    assert_eq!(rows.len(), 6);
+    let row = |p: &str, n: u32| rows.iter().find(|r| r.policy == p && r.jobs == Some(n)).unwrap();
+    for n in [2, 8] {
+        let (zwp, qd1, batch) = (row("zwp", n), row("qd1", n), row("batch", n));
+        let media = qd1.media_mb_s.expect("a media rate");
+        for r in [qd1, batch] {
+            assert!(
+                r.mb_s <= media * 1.001 && r.mb_s >= 0.98 * media,
+                "{} N={n}: {} vs media {media}",
+                r.policy,
+                r.mb_s
+            );
+        }
+        assert!(zwp.mb_s < 0.5 * qd1.mb_s, "N={n}: zwp {} qd1 {}", zwp.mb_s, qd1.mb_s);
+        assert!(batch.p99_ms < 0.1 * qd1.p99_ms, "N={n}: p99 batch {} ms, qd1 {} ms", batch.p99_ms, qd1.p99_ms);
+    }
+}
+
+#[test]
+fn stream_points_are_bounded() {
+    let o = SweepOptions { policies: vec![IssuePolicy::Qd1], points: Some(vec![0]), ..small() };
+    let e = run(Experiment::SmrStreams, &o, &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("streams must be 1 to 1024"), "{e}");
+}

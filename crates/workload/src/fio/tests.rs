@@ -96,3 +96,40 @@ fn open_zones_beyond_the_limit_refuse_the_start() {
     let spec = JobSpec { max_open_zones: 3, ..spec };
     assert!(FioGen::new(&[spec], &g0, &zones, 1).is_ok());
 }
+
+#[test]
+fn offset_increment_gives_each_job_its_own_region() {
+    let geo = geo(0);
+    let zone = geo.zone_sectors() << 9;
+    let spec = JobSpec {
+        bs_bytes: 256 << 10,
+        numjobs: 3,
+        offset_bytes: zone,
+        offset_increment_bytes: 2 * zone,
+        size_bytes: Some(zone),
+        ..JobSpec::default()
+    };
+    assert_eq!(spec.copy_region(&geo, 0), (zone, zone));
+    assert_eq!(spec.copy_region(&geo, 2), (5 * zone, zone));
+    let mut g = fresh(&geo, std::slice::from_ref(&spec));
+    g.start();
+    let mut zones = std::collections::BTreeSet::new();
+    let mut now = 0;
+    loop {
+        let ios = submitted(&drain(&mut g));
+        if ios.is_empty() {
+            break;
+        }
+        for io in &ios {
+            zones.insert(geo.zone_no(io.bio.sector).0);
+            now += 1;
+            g.on_complete(now, done(io, Ok(io.bio.sector)));
+        }
+    }
+    assert_eq!(zones.into_iter().collect::<Vec<_>>(), vec![1, 3, 5], "each copy writes its own zone, all of it");
+    // The last copy must start inside the device, and on a zone with zonemode=zbd.
+    let past = JobSpec { numjobs: 5, ..spec.clone() };
+    assert_eq!(past.validate(&geo).unwrap_err().option, "offset_increment");
+    let unaligned = JobSpec { offset_increment_bytes: zone + 4096, ..spec };
+    assert_eq!(unaligned.validate(&geo).unwrap_err().option, "offset_increment");
+}

@@ -1,5 +1,5 @@
 //! The tables and charts of the SMR experiments (`smr-seq`, `smr-zones`, `smr-20tb`,
-//! `smr-nocache`): the lab's rows side by side by policy, the published figure and
+//! `smr-nocache`, `smr-streams`): the lab's rows side by side by policy, the published figure and
 //! the error beside each simulated one, and the conclusions each experiment is run
 //! for.
 
@@ -26,6 +26,13 @@ fn describe(exp: Exp, o: &SweepOptions) -> String {
             zblk_core::units::format_bytes_exact(o.seq20_bytes),
             o.rand20_ios
         ),
+        Exp::SmrStreams => format!(
+            "N sequential streams (fio's numjobs with offset_increment), each QD {} x 1 MiB direct writes in its \
+             own zones from the start of the disk, {} zones of 256 MiB in all (at least one per stream), \
+             zonemode=zbd, end_fsync=1",
+            zblk_lab::experiments::SMR_STREAMS_QD,
+            zblk_lab::experiments::SMR_STREAMS_ZONES
+        ),
     }
 }
 
@@ -33,6 +40,7 @@ fn x_name(exp: Exp) -> &'static str {
     match exp {
         Exp::SmrZones => "K",
         Exp::Smr20tb => "test",
+        Exp::SmrStreams => "N",
         _ => "QD",
     }
 }
@@ -41,6 +49,7 @@ fn x_of(exp: Exp, r: &SweepRow) -> String {
     match exp {
         Exp::SmrZones => r.zones.unwrap_or(0).to_string(),
         Exp::Smr20tb => r.workload.clone(),
+        Exp::SmrStreams => r.jobs.unwrap_or(0).to_string(),
         _ => r.qd.unwrap_or(0).to_string(),
     }
 }
@@ -91,7 +100,8 @@ pub fn report(exp: Exp, o: &SweepOptions, rows: &[SweepRow]) -> String {
     );
     let pols = policy_names(rows);
     let has_pub = |p: &str| rows.iter().any(|r| r.policy == p && r.published_mb_s.is_some());
-    let zones = exp == Exp::SmrZones;
+    // Random zones and streams: throughput against latency.
+    let zones = matches!(exp, Exp::SmrZones | Exp::SmrStreams);
     // Header.
     let mut h1 = format!("{:>10} |", "");
     let mut h2 = format!("{:>10} |", x_name(exp));
@@ -143,9 +153,11 @@ pub fn report(exp: Exp, o: &SweepOptions, rows: &[SweepRow]) -> String {
 fn summary(exp: Exp, rows: &[SweepRow]) -> String {
     let mut s = String::new();
     let groups = by_point(rows);
-    let find = |g: &Vec<&SweepRow>, p: &str| g.iter().find(|r| r.policy == p).map(|r| (*r).clone());
     match exp {
-        Exp::SmrSeq | Exp::SmrNocache => {
+        Exp::SmrSeq | Exp::SmrNocache | Exp::SmrStreams => {
+            if exp == Exp::SmrStreams {
+                s.push_str(&against_qd1(&groups, "N", |r| r.jobs.unwrap_or(0)));
+            }
             let _ =
                 writeln!(s, "\nEach policy against the simulated disk's sustained media rate over the region written:");
             for p in policy_names(rows) {
@@ -166,31 +178,7 @@ fn summary(exp: Exp, rows: &[SweepRow]) -> String {
                 let _ = writeln!(s, "  media rate: {m:.1} MB/s (simulated disk)");
             }
         }
-        Exp::SmrZones => {
-            let pct = |a: f64, b: f64| (a / b.max(f64::MIN_POSITIVE) - 1.0) * 100.0;
-            let mut lines = Vec::new();
-            for g in &groups {
-                if let (Some(b), Some(q)) = (find(g, "batch"), find(g, "qd1")) {
-                    lines.push(format!(
-                        "  K={:<4} {:>+6.1}% MB/s   mean latency {:>5.0} vs {:>5.0} ms ({:>+4.0}%)   p99 {:>5.0} vs {:>5.0} ms ({:>+4.0}%)",
-                        b.zones.unwrap_or(0),
-                        pct(b.mb_s, q.mb_s),
-                        b.mean_ms,
-                        q.mean_ms,
-                        pct(b.mean_ms, q.mean_ms),
-                        b.p99_ms,
-                        q.p99_ms,
-                        pct(b.p99_ms, q.p99_ms),
-                    ));
-                }
-            }
-            if !lines.is_empty() {
-                let _ = writeln!(s, "\nbatch against qd1 (both simulated), per K: throughput gain, latency cost:");
-                for l in lines {
-                    let _ = writeln!(s, "{l}");
-                }
-            }
-        }
+        Exp::SmrZones => s.push_str(&against_qd1(&groups, "K", |r| r.zones.unwrap_or(0))),
         Exp::Smr20tb => {}
     }
     let errs: Vec<f64> = rows.iter().filter_map(SweepRow::error).collect();
@@ -207,12 +195,45 @@ fn summary(exp: Exp, rows: &[SweepRow]) -> String {
     s
 }
 
+/// The batching issuer against the single issuer at each point (`x` names it):
+/// throughput gained, latency paid.
+fn against_qd1(groups: &[Vec<&SweepRow>], x_name: &str, x: impl Fn(&SweepRow) -> u32) -> String {
+    let find = |g: &Vec<&SweepRow>, p: &str| g.iter().find(|r| r.policy == p).map(|r| (*r).clone());
+    let pct = |a: f64, b: f64| (a / b.max(f64::MIN_POSITIVE) - 1.0) * 100.0;
+    let mut lines = Vec::new();
+    for g in groups {
+        if let (Some(b), Some(q)) = (find(g, "batch"), find(g, "qd1")) {
+            lines.push(format!(
+                "  {x_name}={:<4} {:>+6.1}% MB/s   mean latency {:>5.0} vs {:>5.0} ms ({:>+4.0}%)   p99 {:>5.0} vs {:>5.0} ms ({:>+4.0}%)",
+                x(&b),
+                pct(b.mb_s, q.mb_s),
+                b.mean_ms,
+                q.mean_ms,
+                pct(b.mean_ms, q.mean_ms),
+                b.p99_ms,
+                q.p99_ms,
+                pct(b.p99_ms, q.p99_ms),
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("\nbatch against qd1 (both simulated), per {x_name}: throughput gain, latency cost:\n");
+    for l in lines {
+        s.push_str(&l);
+        s.push('\n');
+    }
+    s
+}
+
 /// The chart of one experiment.
 pub fn chart(exp: Exp, rows: &[SweepRow]) -> Chart {
     let pols = policy_names(rows);
     let x = |r: &SweepRow| match exp {
         Exp::SmrZones => f64::from(r.zones.unwrap_or(1)),
         Exp::Smr20tb => SMR_20TB_TESTS.iter().position(|t| t.name == r.workload).unwrap_or(0) as f64,
+        Exp::SmrStreams => f64::from(r.jobs.unwrap_or(1)),
         _ => f64::from(r.qd.unwrap_or(1)),
     };
     let mut series = Vec::new();
@@ -228,7 +249,7 @@ pub fn chart(exp: Exp, rows: &[SweepRow]) -> Chart {
             series.push(Series { label: format!("{p} (published)"), points: published, kind: Kind::Published(i) });
         }
     }
-    if matches!(exp, Exp::SmrSeq | Exp::SmrNocache) {
+    if matches!(exp, Exp::SmrSeq | Exp::SmrNocache | Exp::SmrStreams) {
         let media: Vec<(f64, f64)> =
             rows.iter().filter(|r| r.policy == pols[0]).filter_map(|r| r.media_mb_s.map(|m| (x(r), m))).collect();
         if !media.is_empty() {
@@ -255,6 +276,12 @@ pub fn chart(exp: Exp, rows: &[SweepRow]) -> Chart {
         Exp::SmrZones => (
             format!("smr-zones: {device}, 16 jobs x QD32 x 1 MiB to random zones of the first K (SIMULATED)"),
             "K (zones written at random)",
+            Axis::Log2,
+            Axis::Linear,
+        ),
+        Exp::SmrStreams => (
+            format!("smr-streams: {device}, N sequential streams x QD4 x 1 MiB, each in its own zones (SIMULATED)"),
+            "N (streams)",
             Axis::Log2,
             Axis::Linear,
         ),
