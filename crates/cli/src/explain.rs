@@ -3,11 +3,15 @@
 //! with the refusal, from the place that decided ([`Status::rule`]: the engine's
 //! validation and plugs, the device's zone state machine); nothing is worked out
 //! again here. A status without a rule (a Linux device's errno) is told by its code.
+//! And a range refused before anything is submitted ([`RangeError`]), in the words
+//! `zblk write|append|read` and `zblk fallocate` share.
 
+use crate::CliError;
 use zblk_core::bio::{Op, Status, StatusCode};
 use zblk_core::geometry::Geometry;
 use zblk_core::rule::Rule;
 use zblk_core::units::Sector;
+use zblk_runtime::single::RangeError;
 
 fn op_name(op: Op) -> &'static str {
     match op {
@@ -161,6 +165,25 @@ fn by_code(geo: &Geometry, op: Op, sector: Sector, st: Status) -> String {
         StatusCode::NotSupported if op.is_zone_mgmt() => format!("{e}: {what}: the device is not zoned"),
         _ => format!("{e}: {st}"),
     }
+}
+
+/// A request's range refused before it was submitted (`name`: the image or
+/// device), in words; `zero` follows "length 0" (what was empty, or why that is
+/// refused).
+pub fn range(name: &str, offset: u64, length: u64, e: RangeError, zero: &str) -> CliError {
+    CliError(match e {
+        RangeError::LengthZero => format!("{name}: EINVAL: length 0{zero}"),
+        RangeError::OffsetNotSector => format!("{name}: EINVAL: offset {offset} is not a multiple of 512 bytes"),
+        RangeError::OffsetNotBlock { lbs } => {
+            format!("{name}: EINVAL: offset {offset} is not a multiple of the logical block size ({lbs} bytes)")
+        }
+        RangeError::BeyondEnd { dev_bytes } => {
+            format!("{name}: EINVAL: offset {offset} + length {length} is beyond the device end ({dev_bytes} bytes)")
+        }
+        RangeError::LengthNotBlock { lbs } => {
+            format!("{name}: EINVAL: length {length} is not a multiple of the logical block size ({lbs} bytes)")
+        }
+    })
 }
 
 #[cfg(test)]

@@ -24,6 +24,10 @@
 //! buffer, ending with a callback ([`Runtime::submit`]) or a future
 //! ([`Runtime::submit_async`]), the buffer handed back in the [`IoDone`].
 //!
+//! Single I/Os of any length in constant memory ([`single`]: a write streamed in
+//! chunks that never cross a zone, an append read whole, a read in chunks with a
+//! CRC32), with typed errors that say what a failed one left.
+//!
 //! Zeroing: [`Runtime::write_zeroes`] (as the kernel's `blkdev_issue_zeroout()`:
 //! WRITE_ZEROES, or zero buffers on a device without it), the
 //! `write_zeroes_unmap_max_bytes` attribute, and [`zeroing`]'s timing functions.
@@ -43,6 +47,7 @@
 //! [`Device::perform`]: zblk_dev::Device::perform
 
 pub mod bench;
+pub mod single;
 #[cfg(feature = "vopr")]
 pub mod vopr;
 pub mod zeroing;

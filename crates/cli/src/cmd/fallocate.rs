@@ -13,6 +13,7 @@ use zblk_core::geometry::Geometry;
 use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
 use zblk_core::zone::ZoneType;
+use zblk_runtime::single::{self, RangeError};
 use zblk_runtime::{Backend, Runtime, ZeroingFlags, ZeroingReport};
 
 const ABOUT: &str = "\
@@ -170,26 +171,6 @@ fn explain(rt: &Runtime, offset: u64, status: Status) -> String {
     }
 }
 
-/// Refuses a range the image cannot take before the image is touched: not on logical
-/// blocks, or past the device's end (the kernel's EINVAL for the whole request).
-fn check_range(name: &str, geo: &Geometry, offset: u64, length: u64) -> Result<(), CliError> {
-    let lbs = u64::from(geo.lbs_bytes());
-    let dev_bytes = geo.nr_sectors() * SECTOR_SIZE;
-    for (what, v) in [("offset", offset), ("length", length)] {
-        if v % lbs != 0 {
-            return Err(CliError(format!(
-                "{name}: EINVAL: {what} {v} is not a multiple of the logical block size ({lbs} bytes)"
-            )));
-        }
-    }
-    if offset.checked_add(length).is_none_or(|end| end > dev_bytes) {
-        return Err(CliError(format!(
-            "{name}: EINVAL: offset {offset} + length {length} is beyond the device end ({dev_bytes} bytes)"
-        )));
-    }
-    Ok(())
-}
-
 /// What a zeroing did, for its report.
 struct Zeroed {
     report: ZeroingReport,
@@ -207,10 +188,13 @@ pub fn run(a: &FallocateArgs) -> Result<(), CliError> {
     let sets = a.set.iter().map(|s| parse_set(s)).collect::<Result<Vec<_>, _>>()?;
     let name = a.image.display().to_string();
     if a.length == 0 {
-        return Err(CliError(format!("{name}: EINVAL: length 0: nothing to zero")));
+        return Err(crate::explain::range(&name, a.offset, 0, RangeError::LengthZero, ": nothing to zero"));
     }
     let img = image::open(&a.image, false, a.lock)?;
-    check_range(&name, img.geo(), a.offset, a.length)?;
+    // Refused before the image is touched: not on logical blocks, or past the
+    // device's end (the kernel's EINVAL for the whole request).
+    single::check_range(img.geo(), a.offset, a.length)
+        .map_err(|e| crate::explain::range(&name, a.offset, a.length, e, ": nothing to zero"))?;
     let probe = img.zeroing_probe().detail.clone();
     let engine = EngineConfig { policy: image::default_policy(&img), ..EngineConfig::default() };
     let rt = image::start(img, engine, Backend::Auto)?;

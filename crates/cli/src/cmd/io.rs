@@ -4,27 +4,26 @@
 //! zblk's emulation (the kernel has no zone append for userspace): a write at the
 //! write pointer zblk's plug holds, and the sector it landed at.
 //!
-//! Reads and writes of any length stream through one buffer of at most [`CHUNK`]
-//! bytes (constant memory), the input read up to `--length` and no further. A
-//! write goes in chunks, in order, at the write pointer, as the kernel's pieces of
-//! a split BIO do: when one fails, the message says how many bytes landed and
-//! where the zone's write pointer is. An append is one request, never split, so it
-//! is refused (EINVAL, the limit in words) when longer than the device's zone
-//! append limit, as the kernel refuses it.
+//! The I/O itself is [`zblk_runtime::single`]'s: reads and writes of any length
+//! stream through one buffer (constant memory), the input read up to `--length` and
+//! no further; a write goes in chunks at the write pointer, an append is one
+//! request, never split. Here are the arguments, and the words: a failed write
+//! says how many bytes landed and where the zone's write pointer is, an append over
+//! the device's zone append limit is refused with the limit in words.
 
-use crate::explain::explain;
+use crate::explain::{self, explain};
 use crate::out::{self, outln};
 use crate::{CliError, image, output, parse};
 use clap::Args;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use zblk_core::bio::{BioFlags, Op, Status};
 use zblk_core::engine::EngineConfig;
 use zblk_core::geometry::Geometry;
-use zblk_core::rule::Rule;
 use zblk_core::units::{SECTOR_SIZE, Sector, format_bytes_exact};
 use zblk_core::zone::{ZoneInfo, ZoneType};
-use zblk_runtime::{AlignedBuf, Backend, Runtime};
+use zblk_runtime::single::{self, AppendError, Input, ReadError, WriteError, WriteFailure};
+use zblk_runtime::{Backend, Runtime};
 
 /// A single I/O.
 #[derive(Args, Debug)]
@@ -81,20 +80,9 @@ pub enum IoCmd {
     Read,
 }
 
-/// The largest request a streamed read or write makes (its one buffer).
-const CHUNK: u64 = 4 << 20;
-
-/// Where a write's or an append's data comes from.
-enum Input {
-    /// Every byte the same.
-    Pattern(u8),
-    /// A file or standard input, read as the data goes.
-    Reader(Box<dyn Read>),
-}
-
 /// The input and its length when known up front (`--length`, or a regular file's
 /// size); `None`: read to its end.
-fn open_input(a: &IoArgs) -> Result<(Input, Option<u64>), CliError> {
+fn open_input(a: &IoArgs) -> Result<(Input<'static>, Option<u64>), CliError> {
     match (&a.input, a.pattern) {
         (Some(p), _) if p.as_os_str() == "-" => Ok((Input::Reader(Box::new(std::io::stdin())), a.length)),
         (Some(p), _) => {
@@ -116,26 +104,6 @@ fn open_input(a: &IoArgs) -> Result<(Input, Option<u64>), CliError> {
     }
 }
 
-/// Fills `buf` from the input as far as it goes; returns the bytes read (short only
-/// at its end).
-fn fill(input: &mut Input, buf: &mut [u8]) -> std::io::Result<usize> {
-    match input {
-        Input::Pattern(_) => Ok(buf.len()),
-        Input::Reader(r) => {
-            let mut got = 0;
-            while got < buf.len() {
-                match r.read(&mut buf[got..]) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(got)
-        }
-    }
-}
-
 fn input_name(a: &IoArgs) -> String {
     match &a.input {
         Some(p) if p.as_os_str() == "-" => "standard input".to_string(),
@@ -152,12 +120,7 @@ fn check_args(cmd: IoCmd, a: &IoArgs, name: &str) -> Result<(), CliError> {
     if cmd != IoCmd::Read && a.output.is_some() {
         return Err(CliError::msg("--output is for read"));
     }
-    if a.length == Some(0) {
-        return Err(CliError(format!("{name}: EINVAL: length 0")));
-    }
-    if a.offset % SECTOR_SIZE != 0 {
-        return Err(CliError(format!("{name}: EINVAL: offset {} is not a multiple of 512 bytes", a.offset)));
-    }
+    single::check_request(a.offset, a.length).map_err(|e| explain::range(name, a.offset, 0, e, ""))?;
     if cmd == IoCmd::Read && a.length.is_none() {
         return Err(CliError::msg("read needs --length"));
     }
@@ -168,30 +131,17 @@ fn check_args(cmd: IoCmd, a: &IoArgs, name: &str) -> Result<(), CliError> {
 /// logical blocks and not past its end (checked before anything moves: a length
 /// past the device end is the device's EINVAL for the whole request, not a partial
 /// write).
-fn checked_input(cmd: IoCmd, a: &IoArgs, name: &str, geo: &Geometry) -> Result<(Input, Option<u64>), CliError> {
-    let dev_bytes = geo.nr_sectors() * SECTOR_SIZE;
-    let lbs = u64::from(geo.lbs_bytes());
-    if a.offset % lbs != 0 {
-        return Err(CliError(format!(
-            "{name}: EINVAL: offset {} is not a multiple of the logical block size ({lbs} bytes)",
-            a.offset
-        )));
-    }
-    let beyond = |len: u64| a.offset.checked_add(len).is_none_or(|end| end > dev_bytes);
+fn checked_input(
+    cmd: IoCmd,
+    a: &IoArgs,
+    name: &str,
+    geo: &Geometry,
+) -> Result<(Input<'static>, Option<u64>), CliError> {
+    single::check_offset(geo, a.offset).map_err(|e| explain::range(name, a.offset, 0, e, ""))?;
     let (input, len) = if cmd == IoCmd::Read { (Input::Pattern(0), a.length) } else { open_input(a)? };
-    if let Some(l) = len.filter(|&l| beyond(l)) {
-        return Err(CliError(format!(
-            "{name}: EINVAL: offset {} + length {l} is beyond the device end ({dev_bytes} bytes)",
-            a.offset
-        )));
-    }
-    if let Some(l) = len.filter(|&l| l % lbs != 0) {
-        return Err(CliError(format!(
-            "{name}: EINVAL: length {l} is not a multiple of the logical block size ({lbs} bytes)"
-        )));
-    }
-    if len == Some(0) {
-        return Err(CliError(format!("{name}: EINVAL: length 0 ({} is empty)", input_name(a))));
+    if let Some(l) = len {
+        let empty = format!(" ({} is empty)", input_name(a));
+        single::check_length(geo, a.offset, l).map_err(|e| explain::range(name, a.offset, l, e, &empty))?;
     }
     Ok((input, len))
 }
@@ -208,9 +158,13 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
         IoCmd::Append => "append",
         IoCmd::Read => "read",
     };
+    let tell = Tell { geo: &geo, name: &name, what, offset: a.offset, input: input_name(a) };
     // An append is one request: its data is read whole (at most the append limit,
     // checked before the runtime starts) and never split.
-    let append_data = if cmd == IoCmd::Append { Some(append_data(a, &geo, &mut input, len)?) } else { None };
+    let append_data = match cmd {
+        IoCmd::Append => Some(single::append_data(&geo, &mut input, len).map_err(|e| tell.append_refused(e))?),
+        _ => None,
+    };
     // Opened once every argument is known good, and before anything is read: never an
     // image (this one or another), a device, or a file in use (see `output`).
     let out_file = match a.output.as_ref().filter(|p| p.as_os_str() != "-") {
@@ -220,13 +174,14 @@ pub fn run(cmd: IoCmd, a: &IoArgs) -> Result<(), CliError> {
     let engine = EngineConfig { policy: img.default_policy(), ..EngineConfig::default() };
     let rt = img.start(engine, Backend::Auto)?;
     let flags = if a.fua { BioFlags::FUA } else { BioFlags::NONE };
-    let io = Io { rt: &rt, geo: &geo, name: &name, what, offset: a.offset };
     let result = match (cmd, append_data) {
-        (IoCmd::Append, Some(data)) => io.append(&data, flags).map(|at| (at, data.len() as u64, None)),
+        (IoCmd::Append, Some(data)) => tell.append(&rt, &data, flags).map(|at| (at, data.len() as u64, None)),
         (IoCmd::Read, _) => {
-            io.read(a, out_file, len.unwrap_or(0)).map(|(n, crc)| (Sector(a.offset / SECTOR_SIZE), n, Some(crc)))
+            tell.read(&rt, a, out_file, len.unwrap_or(0)).map(|(n, crc)| (Sector(a.offset / SECTOR_SIZE), n, Some(crc)))
         }
-        _ => io.write(&mut input, len, flags, &input_name(a)).map(|n| (Sector(a.offset / SECTOR_SIZE), n, None)),
+        _ => single::write(&rt, a.offset, &mut input, len, flags)
+            .map(|n| (Sector(a.offset / SECTOR_SIZE), n, None))
+            .map_err(|e| tell.write_failed(&rt, len, e)),
     };
     let flushed = if a.flush && result.is_ok() { rt.flush().map_err(|s| image::status_words(&rt, s)) } else { Ok(()) };
     rt.close().map_err(CliError::msg)?;
@@ -261,42 +216,6 @@ fn say_done(cmd: IoCmd, a: &IoArgs, at: Sector, moved: u64) {
     }
 }
 
-/// An append's data, whole: refused as the kernel refuses an append longer than
-/// the device's zone append limit, before anything is read past that limit.
-fn append_data(a: &IoArgs, geo: &Geometry, input: &mut Input, len: Option<u64>) -> Result<Vec<u8>, CliError> {
-    let name = a.image.display();
-    if !geo.is_zoned() {
-        return Err(CliError(format!("{name}: EOPNOTSUPP: zone append on a device that is not zoned")));
-    }
-    let limit = u64::from(geo.append_limit_sectors()) * SECTOR_SIZE;
-    let too_long = |n: &dyn std::fmt::Display| {
-        CliError(format!(
-            "{name}: EINVAL: zone append of {n} bytes is larger than the device's zone append limit ({limit} bytes); \
-             an append is never split: use write at the write pointer"
-        ))
-    };
-    if let Some(l) = len.filter(|&l| l > limit) {
-        return Err(too_long(&l));
-    }
-    let mut data = vec![0u8; len.unwrap_or(limit + 1) as usize];
-    if let Input::Pattern(b) = input {
-        data.fill(*b);
-        return Ok(data);
-    }
-    let got = fill(input, &mut data).map_err(|e| CliError(format!("{}: {e}", input_name(a))))?;
-    if got as u64 > limit {
-        return Err(too_long(&format!("more than {limit}")));
-    }
-    if let Some(l) = len.filter(|&l| got as u64 != l) {
-        return Err(CliError(format!("{}: the input has {got} bytes, --length asks for {l}", input_name(a))));
-    }
-    data.truncate(got);
-    if data.is_empty() {
-        return Err(CliError(format!("{name}: EINVAL: length 0 ({} is empty)", input_name(a))));
-    }
-    Ok(data)
-}
-
 /// What of a write landed, in words.
 fn landed(len: Option<u64>, done: u64) -> String {
     match len {
@@ -305,30 +224,22 @@ fn landed(len: Option<u64>, done: u64) -> String {
     }
 }
 
-/// One command's I/O on a running runtime, and how it tells a failure.
-struct Io<'a> {
-    rt: &'a Runtime,
+/// One command's request, and how its failures are told.
+struct Tell<'a> {
     geo: &'a Geometry,
+    /// The image or device.
     name: &'a str,
     what: &'a str,
     offset: u64,
+    /// The input, by name.
+    input: String,
 }
 
-impl Io<'_> {
-    /// The zone holding byte `pos` as the device reports it now (`None` for a
-    /// regular device, or if the report fails).
-    fn zone_at(&self, pos: u64) -> Option<ZoneInfo> {
-        if !self.geo.is_zoned() {
-            return None;
-        }
-        self.rt.report_zone(Sector(pos / SECTOR_SIZE)).ok()
-    }
-
+impl Tell<'_> {
     /// The cause of a failed request, in words: the zone rule, or what the device
     /// knows of an EIO (the file system's ENOSPC or EFBIG under an image).
-    fn cause(&self, op: Op, pos: u64, n: u64, st: Status) -> String {
-        image::fs_cause(self.rt, st)
-            .unwrap_or_else(|| explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, st))
+    fn cause(&self, rt: &Runtime, op: Op, pos: u64, n: u64, st: Status) -> String {
+        image::fs_cause(rt, st).unwrap_or_else(|| explain(self.geo, op, Sector(pos / SECTOR_SIZE), n / SECTOR_SIZE, st))
     }
 
     fn fail(&self, len: Option<u64>, why: &str) -> CliError {
@@ -336,9 +247,10 @@ impl Io<'_> {
         CliError(format!("{}: {} at byte offset {} ({len}): {why}", self.name, self.what, self.offset))
     }
 
-    /// Where a zone's write pointer is now, in words.
-    fn wp_now(&self, pos: u64) -> String {
-        match self.zone_at(pos) {
+    /// Where a zone's write pointer is now, in words (nothing for a conventional
+    /// zone or none).
+    fn wp_now(&self, zone: Option<ZoneInfo>) -> String {
+        match zone {
             Some(z) if z.ztype != ZoneType::Conventional => format!(
                 "; zone {}'s write pointer is now at byte offset {} (sector {}, {})",
                 self.geo.zone_no(z.start).0,
@@ -350,129 +262,66 @@ impl Io<'_> {
         }
     }
 
-    /// Writes the input at the offset in chunks that never cross a zone, each at the
-    /// write pointer the one before left. Returns the bytes written.
-    fn write(&self, input: &mut Input, len: Option<u64>, flags: BioFlags, input_name: &str) -> Result<u64, CliError> {
-        let dev_bytes = self.geo.nr_sectors() * SECTOR_SIZE;
-        let first = len.unwrap_or(CHUNK).min(CHUNK) as usize;
-        let mut buf = AlignedBuf::zeroed(first);
-        if let Input::Pattern(b) = input {
-            buf.fill(*b);
-        }
-        let (mut pos, mut done) = (self.offset, 0u64);
-        let landed = |done: u64| landed(len, done);
-        loop {
-            let left = len.map_or(u64::MAX, |l| l - done);
-            if left == 0 {
-                return Ok(done);
+    /// A streamed write of `len` bytes (`None`: the input's) that stopped, in words:
+    /// why, what landed, and where the zone's write pointer is.
+    fn write_failed(&self, rt: &Runtime, len: Option<u64>, e: WriteError) -> CliError {
+        let (input, landed, wp) = (&self.input, landed(len, e.done), self.wp_now(e.zone));
+        let why = match e.kind {
+            WriteFailure::Empty => return self.fail(len, &format!("EINVAL: length 0 ({input} is empty)")),
+            WriteFailure::Input(err) => {
+                return CliError(format!("{input}: {err}; {} at byte offset {}: {landed}", self.what, self.offset));
             }
-            if pos == dev_bytes {
-                // Only an input of unknown length gets here: is there more of it?
-                let more = fill(input, &mut buf[..1]).map_err(|e| CliError(format!("{input_name}: {e}")))?;
-                if more == 0 {
-                    return Ok(done);
-                }
-                let why = format!("EINVAL: {input_name} is longer than the {done} bytes up to the device end");
-                return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos - 1))));
+            WriteFailure::InputAtEnd(err) => return CliError(format!("{input}: {err}")),
+            WriteFailure::PastEnd => {
+                format!("EINVAL: {input} is longer than the {} bytes up to the device end", e.done)
             }
-            let zone_end = if self.geo.is_zoned() {
-                let z = self.geo.zone_no(Sector(pos / SECTOR_SIZE));
-                (self.geo.zone_start(z).0 + self.geo.zone_len(z)) * SECTOR_SIZE
-            } else {
-                dev_bytes
-            };
-            let n = left.min(CHUNK).min(zone_end - pos) as usize;
-            let got = fill(input, &mut buf[..n]).map_err(|e| {
-                CliError(format!("{input_name}: {e}; {} at byte offset {}: {}", self.what, self.offset, landed(done)))
-            })?;
-            if got < n && len.is_some() {
-                let l = len.unwrap_or(0);
-                let why = format!("{input_name} ended after {} bytes, --length asks for {l}", done + got as u64);
-                return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos.max(1) - 1))));
+            WriteFailure::Short { read } => {
+                format!("{input} ended after {read} bytes, --length asks for {}", len.unwrap_or(0))
             }
-            if got == 0 {
-                if done == 0 {
-                    return Err(self.fail(len, &format!("EINVAL: length 0 ({input_name} is empty)")));
-                }
-                return Ok(done);
+            WriteFailure::NotBlock { read, lbs } => format!(
+                "EINVAL: {input}'s length ({read} bytes) is not a multiple of the logical block size ({lbs} bytes)"
+            ),
+            WriteFailure::Refused { past_capacity: Some(c), .. } => format!(
+                "EIO: the write goes past zone {}'s capacity ({} bytes: its writable part ends at byte offset {})",
+                c.zone.0, c.capacity, c.end
+            ),
+            WriteFailure::Refused { status, pos, chunk, past_capacity: None } => {
+                self.cause(rt, Op::Write, pos, chunk, status)
             }
-            let lbs = u64::from(self.geo.lbs_bytes());
-            if got as u64 % lbs != 0 {
-                let why = format!(
-                    "EINVAL: {input_name}'s length ({} bytes) is not a multiple of the logical block size ({lbs} bytes)",
-                    done + got as u64
-                );
-                return Err(self.fail(len, &format!("{why}; {}{}", landed(done), self.wp_now(pos.max(1) - 1))));
-            }
-            let sector = Sector(pos / SECTOR_SIZE);
-            if let Err(st) = self.rt.write_at_flags(sector, &buf[..got], flags) {
-                return Err(self.write_failed(st, pos, got as u64, len, done));
-            }
-            done += got as u64;
-            pos += got as u64;
-            if got < n {
-                return Ok(done);
-            }
-        }
+        };
+        self.fail(len, &format!("{why}; {landed}{wp}"))
     }
 
-    /// A chunk of `got` bytes at `pos` refused with `st`, after `done` bytes of the
-    /// command landed: what failed and what of the chunk landed.
-    fn write_failed(&self, st: Status, pos: u64, got: u64, len: Option<u64>, done: u64) -> CliError {
-        // What of this chunk landed: the pieces before the one refused. The rule says
-        // where they ended when the write ran into the capacity; otherwise the write
-        // pointer tells, unless the chunk was refused for not starting there.
-        let part = match (st.rule(), self.zone_at(pos)) {
-            (Some(Rule::PastCapacity { wp }), _) => (wp.0 * SECTOR_SIZE).saturating_sub(pos),
-            (Some(Rule::NotAtWp { .. } | Rule::ZoneFull), _) => 0,
-            (_, Some(z)) if z.ztype != ZoneType::Conventional => {
-                (z.wp.min(z.start + z.capacity).0 * SECTOR_SIZE).saturating_sub(pos)
+    /// An append refused before it was submitted, in words.
+    fn append_refused(&self, e: AppendError) -> CliError {
+        let (name, input) = (self.name, &self.input);
+        CliError(match e {
+            AppendError::NotZoned => format!("{name}: EOPNOTSUPP: zone append on a device that is not zoned"),
+            AppendError::OverLimit { length, limit } => {
+                let n = length.map_or_else(|| format!("more than {limit}"), |l| l.to_string());
+                format!(
+                    "{name}: EINVAL: zone append of {n} bytes is larger than the device's zone append limit ({limit} \
+                     bytes); an append is never split: use write at the write pointer"
+                )
             }
-            _ => 0,
-        }
-        .min(got);
-        let why = match self.past_capacity(st, pos) {
-            Some(why) => why,
-            None => self.cause(Op::Write, pos, got, st),
-        };
-        self.fail(len, &format!("{why}; {}{}", landed(len, done + part), self.wp_now(pos)))
-    }
-
-    /// Why a write refused at `pos` ran past its zone's capacity, when it did: the
-    /// rule says so, or the zone is one this command's earlier chunks filled.
-    fn past_capacity(&self, st: Status, pos: u64) -> Option<String> {
-        if !self.geo.is_zoned() {
-            return None;
-        }
-        let z = self.geo.zone_no(Sector(pos / SECTOR_SIZE));
-        let zone_start = self.geo.zone_start(z).0 * SECTOR_SIZE;
-        let past = match st.rule() {
-            Some(Rule::PastCapacity { .. }) => true,
-            Some(Rule::ZoneFull) => self.offset < pos && zone_start < pos,
-            _ => false,
-        };
-        let cap = self.geo.zone_capacity(z) * SECTOR_SIZE;
-        past.then(|| {
-            format!(
-                "EIO: the write goes past zone {}'s capacity ({cap} bytes: its writable part ends at byte offset {})",
-                z.0,
-                zone_start + cap
-            )
+            AppendError::Input(err) => format!("{input}: {err}"),
+            AppendError::Short { read, length } => {
+                format!("{input}: the input has {read} bytes, --length asks for {length}")
+            }
+            AppendError::Empty => format!("{name}: EINVAL: length 0 ({input} is empty)"),
         })
     }
 
     /// One zone append; returns the sector it landed at.
-    fn append(&self, data: &[u8], flags: BioFlags) -> Result<Sector, CliError> {
-        let buf = AlignedBuf::from_slice(data);
-        self.rt.append_flags(Sector(self.offset / SECTOR_SIZE), &buf, flags).map_err(|st| {
-            let why = self.cause(Op::ZoneAppend, self.offset, data.len() as u64, st);
-            self.fail(Some(data.len() as u64), &why)
-        })
+    fn append(&self, rt: &Runtime, data: &[u8], flags: BioFlags) -> Result<Sector, CliError> {
+        let n = data.len() as u64;
+        single::append(rt, self.offset, data, flags)
+            .map_err(|st| self.fail(Some(n), &self.cause(rt, Op::ZoneAppend, self.offset, n, st)))
     }
 
-    /// Reads `len` bytes in chunks to the output (`file`, or standard output);
-    /// returns the bytes read and their CRC32.
-    fn read(&self, a: &IoArgs, file: Option<std::fs::File>, len: u64) -> Result<(u64, u32), CliError> {
+    /// Reads `len` bytes to the output (`file`, or standard output); returns the
+    /// bytes read and their CRC32.
+    fn read(&self, rt: &Runtime, a: &IoArgs, file: Option<std::fs::File>, len: u64) -> Result<(u64, u32), CliError> {
         let mut out: Box<dyn Write> = match (file, &a.output) {
             (Some(f), _) => Box::new(f),
             (None, None) if a.json => Box::new(std::io::sink()),
@@ -483,21 +332,16 @@ impl Io<'_> {
             .as_ref()
             .filter(|p| p.as_os_str() != "-")
             .map_or("standard output".into(), |p| p.display().to_string());
-        let mut buf = AlignedBuf::zeroed(len.min(CHUNK) as usize);
-        let mut crc = crc32fast::Hasher::new();
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(CHUNK) as usize;
-            let pos = self.offset + done;
-            if let Err(st) = self.rt.read_at(Sector(pos / SECTOR_SIZE), &mut buf[..n]) {
-                let why = self.cause(Op::Read, pos, n as u64, st);
-                return Err(self.fail(Some(len), &format!("{why}; read {done} of {len} bytes")));
+        match single::read(rt, self.offset, len, &mut out) {
+            Ok(r) => Ok((r.bytes, r.crc32)),
+            Err(ReadError::Refused { status, pos, chunk, done }) => {
+                let why = self.cause(rt, Op::Read, pos, chunk, status);
+                Err(self.fail(Some(len), &format!("{why}; read {done} of {len} bytes")))
             }
-            crc.update(&buf[..n]);
-            out.write_all(&buf[..n]).map_err(|e| CliError(format!("{out_name}: {e}; read {done} of {len} bytes")))?;
-            done += n as u64;
+            Err(ReadError::Output { error, done }) => {
+                Err(CliError(format!("{out_name}: {error}; read {done} of {len} bytes")))
+            }
+            Err(ReadError::Flush(error)) => Err(CliError(format!("{out_name}: {error}"))),
         }
-        out.flush().map_err(|e| CliError(format!("{out_name}: {e}")))?;
-        Ok((done, crc.finalize()))
     }
 }
