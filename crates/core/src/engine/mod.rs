@@ -93,7 +93,9 @@ pub struct EngineConfig {
     /// zone's turn this long (ns) for the next write to the same zone, as the
     /// anticipatory I/O scheduler waits for a process's next read (0: never). A
     /// submitter that writes a zone again right after its completion then extends
-    /// the batch instead of costing a head switch. See [`Action::Anticipate`].
+    /// the batch instead of costing a head switch. See [`Action::Anticipate`]. The
+    /// issuer gives it up while fewer than one anticipation in eight is met (but
+    /// for one chance in eight, to measure again).
     pub batch_anticipate_ns: u64,
 }
 
