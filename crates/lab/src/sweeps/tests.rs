@@ -198,11 +198,13 @@ fn bad_set_ups_are_refused() {
 }
 
 /// `smr-streams` (docs/calibration.md, "Streams"): every single issuer keeps the
-/// media rate, per-zone plugging loses most of it once streams interleave, and the
-/// batching issuer serves the streams in turn where the FIFO issuer drains one
-/// stream's zone while the others wait (its p99 latency is seconds).
+/// media rate, per-zone plugging loses most of it once streams interleave; the FIFO
+/// issuer takes the streams' zones in turn (each stream's queued writes wait for
+/// the other streams' zones once per zone: p99 in seconds), the batching issuer
+/// continues into the next zone ahead, the same stream's (only the first writes of
+/// each stream wait: p99 in milliseconds).
 #[test]
-fn streams_keep_the_media_rate_under_a_single_issuer_and_batching_bounds_the_wait() {
+fn streams_keep_the_media_rate_under_a_single_issuer_and_batching_writes_one_stream_at_a_time() {
     let o = SweepOptions {
         policies: vec![IssuePolicy::Zwp, IssuePolicy::Qd1, IssuePolicy::Batch],
         points: Some(vec![2, 8]),
