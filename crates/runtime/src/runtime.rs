@@ -125,7 +125,11 @@ impl Runtime {
             stopping: AtomicBool::new(false),
         });
         let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };
-        rt.spawn_threads(&shared, &rx, timer_rx)?;
+        let spawned = rt.spawn_threads(&shared, &rx, timer_rx);
+        // Before `rt` can drop: its shutdown waits until it holds the last reference
+        // to the shared state, so a failed spawn must not keep this one.
+        drop(shared);
+        spawned?;
         Ok(rt)
     }
 
