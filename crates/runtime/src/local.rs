@@ -27,15 +27,31 @@ thread_local! {
     static LOCAL: RefCell<Option<Sink>> = const { RefCell::new(None) };
 }
 
+/// What became of a transfer offered to the calling thread's ring.
+pub(super) enum Taken {
+    /// Queued for the thread's ring.
+    Queued,
+    /// Carried out on the spot (a file in memory): the completion's result.
+    Done(Inflight, i32),
+    /// Not inside [`Submitter::on_local_ring`] for this runtime: the transfer back.
+    No(Inflight),
+}
+
 /// Takes `r` for the calling thread's ring when it is inside
-/// [`Submitter::on_local_ring`] for the runtime `sh`; gives it back otherwise.
-pub(super) fn take(sh: &Shared, r: Inflight) -> Option<Inflight> {
+/// [`Submitter::on_local_ring`] for the runtime `sh`; gives it back otherwise. A
+/// transfer of a file in memory is done there and then instead: the thread would
+/// otherwise wait for io_uring's worker to do the same copy.
+pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
     LOCAL.with(|l| match &mut *l.borrow_mut() {
+        Some(sink) if std::ptr::eq(sink.owner, sh) && sh.memory_file => {
+            let res = r.run_sync();
+            Taken::Done(r, res)
+        }
         Some(sink) if std::ptr::eq(sink.owner, sh) => {
             sink.taken.push(r);
-            None
+            Taken::Queued
         }
-        _ => Some(r),
+        _ => Taken::No(r),
     })
 }
 

@@ -128,8 +128,9 @@ impl Shared {
             };
             if let Some(fd) = direct.or(self.buffered) {
                 let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd }) {
-                    None => return Started::Local,
-                    Some(r) => r,
+                    local::Taken::Queued => return Started::Local,
+                    local::Taken::Done(r, res) => return Started::Done(self.finish_transfer(&r, res)),
+                    local::Taken::No(r) => r,
                 };
                 if let Some(u) = &self.uring {
                     u.push_rw(Box::new(r));

@@ -122,6 +122,7 @@ impl Runtime {
             timers,
             direct,
             buffered,
+            memory_file: in_memory(direct.map(|(fd, _)| fd).or(buffered)),
             stopping: AtomicBool::new(false),
         });
         let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };
@@ -286,4 +287,17 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         drop(self.shutdown());
     }
+}
+
+/// Whether `fd` is a file of a file system that keeps its data in memory (tmpfs,
+/// ramfs): reads and writes of it are copies, done faster on the spot than through
+/// io_uring, which hands each of them to a worker thread (such a file system cannot
+/// write without blocking).
+fn in_memory(fd: Option<std::os::fd::RawFd>) -> bool {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let Some(fd) = fd else { return false };
+    // SAFETY: the device's data descriptor, open while the device lives.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstatfs(fd).is_ok_and(|st| matches!(st.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
 }

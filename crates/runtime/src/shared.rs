@@ -94,6 +94,10 @@ pub(crate) struct Shared {
     /// lives.
     pub(crate) direct: Option<(RawFd, u64)>,
     pub(crate) buffered: Option<RawFd>,
+    /// The data descriptors are files of a file system in memory (tmpfs, ramfs):
+    /// a transfer a thread would carry on its own ring is done there and then with
+    /// `pread`/`pwrite` (see [`crate::local`]).
+    pub(crate) memory_file: bool,
     /// The runtime closes: BIOs submitted now complete with EIO.
     pub(crate) stopping: AtomicBool,
 }

@@ -38,6 +38,29 @@ impl Inflight {
     }
 }
 
+impl Inflight {
+    /// Carries the transfer out with one `pread`/`pwrite` on the calling thread;
+    /// returns what a ring's completion would (bytes moved, or a negative errno).
+    pub fn run_sync(&self) -> i32 {
+        // SAFETY: `fd` is the device's data descriptor, open while the device lives,
+        // which outlives its requests.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+        // SAFETY: `ptr..ptr+len` is the request's part of its BIO's buffer, which
+        // nobody else touches until the request completes (as for the ring's entry).
+        let r = unsafe {
+            if self.t.write {
+                rustix::io::pwrite(fd, std::slice::from_raw_parts(self.ptr, self.len), self.t.offset)
+            } else {
+                rustix::io::pread(fd, std::slice::from_raw_parts_mut(self.ptr, self.len), self.t.offset)
+            }
+        };
+        match r {
+            Ok(n) => i32::try_from(n).expect("a request moves less than 2 GiB"),
+            Err(e) => -e.raw_os_error(),
+        }
+    }
+}
+
 // SAFETY: `ptr` points into a BIO's buffer, which its submitter keeps valid until the
 // BIO completes; the request is owned by exactly one thread at a time.
 unsafe impl Send for Inflight {}

@@ -15,6 +15,12 @@ use zblk_runtime::{AlignedBuf, Backend, Buffer, Io, IoDone, LocalIo, Runtime, Ru
 
 const ZONE: u64 = 2048; // sectors (1 MiB)
 
+/// A directory on the disk the build is on (not a file system in memory, whose
+/// transfers the runtime does on the spot instead of on the ring).
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
 fn image(dir: &std::path::Path) -> FileImage {
     let p = dir.join("img");
     let geometry = zblk_core::geometry::GeometryParams {
@@ -67,7 +73,7 @@ fn run_ring(ring: &mut IoUring, sub: &Submitter, mut ios: Vec<LocalIo>) -> usize
 
 #[test]
 fn transfers_go_on_the_callers_ring_and_complete_on_its_thread() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let Some(rt) = start(dir.path(), Backend::Auto) else { return };
     let sub = rt.submitter();
     let mut ring = IoUring::new(64).unwrap();
@@ -123,7 +129,7 @@ fn transfers_go_on_the_callers_ring_and_complete_on_its_thread() {
 
 #[test]
 fn a_transfer_dropped_unsubmitted_fails_its_bio_and_the_runtime_closes() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let Some(rt) = start(dir.path(), Backend::Auto) else { return };
     let sub = rt.submitter();
     let (tx, rx) = channel();
@@ -161,5 +167,55 @@ fn a_device_in_memory_completes_inside_the_submission() {
     });
     assert!(ios.is_empty(), "no descriptor, no transfer");
     assert_eq!(rx.try_recv().unwrap(), (me, Ok(Sector(ZONE))), "done before submit returned");
+    rt.close().unwrap();
+}
+
+/// An image on a file system in memory (tmpfs): inside `on_local_ring` its transfers
+/// are done on the spot (io_uring would hand each to a worker thread), so no
+/// `LocalIo` comes out, every write completes on the calling thread before
+/// `on_local_ring` returns, each completion unplugging the next, and the data reads
+/// back.
+#[test]
+fn transfers_of_an_image_in_memory_are_done_on_the_spot() {
+    let shm = std::path::Path::new("/dev/shm");
+    let on_tmpfs = rustix::fs::statfs(shm).is_ok_and(|st| st.f_type as u64 == 0x0102_1994);
+    if !on_tmpfs {
+        eprintln!("SKIPPED transfers_of_an_image_in_memory_are_done_on_the_spot: /dev/shm is not a tmpfs");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let Some(rt) = start(dir.path(), Backend::Auto) else { return };
+    let sub = rt.submitter();
+    let me = std::thread::current().id();
+    let (tx, rx) = channel::<(u64, ThreadId, IoDone)>();
+    let mut ios = Vec::new();
+    sub.on_local_ring(&mut ios, || {
+        for i in 0..4u64 {
+            let tx = tx.clone();
+            let data = AlignedBuf::from_slice(&vec![i as u8 + 1; 4096]);
+            sub.submit(Io::write(Sector(ZONE + 8 * i), data), move |d| {
+                tx.send((i, std::thread::current().id(), d)).unwrap();
+            });
+        }
+        sub.submit(Io::read(Sector(ZONE), AlignedBuf::zeroed(16384)), {
+            let tx = tx.clone();
+            move |d| tx.send((9, std::thread::current().id(), d)).unwrap()
+        });
+    });
+    assert!(ios.is_empty(), "nothing for the ring: {ios:?}");
+    drop(tx);
+    let done: Vec<(u64, ThreadId, IoDone)> = rx.try_iter().collect();
+    assert_eq!(done.len(), 5, "every request completed inside on_local_ring");
+    for (i, thread, d) in &done {
+        assert_eq!(*thread, me, "request {i} completed on the calling thread");
+        if *i < 4 {
+            assert_eq!(d.result, Ok(Sector(ZONE + 8 * i)), "write {i}");
+        } else {
+            let Some(Buffer::Aligned(b)) = &d.buf else { panic!("the read's buffer back") };
+            for k in 0..4 {
+                assert!(b[k * 4096..(k + 1) * 4096].iter().all(|&x| x == k as u8 + 1), "block {k}");
+            }
+        }
+    }
     rt.close().unwrap();
 }
