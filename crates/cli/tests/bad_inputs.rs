@@ -116,6 +116,13 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ("unknown-command", "$Z frobnicate", Some(2), ""),
     ("bench-bad-rw", "$Z bench --rw sideways", Some(2), ""),
     ("bench-iodepth-huge", "$Z bench --image a.img --iodepth 100000", None, "at most 4096"),
+    ("bench-increment-unaligned", "$Z bench --numjobs 2 --offset_increment 1", None, "must be block aligned"),
+    (
+        "bench-increment-past-end",
+        "$Z bench --dev smr-30tb --numjobs 4 --offset_increment 30T --size 256M",
+        None,
+        "outside the device",
+    ),
     // Image damage
     ("not-an-image", "echo hello > t.img; $Z report t.img", None, "not a zblk image"),
     ("empty-file", ": > t.img; $Z report t.img", None, "empty file"),

@@ -90,6 +90,8 @@ Experiments:
                (published: zwp and zwl)
   smr-nocache  smr-seq with the disk's write cache off: what QD=1 costs without a cache
   all          the four above
+  smr-streams  30 TB SMR disk: N = 1..64 sequential streams, each QD 4 x 1 MiB in its own
+               zones (offset_increment), end_fsync; throughput and p99 (no published figure)
   split        8-member striped device: split order head vs tail (see docs/split-order.md)
   zeroes       zeroing 1 GiB and 10 GiB: unmapped write zeroes vs writing zeroes vs zero
                buffers; a writer's bandwidth while another region is zeroed
