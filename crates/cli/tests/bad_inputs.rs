@@ -123,6 +123,12 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         None,
         "outside the device",
     ),
+    (
+        "bench-increment-size-huge",
+        "$Z bench --size 18446744073709551104 --numjobs 2 --offset_increment 1M",
+        None,
+        "must stay inside the device",
+    ),
     // Image damage
     ("not-an-image", "echo hello > t.img; $Z report t.img", None, "not a zblk image"),
     ("empty-file", ": > t.img; $Z report t.img", None, "empty file"),

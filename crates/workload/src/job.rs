@@ -184,7 +184,7 @@ impl JobSpec {
         }
         let size = self.region_bytes(geo);
         let (last_start, last_size) = self.copy_region(geo, self.numjobs - 1);
-        if size == 0 || size % lbs != 0 || last_start + last_size > dev_bytes {
+        if size == 0 || size % lbs != 0 || last_start.checked_add(last_size).is_none_or(|end| end > dev_bytes) {
             return Err(job_err(
                 "size",
                 format!(
