@@ -10,7 +10,9 @@
 //! which costs more than the copy itself. The store never holds more memory than its
 //! largest amount of data so far, rounded up to a chunk.
 
-use std::collections::BTreeMap;
+mod index;
+
+use index::PageIndex;
 use zblk_core::units::{SECTOR_SIZE, Sector};
 
 /// Bytes per page (null_blk uses the page size too).
@@ -96,8 +98,8 @@ impl std::fmt::Debug for Chunk {
 /// byte of no page reads as zero.
 #[derive(Debug, Clone, Default)]
 pub struct PageStore {
-    /// Page index → slot, only for pages written.
-    map: BTreeMap<u64, u32>,
+    /// Page number → slot, only for pages written.
+    map: PageIndex,
     /// The slots: slot `s` is page `s % CHUNK_PAGES` of chunk `s / CHUNK_PAGES`.
     chunks: Vec<Chunk>,
     /// Slots holding no page, with whether they still read as zeroes (a slot never
@@ -119,7 +121,7 @@ impl PageStore {
     /// The sectors the store holds pages for, in order (each page's first sector and
     /// its length in sectors): every sector outside reads as zeroes.
     pub fn stored(&self) -> impl Iterator<Item = (Sector, u64)> + '_ {
-        self.map.keys().map(|&p| (Sector(p * SECTORS_PER_PAGE), SECTORS_PER_PAGE))
+        self.map.pages().map(|p| (Sector(p * SECTORS_PER_PAGE), SECTORS_PER_PAGE))
     }
 
     fn slot(&self, s: u32) -> &Page {
@@ -133,8 +135,8 @@ impl PageStore {
     /// The page `page` for writing, taken from the free list (or a new chunk) if it
     /// has none; zeroed unless `whole` (the caller overwrites all of it).
     fn page_mut(&mut self, page: u64, whole: bool) -> &mut Page {
-        let s = match self.map.get(&page) {
-            Some(&s) => s,
+        let s = match self.map.get(page) {
+            Some(s) => s,
             None => {
                 if self.free.is_empty() {
                     let first = u32::try_from(self.chunks.len() * CHUNK_PAGES).expect("fewer than 2^32 pages");
@@ -150,13 +152,6 @@ impl PageStore {
             }
         };
         self.slot_mut(s)
-    }
-
-    /// Frees page `page` (its slot goes back to the free list).
-    fn free_page(&mut self, page: u64) {
-        if let Some(s) = self.map.remove(&page) {
-            self.free.push((s, false));
-        }
     }
 
     /// Calls `f(page, byte offset in it, bytes)` for each page piece of `len` bytes
@@ -178,8 +173,8 @@ impl PageStore {
     pub fn read(&self, sector: Sector, buf: &mut [u8]) {
         let mut done = 0;
         PageStore::pieces(sector, buf.len(), |page, off, n| {
-            match self.map.get(&page) {
-                Some(&s) => buf[done..done + n].copy_from_slice(&self.slot(s)[off..off + n]),
+            match self.map.get(page) {
+                Some(s) => buf[done..done + n].copy_from_slice(&self.slot(s)[off..off + n]),
                 None => buf[done..done + n].fill(0),
             }
             done += n;
@@ -199,7 +194,7 @@ impl PageStore {
     pub fn new_bytes(&self, sector: Sector, len: usize) -> u64 {
         let mut more = 0;
         PageStore::pieces(sector, len, |page, _, _| {
-            if !self.map.contains_key(&page) {
+            if self.map.get(page).is_none() {
                 more += PAGE_BYTES as u64;
             }
         });
@@ -223,16 +218,14 @@ impl PageStore {
         let first_full = sector.0.div_ceil(SECTORS_PER_PAGE);
         let last_full = end / SECTORS_PER_PAGE; // exclusive
         if first_full < last_full {
-            let doomed: Vec<u64> = self.map.range(first_full..last_full).map(|(k, _)| *k).collect();
-            for k in doomed {
-                self.free_page(k);
-            }
+            let free = &mut self.free;
+            self.map.remove_range(first_full, last_full, |s| free.push((s, false)));
         }
         let mut zero_edge = |from: u64, to: u64| {
             if from >= to {
                 return;
             }
-            if let Some(&s) = self.map.get(&(from / SECTORS_PER_PAGE)) {
+            if let Some(s) = self.map.get(from / SECTORS_PER_PAGE) {
                 let a = ((from % SECTORS_PER_PAGE) * SECTOR_SIZE) as usize;
                 let b = a + ((to - from) * SECTOR_SIZE) as usize;
                 self.slot_mut(s)[a..b].fill(0);

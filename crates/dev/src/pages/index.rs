@@ -1,0 +1,158 @@
+//! [`PageIndex`]: which slot holds each written page of a [`super::PageStore`].
+//!
+//! Every write and read of a memory device looks its pages up here, so the lookup is
+//! on the served device's path for every request: a hash of the page's group (64
+//! pages, 256 KiB) and an index into the group's table, instead of a search down an
+//! ordered tree of every page (a few hundred instructions per page once a device
+//! holds a few hundred MiB). Order is only needed by the checkers that walk what is
+//! stored, which sort the groups then.
+
+use rustc_hash::FxHashMap;
+
+/// Pages per group: a group's table costs 256 bytes, at most that much per written
+/// page when writes are scattered one page per group.
+const GROUP_PAGES: u64 = 64;
+
+/// No page in this entry of a group.
+const NONE: u32 = u32::MAX;
+
+/// The slots of one group's pages.
+#[derive(Clone, Debug)]
+struct Group {
+    slots: [u32; GROUP_PAGES as usize],
+    /// Entries that are not [`NONE`]: a group is dropped when it reaches 0.
+    used: u32,
+}
+
+/// Page number → slot, for the pages written.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PageIndex {
+    groups: FxHashMap<u64, Box<Group>>,
+    len: usize,
+}
+
+impl PageIndex {
+    /// Pages held.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The slot of `page`, if written.
+    pub(super) fn get(&self, page: u64) -> Option<u32> {
+        let g = self.groups.get(&(page / GROUP_PAGES))?;
+        let s = g.slots[(page % GROUP_PAGES) as usize];
+        (s != NONE).then_some(s)
+    }
+
+    /// Records `page` in slot `s`; the page holds no slot yet.
+    pub(super) fn insert(&mut self, page: u64, s: u32) {
+        assert_ne!(s, NONE, "slot numbers stay below 2^32 - 1");
+        let g = self
+            .groups
+            .entry(page / GROUP_PAGES)
+            .or_insert_with(|| Box::new(Group { slots: [NONE; GROUP_PAGES as usize], used: 0 }));
+        let e = &mut g.slots[(page % GROUP_PAGES) as usize];
+        assert_eq!(*e, NONE, "page {page} indexed twice");
+        *e = s;
+        g.used += 1;
+        self.len += 1;
+    }
+
+    /// Forgets `page`, giving back its slot.
+    pub(super) fn remove(&mut self, page: u64) -> Option<u32> {
+        let key = page / GROUP_PAGES;
+        let g = self.groups.get_mut(&key)?;
+        let e = &mut g.slots[(page % GROUP_PAGES) as usize];
+        if *e == NONE {
+            return None;
+        }
+        let s = std::mem::replace(e, NONE);
+        g.used -= 1;
+        if g.used == 0 {
+            self.groups.remove(&key);
+        }
+        self.len -= 1;
+        Some(s)
+    }
+
+    /// Forgets every page in `[first, last)`, calling `freed` with each slot.
+    pub(super) fn remove_range(&mut self, first: u64, last: u64, mut freed: impl FnMut(u32)) {
+        if first >= last {
+            return;
+        }
+        let (g0, g1) = (first / GROUP_PAGES, (last - 1) / GROUP_PAGES);
+        // A range wider than the index (a reset of every zone of a large device) is
+        // walked through the groups held, not through every group it spans.
+        let keys: Vec<u64> = if g1 - g0 < self.groups.len() as u64 {
+            (g0..=g1).filter(|k| self.groups.contains_key(k)).collect()
+        } else {
+            self.groups.keys().copied().filter(|k| (g0..=g1).contains(k)).collect()
+        };
+        for key in keys {
+            let from = (key * GROUP_PAGES).max(first);
+            let to = ((key + 1) * GROUP_PAGES).min(last);
+            for page in from..to {
+                if let Some(s) = self.remove(page) {
+                    freed(s);
+                }
+            }
+        }
+    }
+
+    /// Every page held, in order.
+    pub(super) fn pages(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut keys: Vec<u64> = self.groups.keys().copied().collect();
+        keys.sort_unstable();
+        keys.into_iter().flat_map(move |k| {
+            let g = &self.groups[&k];
+            (0..GROUP_PAGES).filter(move |&i| g.slots[i as usize] != NONE).map(move |i| k * GROUP_PAGES + i)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Random inserts, removals and range removals agree with an ordered map.
+    #[test]
+    fn agrees_with_an_ordered_map() {
+        let mut idx = PageIndex::default();
+        let mut model = BTreeMap::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..20_000u32 {
+            let page = next() % 1000;
+            match next() % 8 {
+                0..=3 => {
+                    if let std::collections::btree_map::Entry::Vacant(e) = model.entry(page) {
+                        e.insert(i);
+                        idx.insert(page, i);
+                    }
+                }
+                4..=5 => assert_eq!(idx.remove(page), model.remove(&page)),
+                6 => {
+                    let last = page + next() % 300;
+                    let mut freed = Vec::new();
+                    idx.remove_range(page, last, |s| freed.push(s));
+                    let doomed: Vec<u64> = model.range(page..last).map(|(k, _)| *k).collect();
+                    let mut want: Vec<u32> = doomed.iter().map(|k| model.remove(k).unwrap()).collect();
+                    freed.sort_unstable();
+                    want.sort_unstable();
+                    assert_eq!(freed, want, "range [{page}, {last})");
+                }
+                _ => assert_eq!(idx.get(page), model.get(&page).copied()),
+            }
+            assert_eq!(idx.len(), model.len());
+        }
+        assert!(idx.pages().eq(model.keys().copied()), "pages in order");
+        idx.remove_range(0, u64::MAX, |_| {});
+        assert_eq!((idx.len(), idx.groups.len()), (0, 0), "a range wider than the index empties it");
+    }
+}
