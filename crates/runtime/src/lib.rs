@@ -57,6 +57,7 @@ mod callback;
 mod config;
 mod io;
 mod local;
+mod mapped;
 mod pump;
 mod runtime;
 mod shared;

@@ -40,11 +40,21 @@ pub(super) enum Taken {
 /// Takes `r` for the calling thread's ring when it is inside
 /// [`Submitter::on_local_ring`] for the runtime `sh`; gives it back otherwise. A
 /// transfer of a file in memory is done there and then instead: the thread would
-/// otherwise wait for io_uring's worker to do the same copy.
+/// otherwise wait for io_uring's worker to do the same copy; a read copies from the
+/// file's mapping ([`crate::mapped`]), without a system call.
 pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
     LOCAL.with(|l| match &mut *l.borrow_mut() {
         Some(sink) if std::ptr::eq(sink.owner, sh) && sh.memory_file => {
-            let res = r.run_sync();
+            let res = match &sh.mapped {
+                // SAFETY: the request's part of its BIO's buffer, which nobody else
+                // touches until the request completes (as for the ring's entry).
+                Some(m)
+                    if !r.t.write && m.read(r.t.offset, unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }) =>
+                {
+                    i32::try_from(r.len).expect("a request moves less than 2 GiB")
+                }
+                _ => r.run_sync(),
+            };
             Taken::Done(r, res)
         }
         Some(sink) if std::ptr::eq(sink.owner, sh) => {

@@ -5,6 +5,7 @@
 
 use crate::config::{Backend, RuntimeConfig, RuntimeError};
 use crate::io::{FutState, Io, IoDone, IoFuture, Submitter};
+use crate::mapped::MappedFile;
 use crate::shared::{Core, Job, Shared, Timer};
 use crate::threads::{completion_loop, timer_loop, worker_loop};
 use crate::uring::Uring;
@@ -110,6 +111,8 @@ impl Runtime {
             (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
             _ => description,
         };
+        let data_fd = direct.map(|(fd, _)| fd).or(buffered);
+        let memory_file = in_memory(data_fd);
         let (tx, rx) = crossbeam_channel::unbounded();
         let (timers, timer_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
@@ -122,7 +125,8 @@ impl Runtime {
             timers,
             direct,
             buffered,
-            memory_file: in_memory(direct.map(|(fd, _)| fd).or(buffered)),
+            memory_file,
+            mapped: memory_file.then(|| data_fd.and_then(MappedFile::new)).flatten(),
             stopping: AtomicBool::new(false),
         });
         let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };

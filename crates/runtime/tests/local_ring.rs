@@ -225,3 +225,65 @@ fn transfers_of_an_image_in_memory_are_done_on_the_spot() {
     }
     rt.close().unwrap();
 }
+
+/// The child of `an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word`:
+/// reads a written block of an image in /dev/shm on the spot (from the file's
+/// mapping), shortens the image's file as another process could, and reads again.
+/// Does nothing unless its parent runs it.
+#[test]
+fn child_reads_an_image_shortened_under_it() {
+    let Some(dir) = std::env::var_os("ZBLK_SHORTENED_CHILD") else { return };
+    let dir = std::path::Path::new(&dir);
+    let Some(rt) = start(dir, Backend::Auto) else { return };
+    let sub = rt.submitter();
+    let (tx, rx) = channel::<(u64, ThreadId, IoDone)>();
+    let mut ios = Vec::new();
+    sub.on_local_ring(&mut ios, || submit_four_writes(&sub, &tx));
+    let read = |tx: &Sender<(u64, ThreadId, IoDone)>| {
+        let tx = tx.clone();
+        sub.on_local_ring(&mut Vec::new(), || {
+            sub.submit(Io::read(Sector(ZONE), AlignedBuf::zeroed(4096)), move |d| {
+                tx.send((9, std::thread::current().id(), d)).unwrap()
+            })
+        });
+    };
+    read(&tx);
+    let first = rx.try_iter().last().expect("the first read completed on the spot");
+    assert!(first.2.result.is_ok(), "the first read: {:?}", first.2.result);
+    // Shortened to the first zone: zone 1's data is gone.
+    std::fs::OpenOptions::new().write(true).open(dir.join("img")).unwrap().set_len(ZONE * 512).unwrap();
+    read(&tx);
+    let second = rx.try_iter().last().map(|d| d.2.result);
+    // Only reached if the read did not touch the mapping.
+    println!("CHILD-SURVIVED second read: {second:?}");
+}
+
+/// A read of an image in memory copies from the file's mapping; if another process
+/// shortens the file (ignoring the image's lock), the page is gone and the process
+/// gets SIGBUS: the runtime says what happened and exits with status 1, rather than
+/// dying of a bare "Bus error".
+#[test]
+fn an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !rustix::fs::statfs(shm).is_ok_and(|st| st.f_type as u64 == 0x0102_1994) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word: /dev/shm is not a tmpfs"
+        );
+        return;
+    }
+    if zblk_runtime::io_uring_available().is_err() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED an_image_in_memory_shortened_...: io_uring is not available");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_reads_an_image_shortened_under_it", "--nocapture", "--test-threads=1"])
+        .env("ZBLK_SHORTENED_CHILD", dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "exit status {:?}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    assert!(stderr.contains("the image's file was shortened while zblk had it mapped"), "stderr: {stderr}");
+    assert!(!stdout.contains("CHILD-SURVIVED"), "stdout: {stdout}");
+}
