@@ -159,8 +159,12 @@ pub fn start(img: FileImage, engine: EngineConfig, backend: Backend) -> Result<R
 /// which a full file system or a file size limit is told by. An EIO that names the
 /// rule that refused it (a zone transition the condition does not allow) was refused,
 /// not failed: its cause is the rule.
+///
+/// Under an NVMe generic device, any status the drive gave (no rule: nothing refused
+/// it before the drive) is told with the NVMe status the drive answered.
 pub fn fs_cause(rt: &Runtime, st: Status) -> Option<String> {
-    if st == Status::IoErr && st.rule().is_none() { rt.device().last_error() } else { None }
+    let drive = rt.device().uring_cmd().is_some();
+    if (st == Status::IoErr || drive) && st.rule().is_none() { rt.device().last_error() } else { None }
 }
 
 /// A failed request's status in words: the file system's errno under an image

@@ -415,7 +415,15 @@ impl Device for NvmeZns {
 
     fn last_error(&self) -> Option<String> {
         let s = self.last_status.load(Ordering::Relaxed);
-        (s != 0).then(|| format!("NVMe status {:#x} ({})", s & 0xffff, cmd::status_name(s as u16)))
+        (s != 0).then(|| {
+            let status = s as u16;
+            let errno = cmd::status_of(status).errno_name();
+            format!(
+                "{errno}: the drive answered NVMe status {:#05x} ({})",
+                cmd::status_code(status),
+                cmd::status_name(status)
+            )
+        })
     }
 
     fn uring_cmd(&self) -> Option<&dyn UringCmd> {

@@ -313,8 +313,8 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
 /// A failed NVMe command in words: the errno the kernel would give, and the NVMe
 /// status the drive answered.
 fn nvme_error(d: &NvmeZns, what: &str, s: zblk_core::bio::Status) -> CliError {
-    let nvme = zblk_dev::Device::last_error(d).map(|e| format!(" ({e})")).unwrap_or_default();
-    CliError(format!("{}: {what} failed: {}: {s}{nvme}", d.path().display(), s.errno_name()))
+    let why = zblk_dev::Device::last_error(d).unwrap_or_else(|| format!("{}: {s}", s.errno_name()));
+    CliError(format!("{}: {what} failed: {why}", d.path().display()))
 }
 
 /// A zone action on an NVMe namespace, zone by zone with Zone Management Send (a
