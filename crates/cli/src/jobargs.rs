@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]
     pub group_reporting: bool,
+    /// With --image: writes go as zone appends to their zone's start (native on an
+    /// NVMe generic device, emulated by zblk elsewhere), as fio's zone_append write
+    /// mode; fio's zone rules still choose the zones.
+    #[arg(long = "zone_append")]
+    pub zone_append: bool,
     /// Zone write issue policy (the help lists every policy with its summary, and
     /// the default rule).
     #[arg(long, value_parser = policy_parser(), help = policy_help())]
