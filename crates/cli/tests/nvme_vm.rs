@@ -6,7 +6,9 @@
 //! kernel's errnos (a write off the write pointer, an append past the zone capacity,
 //! too many open zones), and appends from four threads into one zone returning
 //! distinct, contiguous sectors whose data reads back (this test binary runs again
-//! in the guest for that: `four_threads_append_into_one_zone`).
+//! in the guest for that: `four_threads_append_into_one_zone`); and seeded random
+//! operations through the runtime against a model of the zones
+//! (`random_operations_against_a_model`, three seeds).
 //!
 //! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
 
@@ -54,6 +56,9 @@ r report_open $X report $D
 blkzone report $B > $S/blkzone_open.txt
 r reset_all3 $X reset $D
 ZBLK_NVME_DEV=$D r appends $T --exact four_threads_append_into_one_zone --ignored --nocapture
+for seed in 1 2 3; do
+  ZBLK_NVME_DEV=$D ZBLK_NVME_SEED=$seed r random$seed $T --exact random_operations_against_a_model --ignored --nocapture
+done
 r report_end $X report $D
 blkzone report $B > $S/blkzone_end.txt
 "#;
@@ -132,6 +137,10 @@ fn nvme_passthrough_in_the_vm() {
     assert_eq!(ok(share, "report_end"), read(share, "blkzone_end.txt"));
     let appends = ok(share, "appends");
     assert!(appends.contains("APPENDS OK 256"), "{appends}\n{log}");
+    for seed in 1..=3 {
+        let out = ok(share, &format!("random{seed}"));
+        assert!(out.contains(&format!("RANDOM OK seed {seed}")), "{out}");
+    }
 }
 
 /// Inside the VM (run by `nvme_passthrough_in_the_vm` with `ZBLK_NVME_DEV`): four
@@ -177,5 +186,144 @@ fn four_threads_append_into_one_zone() {
     let z = rt.report_zone(zone).unwrap();
     assert_eq!(z.wp, next, "the zone's write pointer is past the appends");
     println!("APPENDS OK {} sectors {}..{}", landed.len(), zone.0, next.0);
-    Arc::try_unwrap(rt).ok().expect("the threads are done").close().unwrap();
+    Arc::try_unwrap(rt).expect("the threads are done").close().unwrap();
+}
+
+/// A small seeded generator (xorshift64*): the randomized test's operations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What the randomized test expects of a zone: its write pointer (sectors from the
+/// start), the bytes written below it, whether it was finished.
+#[derive(Clone, Default)]
+struct ZoneModel {
+    wp: u64,
+    data: Vec<u8>,
+    full: bool,
+}
+
+/// Inside the VM (run by `nvme_passthrough_in_the_vm` with `ZBLK_NVME_DEV` and
+/// `ZBLK_NVME_SEED`): seeded random writes, appends (alone and from several threads
+/// at once), reads, resets, finishes, opens and closes on four zones through the
+/// runtime, every result against a model of the zones, the zone report against the
+/// model after every step. Prints `RANDOM OK` and the seed.
+#[test]
+#[ignore = "runs inside the VM, from nvme_passthrough_in_the_vm"]
+fn random_operations_against_a_model() {
+    let Ok(path) = std::env::var("ZBLK_NVME_DEV") else { return };
+    let seed: u64 = std::env::var("ZBLK_NVME_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let dev = NvmeZns::open(Path::new(&path), false).unwrap();
+    let geo = dev.geometry().clone();
+    let rt = Arc::new(Runtime::start(dev, RuntimeConfig::default()).unwrap());
+    let zones: Vec<ZoneNo> = (8..12).map(ZoneNo).collect();
+    let cap = geo.zone_capacity(zones[0]);
+    for &z in &zones {
+        rt.zone_op(Op::ZoneReset, geo.zone_start(z)).unwrap();
+    }
+    let mut model = vec![ZoneModel::default(); zones.len()];
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    for step in 0..400 {
+        let i = rng.below(zones.len() as u64) as usize;
+        let start = geo.zone_start(zones[i]);
+        let m = &mut model[i];
+        let len = 8 * (1 + rng.below(32)) as usize; // 4 to 128 KiB in sectors
+        let fill = |rng: &mut Rng| vec![(rng.next() | 1) as u8; len * 512];
+        let fits = !m.full && m.wp + len as u64 <= cap;
+        let ctx = format!("seed {seed} step {step} zone {} wp {} len {len}", zones[i].0, m.wp);
+        match rng.below(8) {
+            0 | 1 => {
+                let data = fill(&mut rng);
+                let r = rt.write_at(Sector(start.0 + m.wp), &data);
+                assert_eq!(r.is_ok(), fits, "write: {ctx}: {r:?}");
+                if fits {
+                    m.wp += len as u64;
+                    m.data.extend_from_slice(&data);
+                }
+            }
+            2 | 3 => {
+                let data = fill(&mut rng);
+                let r = rt.append(start, &data);
+                assert_eq!(r.is_ok(), fits, "append: {ctx}: {r:?}");
+                if let Ok(at) = r {
+                    assert_eq!(at.0, start.0 + m.wp, "append landed elsewhere: {ctx}");
+                    m.wp += len as u64;
+                    m.data.extend_from_slice(&data);
+                }
+            }
+            4 => concurrent_appends(&rt, start, m, cap, &mut rng, &ctx),
+            5 if m.wp > 0 => {
+                let off = rng.below(m.wp);
+                let n = (1 + rng.below((m.wp - off).min(256))) as usize;
+                let (off, n) = (off & !7, (n + 7) & !7);
+                let n = n.min((m.wp - off) as usize);
+                if n > 0 {
+                    let mut back = vec![0u8; n * 512];
+                    rt.read_at(Sector(start.0 + off), &mut back).unwrap();
+                    let want = &m.data[(off * 512) as usize..][..n * 512];
+                    assert!(back == want, "read back other data: {ctx} at {off} for {n}");
+                }
+            }
+            6 => {
+                rt.zone_op(Op::ZoneReset, start).unwrap();
+                *m = ZoneModel::default();
+            }
+            7 if rng.below(4) == 0 => {
+                rt.zone_op(Op::ZoneFinish, start).unwrap();
+                m.full = true;
+            }
+            _ => {
+                // Open or close: the write pointer stays (a close of an empty zone
+                // may be refused by the drive; what it leaves is checked below).
+                let op = if rng.below(2) == 0 { Op::ZoneOpen } else { Op::ZoneClose };
+                let _ = rt.zone_op(op, start);
+            }
+        }
+        let z = rt.report_zone(start).unwrap();
+        // A zone written to its capacity is FULL, its write pointer its end (as the kernel reports).
+        let want = if m.full || m.wp == cap { start.0 + geo.zone_len(zones[i]) } else { start.0 + m.wp };
+        assert_eq!(z.wp.0, want, "zone report: {ctx} after the step: {z:?}");
+    }
+    println!("RANDOM OK seed {seed}");
+    Arc::try_unwrap(rt).expect("no other holder").close().unwrap();
+}
+
+/// 2 to 4 threads append at once into the zone at `start`: where they fit, they land
+/// contiguously at the write pointer, in some order; the model follows the order they
+/// landed in.
+fn concurrent_appends(rt: &Arc<Runtime>, start: Sector, m: &mut ZoneModel, cap: u64, rng: &mut Rng, ctx: &str) {
+    let k = 2 + rng.below(3) as usize;
+    let bufs: Vec<Vec<u8>> = (0..k).map(|_| vec![(rng.next() | 1) as u8; 8 * 512]).collect();
+    let fits = !m.full && m.wp + 8 * k as u64 <= cap;
+    if !fits {
+        return;
+    }
+    let hs: Vec<_> = bufs
+        .into_iter()
+        .map(|b| {
+            let rt = rt.clone();
+            std::thread::spawn(move || (rt.append(start, &b), b))
+        })
+        .collect();
+    let mut landed: Vec<(Sector, Vec<u8>)> = hs
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .map(|(r, b)| (r.unwrap_or_else(|e| panic!("{ctx}: {e}")), b))
+        .collect();
+    landed.sort_by_key(|(s, _)| *s);
+    for (s, b) in landed {
+        assert_eq!(s.0, start.0 + m.wp, "concurrent appends not contiguous: {ctx}");
+        m.wp += 8;
+        m.data.extend_from_slice(&b);
+    }
 }
