@@ -15,8 +15,9 @@ use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 #[derive(Args, Debug)]
 #[command(after_help = devspec_help())]
 pub struct BenchArgs {
-    /// Run on this zoned image (see `zblk create`) or Linux zoned block device (e.g.
-    /// /dev/nullb0) instead of a simulated device.
+    /// Run on this zoned image (see `zblk create`), Linux zoned block device (e.g.
+    /// /dev/nullb0) or NVMe ZNS generic device (/dev/ng0n1) instead of a simulated
+    /// device.
     #[arg(long, value_name = "IMG")]
     pub image: Option<std::path::PathBuf>,
     /// With --image: waiting for an image another process holds.

@@ -87,7 +87,11 @@ impl NvmeZns {
         let file =
             OpenOptions::new().read(true).write(!read_only).open(path).map_err(|e| DeviceError::io(path, "open", e))?;
         let nsid = cmd::namespace_id(&file).map_err(|e| {
-            unsupported(path, format!("not an NVMe namespace's generic device (NVME_IOCTL_ID: {})", io::Error::from(e)))
+            let e = io::Error::from(e);
+            unsupported(
+                path,
+                format!("a character device, not an NVMe namespace's generic device (NVME_IOCTL_ID: {e})"),
+            )
         })?;
         let id = identify(&file, path, nsid)?;
         let mut dev = NvmeZns {
@@ -127,7 +131,8 @@ impl NvmeZns {
         let zone_sectors = self.id.zone_blocks << shift;
         let first = self.report(Sector::ZERO, 1).map_err(|e| invalid(format!("zone report: {e}")))?;
         let cap = first.first().map(|z| z.capacity).ok_or_else(|| invalid("the zone report is empty".into()))?;
-        let max_sectors = self.id.max_transfer_bytes.unwrap_or(1 << 20).min(1 << 20) >> SECTOR_SHIFT;
+        let max_bytes = self.id.max_transfer_bytes.unwrap_or(1 << 20).min(1 << 20).min(self.kernel_max_bytes());
+        let max_sectors = max_bytes >> SECTOR_SHIFT;
         let append = self.id.append_bytes.min(max_sectors << SECTOR_SHIFT) >> SECTOR_SHIFT;
         let nr_zones = self.id.nsze / self.id.zone_blocks;
         let params = GeometryParams {
@@ -160,6 +165,15 @@ impl NvmeZns {
         // Not ZoneSet's checks: a ZNS zone closed explicitly before anything was
         // written to it stays CLOSED at its start, which null_blk's model refuses.
         Ok(geo)
+    }
+
+    /// The largest request the kernel passes through for the namespace: its block
+    /// device's `max_hw_sectors_kb` (`/dev/ngXnY` is `/sys/block/nvmeXnY`), which
+    /// can be below MDTS; no limit when it cannot be read.
+    fn kernel_max_bytes(&self) -> u64 {
+        let name = self.path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("ng"));
+        let kb = name.and_then(|n| std::fs::read_to_string(format!("/sys/block/nvme{n}/queue/max_hw_sectors_kb")).ok());
+        kb.and_then(|t| t.trim().parse::<u64>().ok()).filter(|&kb| kb >= 4).map_or(u64::MAX, |kb| kb << 10)
     }
 
     /// Runs an I/O command synchronously (the passthrough ioctl); an NVMe error is
@@ -459,7 +473,7 @@ mod tests {
         let e = NvmeZns::open(f.path(), true).unwrap_err();
         assert!(e.to_string().contains("not a character device"), "{e}");
         let e = NvmeZns::open(Path::new("/dev/null"), true).unwrap_err();
-        assert!(e.to_string().contains("not an NVMe namespace's generic device"), "{e}");
+        assert!(e.to_string().contains("a character device, not an NVMe namespace's generic device"), "{e}");
         let e = NvmeZns::open(Path::new("/dev/zblk-no-such-ng"), true).unwrap_err();
         assert_eq!(e.to_string(), "/dev/zblk-no-such-ng: no such file or device");
     }

@@ -17,7 +17,8 @@ use zblk_dev::linux::LinuxZoned;
 /// Shows an image's geometry, limits, attributes and zone state.
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
+    /// The image, a Linux zoned block device (e.g. /dev/nullb0), or an NVMe ZNS
+    /// namespace's generic device (/dev/ng0n1: NVMe passthrough, native zone append).
     pub image: PathBuf,
     /// Waiting for an image another process holds.
     #[command(flatten)]

@@ -1,7 +1,8 @@
 //! `zblk report|capacity|reset|open|close|finish IMG`: util-linux `blkzone`'s
 //! commands, options (`-o/--offset`, `-l/--length`, `-c/--count`, `-v/--verbose`, in
-//! 512-byte sectors) and output, on a zoned image (through the engine) or a Linux
-//! zoned block device (through the kernel's zone ioctls, as blkzone).
+//! 512-byte sectors) and output, on a zoned image (through the engine), a Linux
+//! zoned block device (through the kernel's zone ioctls, as blkzone) or an NVMe ZNS
+//! generic device (Zone Management Send and Receive through NVMe passthrough).
 
 use crate::out::{self, outln};
 use crate::{CliError, image};
@@ -18,7 +19,8 @@ use zblk_runtime::Backend;
 /// blkzone's options.
 #[derive(Args, Debug)]
 pub struct ZoneArgs {
-    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
+    /// The image, a Linux zoned block device (e.g. /dev/nullb0), or an NVMe ZNS
+    /// namespace's generic device (/dev/ng0n1: NVMe passthrough, native zone append).
     pub image: PathBuf,
     /// Waiting for an image another process holds.
     #[command(flatten)]
