@@ -135,10 +135,17 @@ impl NvmeZns {
         let max_sectors = max_bytes >> SECTOR_SHIFT;
         let append = self.id.append_bytes.min(max_sectors << SECTOR_SHIFT) >> SECTOR_SHIFT;
         let nr_zones = self.id.nsze / self.id.zone_blocks;
+        // Absurd Identify data (a zone size or namespace size past what sectors count)
+        // are refused here, not overflowed.
+        let capacity_bytes = nr_zones
+            .checked_mul(zone_sectors)
+            .and_then(|s| s.checked_mul(512))
+            .filter(|_| self.id.zone_blocks.leading_zeros() > shift + SECTOR_SHIFT)
+            .ok_or_else(|| invalid(format!("{nr_zones} zones of {} blocks: too large", self.id.zone_blocks)))?;
         let params = GeometryParams {
             lbs_bytes: self.id.lba_bytes,
             // The kernel's zoned disk ends at its last whole zone.
-            capacity_bytes: (nr_zones * zone_sectors) << SECTOR_SHIFT,
+            capacity_bytes,
             zoned: true,
             zone_size_bytes: zone_sectors << SECTOR_SHIFT,
             zone_capacity_bytes: cap << SECTOR_SHIFT,
@@ -394,11 +401,15 @@ impl Device for NvmeZns {
     }
 
     fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
-        // Only a passthrough command carries this device's transfers; a driver
-        // reports its outcome through [`UringCmd::complete`].
-        io.map(|()| t.at)
-            .map_err(|e| e.raw_os_error().map_or(Status::IoErr, |n| errno_status(Errno::from_raw_os_error(n))))
-            .and_then(|s| if req.op == Op::ZoneAppend { Err(Status::IoErr) } else { Ok(s) })
+        // The device offers no descriptor to move data through: a driver carries its
+        // transfers as passthrough commands and ends them with UringCmd::complete,
+        // or hands them to perform. A transfer ended here has no completion to take
+        // an append's sector from, so an append fails rather than guess it.
+        let io = io.map_err(|e| e.raw_os_error().map_or(Status::IoErr, |n| errno_status(Errno::from_raw_os_error(n))));
+        match req.op {
+            Op::ZoneAppend => io.and(Err(Status::IoErr)),
+            _ => io.map(|()| t.at),
+        }
     }
 
     fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {

@@ -100,7 +100,7 @@ impl Cmd {
     pub fn rw(opcode: u8, nsid: u32, slba: u64, nlb: u32, addr: u64, len: u32) -> Cmd {
         let mut c = Cmd::io(opcode, nsid, slba);
         // NLB is 0-based.
-        c.cdw[2] = nlb - 1;
+        c.cdw[2] = nlb.saturating_sub(1);
         c.addr = addr;
         c.data_len = len;
         c
