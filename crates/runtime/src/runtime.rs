@@ -48,7 +48,6 @@ fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, in
 fn open_ring(device: &dyn Device, cfg: &RuntimeConfig, has_fds: bool) -> Result<Option<Uring>, RuntimeError> {
     // A device whose transfers are passthrough commands needs the wide entries.
     let wide = device.uring_cmd().is_some();
-    let has_fds = has_fds || wide;
     Ok(match cfg.backend {
         Backend::Threads => None,
         Backend::IoUring if !has_fds => {
@@ -104,7 +103,8 @@ impl Runtime {
         let fds = device.data_fds();
         let direct = fds.direct.map(|(fd, a)| (fd.as_raw_fd(), a));
         let buffered = fds.buffered.map(|fd| fd.as_raw_fd());
-        let has_fds = direct.is_some() || buffered.is_some();
+        // A passthrough device moves its data through the ring too.
+        let has_fds = direct.is_some() || buffered.is_some() || device.uring_cmd().is_some();
         let uring = open_ring(&*device, &cfg, has_fds)?;
         let workers = worker_count(&*device, &cfg, uring.is_some());
         let description =
