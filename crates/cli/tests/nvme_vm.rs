@@ -8,7 +8,10 @@
 //! distinct, contiguous sectors whose data reads back (this test binary runs again
 //! in the guest for that: `four_threads_append_into_one_zone`); and seeded random
 //! operations through the runtime against a model of the zones
-//! (`random_operations_against_a_model`, three seeds).
+//! (`random_operations_against_a_model`, three seeds). Built with `mutations`
+//! (as `scripts/test` builds), the four threads' test runs once more with a planted
+//! bug (an append's sector taken from the request, not from its completion) and must
+//! fail.
 //!
 //! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
 
@@ -56,6 +59,7 @@ r report_open $X report $D
 blkzone report $B > $S/blkzone_open.txt
 r reset_all3 $X reset $D
 ZBLK_NVME_DEV=$D r appends $T --exact four_threads_append_into_one_zone --ignored --nocapture
+ZBLK_NVME_DEV=$D ZBLK_NVME_MUTATION=1 r appends_mutated $T --exact four_threads_append_into_one_zone --ignored --nocapture
 for seed in 1 2 3; do
   ZBLK_NVME_DEV=$D ZBLK_NVME_SEED=$seed r random$seed $T --exact random_operations_against_a_model --ignored --nocapture
 done
@@ -137,6 +141,16 @@ fn nvme_passthrough_in_the_vm() {
     assert_eq!(ok(share, "report_end"), read(share, "blkzone_end.txt"));
     let appends = ok(share, "appends");
     assert!(appends.contains("APPENDS OK 256"), "{appends}\n{log}");
+    // With the planted bug (built with `mutations`: scripts/test's build), the
+    // appends' sectors are their zone's start and the check fails.
+    let (rc, out, err) = cmd(share, "appends_mutated");
+    if cfg!(feature = "mutations") {
+        assert_ne!(rc, 0, "the planted bug went unnoticed: {out}");
+        let said = format!("{out}{err}");
+        assert!(said.contains("not contiguous") || said.contains("reads back other data"), "{said}");
+    } else {
+        assert_eq!(rc, 0, "{out}{err}");
+    }
     for seed in 1..=3 {
         let out = ok(share, &format!("random{seed}"));
         assert!(out.contains(&format!("RANDOM OK seed {seed}")), "{out}");
@@ -151,6 +165,8 @@ fn nvme_passthrough_in_the_vm() {
 #[ignore = "runs inside the VM, from nvme_passthrough_in_the_vm"]
 fn four_threads_append_into_one_zone() {
     let Ok(path) = std::env::var("ZBLK_NVME_DEV") else { return };
+    #[cfg(feature = "mutations")]
+    zblk_dev::nvme::planted::set_append_lba_from_request(std::env::var("ZBLK_NVME_MUTATION").is_ok());
     let dev = NvmeZns::open(Path::new(&path), false).unwrap();
     let geo = dev.geometry().clone();
     assert!(!geo.emulates_zone_append());

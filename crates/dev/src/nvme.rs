@@ -259,7 +259,11 @@ impl NvmeZns {
     /// The sector a data command ended at: a Zone Append's from its result (the LBA
     /// the device wrote), the request's own otherwise.
     fn landed(&self, req: &Request, result: u64) -> Sector {
-        if req.op == Op::ZoneAppend { Sector(result << self.id.lba_shift()) } else { req.sector }
+        if req.op == Op::ZoneAppend && !planted::append_lba_from_request() {
+            Sector(result << self.id.lba_shift())
+        } else {
+            req.sector
+        }
     }
 
     fn perform_blocking(&self, req: &Request) -> Result<Sector, Status> {
@@ -281,6 +285,31 @@ impl NvmeZns {
             return Err(Status::Invalid);
         }
         self.zone_send(action, zone, false).map(|()| req.sector)
+    }
+}
+
+/// A planted bug for the passthrough device's VM test (feature `mutations`, as
+/// `zblk_core::mutation`; without it the switch is a constant `false`): a zone
+/// append's sector taken from the request (its zone's start) instead of the LBA in
+/// its completion. Process-wide, not per thread: the runtime's completion thread
+/// reads it.
+pub mod planted {
+    #[cfg(feature = "mutations")]
+    static APPEND_LBA_FROM_REQUEST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Plants (or removes) the bug.
+    #[cfg(feature = "mutations")]
+    pub fn set_append_lba_from_request(on: bool) {
+        APPEND_LBA_FROM_REQUEST.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the bug is planted.
+    #[inline]
+    pub fn append_lba_from_request() -> bool {
+        #[cfg(feature = "mutations")]
+        return APPEND_LBA_FROM_REQUEST.load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(feature = "mutations"))]
+        false
     }
 }
 
