@@ -64,6 +64,26 @@ pub struct NvmeZns {
     last_status: AtomicU32,
 }
 
+/// Refuses a character device whose sysfs class is not `nvme-generic` before it is
+/// opened: opening some devices acts (a watchdog starts counting down). Without
+/// sysfs, the NVMe ioctl after the open decides.
+fn check_class(path: &Path, meta: &std::fs::Metadata) -> Result<(), DeviceError> {
+    use std::os::unix::fs::MetadataExt;
+    let (major, minor) = (rustix::fs::major(meta.rdev()), rustix::fs::minor(meta.rdev()));
+    let Ok(link) = std::fs::read_link(format!("/sys/dev/char/{major}:{minor}/subsystem")) else { return Ok(()) };
+    match link.file_name().and_then(|n| n.to_str()) {
+        Some("nvme-generic") => Ok(()),
+        class => Err(unsupported(
+            path,
+            format!(
+                "a character device, not an NVMe namespace's generic device (its class is {}; the generic \
+                 device of namespace Y of controller X is /dev/ngXnY)",
+                class.unwrap_or("unknown")
+            ),
+        )),
+    }
+}
+
 /// A device error saying what `path` is instead of an NVMe ZNS namespace.
 fn unsupported(path: &Path, what: impl Into<String>) -> DeviceError {
     DeviceError::new(path, DeviceErrorKind::Unsupported(what.into()))
@@ -84,6 +104,7 @@ impl NvmeZns {
             };
             return Err(unsupported(path, what));
         }
+        check_class(path, &meta)?;
         let file =
             OpenOptions::new().read(true).write(!read_only).open(path).map_err(|e| DeviceError::io(path, "open", e))?;
         let nsid = cmd::namespace_id(&file).map_err(|e| {
@@ -514,6 +535,7 @@ mod tests {
         assert!(e.to_string().contains("not a character device"), "{e}");
         let e = NvmeZns::open(Path::new("/dev/null"), true).unwrap_err();
         assert!(e.to_string().contains("a character device, not an NVMe namespace's generic device"), "{e}");
+        assert!(e.to_string().contains("its class is mem"), "{e}");
         let e = NvmeZns::open(Path::new("/dev/zblk-no-such-ng"), true).unwrap_err();
         assert_eq!(e.to_string(), "/dev/zblk-no-such-ng: no such file or device");
     }
