@@ -15,6 +15,7 @@ use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 use zblk_dev::Device;
 use zblk_dev::file::{FileImage, ImageOptions};
 use zblk_dev::linux::{self, LinuxOptions, LinuxZoned, RawZone};
+use zblk_dev::nvme::{self, NvmeZns};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig};
 
 /// What the I/O commands (`write`, `append`, `read`, `bench`, `info`) run on: a zblk
@@ -24,13 +25,20 @@ pub enum Target {
     Image(Box<FileImage>),
     /// A Linux zoned block device (`O_DIRECT` data, the kernel's zone ioctls).
     Linux(Box<LinuxZoned>),
+    /// An NVMe ZNS namespace's generic character device (`/dev/ngXnY`): NVMe
+    /// commands through the kernel's passthrough, native zone append.
+    Nvme(Box<NvmeZns>),
 }
 
 impl Target {
     /// Opens `path`: a block device as a Linux zoned block device (a regular block
     /// device is refused: zblk's engine is for zoned devices), anything else as an
-    /// image (a file that is not one is refused by the image's checks).
+    /// image (a file that is not one is refused by the image's checks); a character
+    /// device as an NVMe generic device (anything else is refused saying what it is).
     pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<Target, CliError> {
+        if nvme::is_char_device(path) {
+            return NvmeZns::open(path, read_only).map(|d| Target::Nvme(Box::new(d))).map_err(CliError::msg);
+        }
         if linux::is_block_device(path) {
             let opts = LinuxOptions { read_only, ..LinuxOptions::default() };
             return LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg);
@@ -42,7 +50,7 @@ impl Target {
     pub fn image(&self) -> Option<&FileImage> {
         match self {
             Target::Image(i) => Some(i),
-            Target::Linux(_) => None,
+            Target::Linux(_) | Target::Nvme(_) => None,
         }
     }
 
@@ -51,6 +59,7 @@ impl Target {
         match self {
             Target::Image(i) => i.geo(),
             Target::Linux(d) => d.geometry(),
+            Target::Nvme(d) => d.geometry(),
         }
     }
 
@@ -59,6 +68,7 @@ impl Target {
         match self {
             Target::Image(i) => i.rotational(),
             Target::Linux(d) => Device::rotational(d.as_ref()),
+            Target::Nvme(d) => Device::rotational(d.as_ref()),
         }
     }
 
@@ -73,6 +83,11 @@ impl Target {
         match self {
             Target::Image(i) => start(*i, engine, backend),
             Target::Linux(d) => {
+                let path = d.path().display().to_string();
+                Runtime::start(*d, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
+                    .map_err(|e| CliError(format!("{path}: {e}")))
+            }
+            Target::Nvme(d) => {
                 let path = d.path().display().to_string();
                 Runtime::start(*d, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
                     .map_err(|e| CliError(format!("{path}: {e}")))
@@ -144,8 +159,12 @@ pub fn start(img: FileImage, engine: EngineConfig, backend: Backend) -> Result<R
 /// which a full file system or a file size limit is told by. An EIO that names the
 /// rule that refused it (a zone transition the condition does not allow) was refused,
 /// not failed: its cause is the rule.
+///
+/// Under an NVMe generic device, any status the drive gave (no rule: nothing refused
+/// it before the drive) is told with the NVMe status the drive answered.
 pub fn fs_cause(rt: &Runtime, st: Status) -> Option<String> {
-    if st == Status::IoErr && st.rule().is_none() { rt.device().last_error() } else { None }
+    let drive = rt.device().uring_cmd().is_some();
+    if (st == Status::IoErr || drive) && st.rule().is_none() { rt.device().last_error() } else { None }
 }
 
 /// A failed request's status in words: the file system's errno under an image

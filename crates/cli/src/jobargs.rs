@@ -15,8 +15,9 @@ use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 #[derive(Args, Debug)]
 #[command(after_help = devspec_help())]
 pub struct BenchArgs {
-    /// Run on this zoned image (see `zblk create`) or Linux zoned block device (e.g.
-    /// /dev/nullb0) instead of a simulated device.
+    /// Run on this zoned image (see `zblk create`), Linux zoned block device (e.g.
+    /// /dev/nullb0) or NVMe ZNS generic device (/dev/ng0n1) instead of a simulated
+    /// device.
     #[arg(long, value_name = "IMG")]
     pub image: Option<std::path::PathBuf>,
     /// With --image: waiting for an image another process holds.
@@ -85,6 +86,11 @@ pub struct BenchArgs {
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]
     pub group_reporting: bool,
+    /// With --image: writes go as zone appends to their zone's start (native on an
+    /// NVMe generic device, emulated by zblk elsewhere), as fio's zone_append write
+    /// mode; fio's zone rules still choose the zones.
+    #[arg(long = "zone_append")]
+    pub zone_append: bool,
     /// Zone write issue policy (the help lists every policy with its summary, and
     /// the default rule).
     #[arg(long, value_parser = policy_parser(), help = policy_help())]

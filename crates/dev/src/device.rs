@@ -191,6 +191,14 @@ pub trait Device: Send + Sync {
         None
     }
 
+    /// The device's data transfers as io_uring passthrough commands, when it takes
+    /// them (an NVMe generic device): a driver with a ring of 128-byte entries and
+    /// 32-byte completions carries a [`Plan::Transfer`] as the command this builds
+    /// and ends it with [`UringCmd::complete`] instead of [`Device::finish`].
+    fn uring_cmd(&self) -> Option<&dyn UringCmd> {
+        None
+    }
+
     /// Executes `req` synchronously: [`Device::prepare`], then [`Device::perform`].
     fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
         let plan = self.prepare(req)?;
@@ -222,6 +230,23 @@ pub trait Device: Send + Sync {
         out.truncate(n);
         Ok(out)
     }
+}
+
+/// A device's transfers as `IORING_OP_URING_CMD` entries (see
+/// [`Device::uring_cmd`]). The buffer stays the submitter's, as for any transfer:
+/// the command only points at it, and the driver keeps it valid until the
+/// completion is reaped.
+pub trait UringCmd: Send + Sync {
+    /// The descriptor the commands go to.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// The entry's `cmd_op` (`NVME_URING_CMD_IO`).
+    fn cmd_op(&self) -> u32;
+    /// The entry's 80 command bytes for a prepared transfer of `req` with its `len`
+    /// bytes at `addr`.
+    fn command(&self, req: &Request, addr: *mut u8, len: usize) -> [u8; 80];
+    /// The request's result from the completion's `res` and first big-CQE word (a
+    /// zone append's LBA).
+    fn complete(&self, req: &Request, res: i32, result: u64) -> Result<Sector, Status>;
 }
 
 /// A shared device is a device: the runtime can drive it while its owner keeps a
@@ -262,6 +287,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     }
     fn last_error(&self) -> Option<String> {
         (**self).last_error()
+    }
+    fn uring_cmd(&self) -> Option<&dyn UringCmd> {
+        (**self).uring_cmd()
     }
 }
 

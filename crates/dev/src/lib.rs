@@ -17,6 +17,7 @@ pub mod file;
 pub mod fuzzing;
 pub mod linux;
 pub mod mem;
+pub mod nvme;
 pub mod pages;
 
 use zblk_core::bio::{Request, Status};
@@ -25,7 +26,7 @@ use zblk_core::rule::Rule;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneInfo;
 
-pub use device::{DataFds, Device, DeviceZeroing, Locked, Plan, Transfer};
+pub use device::{DataFds, Device, DeviceZeroing, Locked, Plan, Transfer, UringCmd};
 pub use error::{DeviceError, DeviceErrorKind, Hold};
 pub use file::FileImage;
 pub use mem::MemDevice;

@@ -49,6 +49,22 @@ pub struct RealReport {
 /// Runs `specs` on the runtime's device, named `image` in the report, and measures
 /// them. The zone write pointers fio starts from are the device's, as reported now.
 pub fn run_jobs(rt: &Runtime, image: &str, specs: &[JobSpec], seed: u64, group: bool) -> Result<RealReport, JobError> {
+    run_jobs_appending(rt, image, specs, seed, group, false)
+}
+
+/// [`run_jobs`], with `append`: every write the generator decides goes as a zone
+/// append to the start of its zone (native where the device has zone append, emulated
+/// by the engine otherwise), as fio's `zone_append` write mode: the generator still
+/// keeps each zone's write pointer, which the appends together move as its writes
+/// would.
+pub fn run_jobs_appending(
+    rt: &Runtime,
+    image: &str,
+    specs: &[JobSpec],
+    seed: u64,
+    group: bool,
+    append: bool,
+) -> Result<RealReport, JobError> {
     let geo = rt.geometry().clone();
     let zones = if geo.is_zoned() {
         rt.report_zones().map_err(|e| JobError { option: "zonemode", message: format!("zone report failed: {e}") })?
@@ -63,6 +79,7 @@ pub fn run_jobs(rt: &Runtime, image: &str, specs: &[JobSpec], seed: u64, group: 
         sub: rt.submitter(),
         geo,
         t0,
+        append,
         st: Mutex::new(RunState {
             fio,
             pool_max: 2 * pool.len(),
@@ -136,6 +153,8 @@ struct BenchRun {
     sub: Submitter,
     geo: Geometry,
     t0: Instant,
+    /// Writes go as zone appends ([`run_jobs_appending`]).
+    append: bool,
     st: Mutex<RunState>,
     /// Signalled when the run ends.
     finished: Condvar,
@@ -211,7 +230,8 @@ impl BenchRun {
                 match a {
                     FioAction::Submit(io) => {
                         st.inflight += 1;
-                        ready.push(Ready { io: make_io(&io, &mut st.pool), done: done_of(&io) });
+                        let zone = self.append.then(|| self.geo.zone_start(self.geo.zone_no(io.bio.sector)));
+                        ready.push(Ready { io: make_io(&io, &mut st.pool, zone), done: done_of(&io) });
                     }
                     FioAction::ReportZone(z) => {
                         let info = self.sub.zone_info(self.geo.zone_start(z));
@@ -259,8 +279,8 @@ impl BenchRun {
 }
 
 /// The runtime's I/O for the generator's BIO, with a buffer from `pool` (or a new
-/// one when none fits).
-fn make_io(io: &FioIo, pool: &mut Vec<AlignedBuf>) -> Io {
+/// one when none fits); a write as a zone append to `append_to`, when given.
+fn make_io(io: &FioIo, pool: &mut Vec<AlignedBuf>, append_to: Option<zblk_core::units::Sector>) -> Io {
     let bio = &io.bio;
     let mut buf = || {
         let len = (u64::from(bio.nr_sectors) << SECTOR_SHIFT) as usize;
@@ -271,7 +291,10 @@ fn make_io(io: &FioIo, pool: &mut Vec<AlignedBuf>) -> Io {
     };
     match bio.op {
         Op::Read => Io::read(bio.sector, buf()),
-        Op::Write => Io::write(bio.sector, buf()).with_flags(bio.flags),
+        Op::Write => match append_to {
+            Some(zone) => Io::append(zone, buf()).with_flags(bio.flags),
+            None => Io::write(bio.sector, buf()).with_flags(bio.flags),
+        },
         Op::Flush => Io::flush().with_flags(bio.flags),
         op if op.is_zone_mgmt() => Io::zone(op, bio.sector),
         op => unreachable!("fio jobs do not submit {op}"),

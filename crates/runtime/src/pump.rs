@@ -9,6 +9,7 @@ use crate::local;
 use crate::shared::{BATCH, Core, Job, RawBuf, Shared, Timer};
 use crate::uring::Inflight;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::MutexGuard;
 use zblk_core::bio::{Op, ReqId, Request, Status};
 use zblk_core::engine::Action;
@@ -121,13 +122,21 @@ impl Shared {
             Ok(plan) => plan,
             Err(status) => return Started::Done(Err(status)),
         };
+        if let (Plan::Transfer(t), Some(b), Some(pc), Some(u)) = (plan, buf, self.device.uring_cmd(), &self.uring) {
+            // A passthrough command on the wide ring: the device builds it, the
+            // buffer stays the BIO's until the completion thread reaps it.
+            let cmd = pc.command(&req, b.ptr, b.len);
+            let fd = pc.fd().as_raw_fd();
+            u.push_cmd(Box::new(Inflight { req, t, ptr: b.ptr, len: b.len, fd, passthrough: true }), pc.cmd_op(), cmd);
+            return Started::Ring;
+        }
         if let (Plan::Transfer(t), Some(b)) = (plan, buf) {
             let direct = match self.direct {
                 Some((fd, a)) if (b.ptr as u64) % a == 0 && (b.len as u64) % a == 0 && t.offset % a == 0 => Some(fd),
                 _ => None,
             };
             if let Some(fd) = direct.or(self.buffered) {
-                let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd }) {
+                let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd, passthrough: false }) {
                     local::Taken::Queued => return Started::Local,
                     local::Taken::Done(r, res) => return Started::Done(self.finish_transfer(&r, res)),
                     local::Taken::No(r) => r,

@@ -47,6 +47,8 @@ fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, in
 /// device without data descriptors (a ring would carry nothing), a refusal when
 /// io_uring is required and cannot be had.
 fn open_ring(device: &dyn Device, cfg: &RuntimeConfig, has_fds: bool) -> Result<Option<Uring>, RuntimeError> {
+    // A device whose transfers are passthrough commands needs the wide entries.
+    let wide = device.uring_cmd().is_some();
     Ok(match cfg.backend {
         Backend::Threads => None,
         Backend::IoUring if !has_fds => {
@@ -55,10 +57,10 @@ fn open_ring(device: &dyn Device, cfg: &RuntimeConfig, has_fds: bool) -> Result<
                 device.name()
             ))));
         }
-        Backend::IoUring => Some(Uring::new(cfg.engine.queue_depth).map_err(RuntimeError::IoUring)?),
+        Backend::IoUring => Some(Uring::new(cfg.engine.queue_depth, wide).map_err(RuntimeError::IoUring)?),
         // A ring would carry nothing for a device without descriptors.
         Backend::Auto if !has_fds => None,
-        Backend::Auto => Uring::new(cfg.engine.queue_depth).ok(),
+        Backend::Auto => Uring::new(cfg.engine.queue_depth, wide).ok(),
     })
 }
 
@@ -102,11 +104,16 @@ impl Runtime {
         let fds = device.data_fds();
         let direct = fds.direct.map(|(fd, a)| (fd.as_raw_fd(), a));
         let buffered = fds.buffered.map(|fd| fd.as_raw_fd());
-        let has_fds = direct.is_some() || buffered.is_some();
+        // A passthrough device moves its data through the ring too.
+        let has_fds = direct.is_some() || buffered.is_some() || device.uring_cmd().is_some();
         let uring = open_ring(&*device, &cfg, has_fds)?;
         let workers = worker_count(&*device, &cfg, uring.is_some());
         let description =
             describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers, device.inline());
+        let description = match &uring {
+            Some(u) if u.wide() => "io_uring NVMe passthrough (IORING_OP_URING_CMD, 128-byte entries)".to_string(),
+            _ => description,
+        };
         let description = match (&uring, cfg.backend, has_fds) {
             (None, Backend::Auto, true) => format!("{description} (io_uring is not available)"),
             _ => description,

@@ -66,14 +66,18 @@ pub(crate) fn completion_loop(sh: Arc<Shared>) {
         let r = u.reap(&mut batch);
         assert!(r.is_ok(), "io_uring wait failed: {r:?}");
         let mut stop = false;
-        for &(token, res) in &batch {
+        for &(token, res, big) in &batch {
             if token == WAKE {
                 stop |= sh.stopping.load(Ordering::Acquire);
                 continue;
             }
             // SAFETY: every other token is a request pushed by push_rw, reaped once.
             let r = unsafe { uring::take(token) };
-            results.push((r.req.id, sh.finish_transfer(&r, res)));
+            let result = match sh.device.uring_cmd() {
+                Some(pc) if r.passthrough => pc.complete(&r.req, res, big),
+                _ => sh.finish_transfer(&r, res),
+            };
+            results.push((r.req.id, result));
         }
         if !results.is_empty() {
             sh.complete_many(&mut results);

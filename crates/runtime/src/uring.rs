@@ -3,8 +3,13 @@
 //! Reads and writes of the data region go through it (`O_DIRECT` when the buffer,
 //! offset and length are aligned, the page cache otherwise); everything that may
 //! block (flushes, zone management) goes to the worker threads.
+//!
+//! For a device whose transfers are io_uring passthrough commands (an NVMe generic
+//! device: [`zblk_dev::UringCmd`]) the same ring is set up with 128-byte entries and
+//! 32-byte completions, which `IORING_OP_URING_CMD` with an NVMe command needs; the
+//! rest of the driver is the same (plain entries are widened as they are pushed).
 
-use io_uring::{IoUring, opcode, types};
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
@@ -23,6 +28,9 @@ pub(super) struct Inflight {
     pub ptr: *mut u8,
     pub len: usize,
     pub fd: RawFd,
+    /// Carried as the device's passthrough command ([`zblk_dev::UringCmd`]), not a
+    /// read or write of `fd`.
+    pub passthrough: bool,
 }
 
 impl Inflight {
@@ -65,42 +73,72 @@ impl Inflight {
 // BIO completes; the request is owned by exactly one thread at a time.
 unsafe impl Send for Inflight {}
 
+/// The ring: plain entries, or the wide ones a passthrough command needs.
+enum Ring {
+    Plain(IoUring),
+    Wide(IoUring<squeue::Entry128, cqueue::Entry32>),
+}
+
+/// Calls `$f` with the ring, whichever its entry sizes.
+macro_rules! with_ring {
+    ($ring:expr, $r:ident => $f:expr) => {
+        match $ring {
+            Ring::Plain($r) => $f,
+            Ring::Wide($r) => $f,
+        }
+    };
+}
+
 /// The ring and its submission lock.
 pub(super) struct Uring {
-    ring: IoUring,
+    ring: Ring,
     sq: Mutex<()>,
 }
 
 impl std::fmt::Debug for Uring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Uring({} entries)", self.ring.params().sq_entries())
+        let n = with_ring!(&self.ring, r => r.params().sq_entries());
+        write!(f, "Uring({n} entries, wide: {})", self.wide())
     }
 }
 
 impl Uring {
-    /// A ring with room for `depth` requests in flight (and wake-ups).
-    pub fn new(depth: u32) -> io::Result<Uring> {
+    /// A ring with room for `depth` requests in flight (and wake-ups); with `wide`,
+    /// 128-byte entries and 32-byte completions (for passthrough commands).
+    pub fn new(depth: u32, wide: bool) -> io::Result<Uring> {
         let entries = (depth * 2 + 8).next_power_of_two();
-        let ring = IoUring::builder().setup_cqsize(entries * 2).build(entries)?;
+        let ring = if wide {
+            Ring::Wide(IoUring::builder().setup_cqsize(entries * 2).build(entries)?)
+        } else {
+            Ring::Plain(IoUring::builder().setup_cqsize(entries * 2).build(entries)?)
+        };
         // The probe the io-uring crate's own tests do: a NOP must come back.
         let u = Uring { ring, sq: Mutex::new(()) };
         u.push(opcode::Nop::new().build().user_data(WAKE));
-        u.ring.submit_and_wait(1)?;
-        // SAFETY: no other thread uses the ring yet.
-        let mut cq = unsafe { u.ring.completion_shared() };
-        cq.sync();
-        let ok = cq.next().is_some_and(|c| c.user_data() == WAKE && c.result() >= 0);
-        drop(cq);
-        if !ok {
+        let mut out = Vec::new();
+        u.reap(&mut out)?;
+        if !out.first().is_some_and(|&(t, res, _)| t == WAKE && res >= 0) {
             return Err(io::Error::other("io_uring NOP did not complete"));
         }
         Ok(u)
     }
 
-    fn push(&self, entry: io_uring::squeue::Entry) {
+    /// Whether the ring has the wide entries passthrough commands need.
+    pub fn wide(&self) -> bool {
+        matches!(self.ring, Ring::Wide(_))
+    }
+
+    fn push(&self, entry: squeue::Entry) {
+        match &self.ring {
+            Ring::Plain(r) => self.push_on(r, entry),
+            Ring::Wide(r) => self.push_on(r, squeue::Entry128::from(entry)),
+        }
+    }
+
+    fn push_on<S: squeue::EntryMarker, C: cqueue::EntryMarker>(&self, ring: &IoUring<S, C>, entry: S) {
         let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the submission queue is only touched under `sq`.
-        let mut sq = unsafe { self.ring.submission_shared() };
+        let mut sq = unsafe { ring.submission_shared() };
         // SAFETY: the entry's buffer (if any) stays valid until its completion is
         // reaped (see push_rw).
         while unsafe { sq.push(&entry) }.is_err() {
@@ -108,11 +146,21 @@ impl Uring {
             // engine's queue depth, so this is rare.
             sq.sync();
             drop(sq);
-            let _ = self.ring.submit();
+            let _ = ring.submit();
             // SAFETY: as above.
-            sq = unsafe { self.ring.submission_shared() };
+            sq = unsafe { ring.submission_shared() };
         }
         sq.sync();
+    }
+
+    /// Queues `r` as the passthrough command `cmd` to `fd` (boxed, as push_rw).
+    /// The ring must be wide.
+    pub fn push_cmd(&self, r: Box<Inflight>, cmd_op: u32, cmd: [u8; 80]) {
+        let Ring::Wide(ring) = &self.ring else { unreachable!("a passthrough command on a plain ring") };
+        let entry = opcode::UringCmd80::new(types::Fd(r.fd), cmd_op).cmd(cmd).build();
+        let token = Box::into_raw(r) as u64;
+        assert_ne!(token, WAKE, "a heap pointer cannot be all ones");
+        self.push_on(ring, entry.user_data(token));
     }
 
     /// Queues a read or write for `r` (boxed; its pointer is the entry's user data).
@@ -126,7 +174,7 @@ impl Uring {
 
     /// Hands the queued entries to the kernel.
     pub fn submit(&self) -> io::Result<()> {
-        self.ring.submit().map(|_| ())
+        with_ring!(&self.ring, r => r.submit().map(|_| ()))
     }
 
     /// Wakes the completion thread (for shutdown).
@@ -136,17 +184,28 @@ impl Uring {
     }
 
     /// Waits for at least one completion and moves every available one into `out`
-    /// as `(user_data, result)`. Only the completion thread calls this.
-    pub fn reap(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
-        match self.ring.submit_and_wait(1) {
+    /// as `(user_data, result, first big-CQE word)` (the last 0 on a plain ring).
+    /// Only the completion thread calls this.
+    pub fn reap(&self, out: &mut Vec<(u64, i32, u64)>) -> io::Result<()> {
+        match with_ring!(&self.ring, r => r.submit_and_wait(1)) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
         // SAFETY: only the completion thread reads the completion queue.
-        let mut cq = unsafe { self.ring.completion_shared() };
-        cq.sync();
-        out.extend(cq.map(|c| (c.user_data(), c.result())));
+        match &self.ring {
+            Ring::Plain(r) => {
+                let mut cq = unsafe { r.completion_shared() };
+                cq.sync();
+                out.extend(cq.map(|c| (c.user_data(), c.result(), 0)));
+            }
+            Ring::Wide(r) => {
+                // SAFETY: as above.
+                let mut cq = unsafe { r.completion_shared() };
+                cq.sync();
+                out.extend(cq.map(|c| (c.user_data(), c.result(), c.big_cqe()[0])));
+            }
+        }
         Ok(())
     }
 }

@@ -10,6 +10,9 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     if a.ioengine.is_some() {
         return Err(CliError::msg("--ioengine is for --image"));
     }
+    if a.zone_append {
+        return Err(CliError::msg("--zone_append is for --image"));
+    }
     let spec = devspec::parse(&a.dev)?;
     let device = spec.params.clone();
     let geo = device.validate().map_err(CliError::msg)?;

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use zblk_core::engine::EngineConfig;
 use zblk_runtime::Backend;
-use zblk_runtime::bench::{RealReport, run_jobs};
+use zblk_runtime::bench::{RealReport, run_jobs_appending};
 
 /// Runs the jobs `a` describes on the image at `path`.
 pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
@@ -40,7 +40,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let rt = img.start(engine, backend)?;
     errln!("zblk: {}: I/O with {}", path.display(), rt.backend());
     let name = path.display().to_string();
-    let report = run_jobs(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting)
+    let report = run_jobs_appending(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting, a.zone_append)
         .map_err(|e| CliError(format!("{e}")));
     // What an EIO stood for under an image (ENOSPC, EFBIG, ...), the report's words
     // being the request's status.

@@ -17,7 +17,8 @@ use zblk_dev::linux::LinuxZoned;
 /// Shows an image's geometry, limits, attributes and zone state.
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
+    /// The image, a Linux zoned block device (e.g. /dev/nullb0), or an NVMe ZNS
+    /// namespace's generic device (/dev/ng0n1: NVMe passthrough, native zone append).
     pub image: PathBuf,
     /// Waiting for an image another process holds.
     #[command(flatten)]
@@ -32,6 +33,7 @@ pub fn run(a: &InfoArgs) -> Result<(), CliError> {
     let img = match image::Target::open(&a.image, true, a.lock)? {
         image::Target::Image(img) => img,
         image::Target::Linux(dev) => return device(a, &dev),
+        image::Target::Nvme(dev) => return nvme_device(a, &dev),
     };
     let doc = image_doc(a, &img);
     if a.json {
@@ -200,6 +202,52 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
         return Ok(());
     }
     print_device(a, dev, &doc, (nr_open, nr_active));
+    Ok(())
+}
+
+/// `zblk info` of an NVMe ZNS namespace's generic device: what its Identify data
+/// say, the geometry zblk derived, and the zones' state.
+fn nvme_device(a: &InfoArgs, dev: &zblk_dev::nvme::NvmeZns) -> Result<(), CliError> {
+    let zones =
+        dev.zones().map_err(|s| CliError(format!("{}: zone report: {}: {s}", a.image.display(), s.errno_name())))?;
+    let (nr_open, nr_active) = zones.iter().fold((0, 0), |(o, act), z| {
+        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
+        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
+    });
+    let geo = dev.geometry();
+    let id = dev.identity();
+    let doc = json!({
+        "device": a.image.display().to_string(),
+        "nsid": dev.nsid(),
+        "capacity_bytes": geo.nr_sectors() << 9,
+        "nr_sectors": geo.nr_sectors(),
+        "zone_size_sectors": geo.zone_sectors(),
+        "zone_capacity_sectors": geo.zone_cap_sectors(),
+        "nr_seq_zones": geo.nr_seq_zones(),
+        "zone_append": "native",
+        "identify": {
+            "nsze": id.nsze,
+            "lba_bytes": id.lba_bytes,
+            "zone_blocks": id.zone_blocks,
+            "max_open": id.max_open,
+            "max_active": id.max_active,
+            "zone_append_bytes": id.append_bytes,
+            "max_transfer_bytes": id.max_transfer_bytes,
+        },
+        "zblk": { "max_sectors": geo.max_sectors(), "max_append_sectors": geo.max_append_sectors() },
+        "zones": zones_json(&zones, nr_open as u64, nr_active as u64),
+    });
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(());
+    }
+    outln!("{}: NVMe ZNS namespace {} (generic device, passthrough)", a.image.display(), dev.nsid());
+    outln!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
+    print_zones(geo, &doc["zones"]);
+    outln!("  open / active:     {nr_open} / {nr_active} (limits {} / {}; 0 = none)", geo.max_open(), geo.max_active());
+    outln!("  logical block:     {} bytes", id.lba_bytes);
+    outln!("  zone append:       native, up to {} sectors (ZASL)", geo.max_append_sectors());
+    outln!("  zblk:              max_sectors {} (MDTS)", geo.max_sectors());
     Ok(())
 }
 

@@ -28,7 +28,9 @@ use zblk_runtime::{Backend, Runtime};
 /// A single I/O.
 #[derive(Args, Debug)]
 pub struct IoArgs {
-    /// The image, or a Linux zoned block device (e.g. /dev/nullb0, /dev/nvme0n1).
+    /// The image, a Linux zoned block device (e.g. /dev/nullb0, /dev/nvme0n1), or an
+    /// NVMe ZNS namespace's generic device (/dev/ng0n1: NVMe passthrough, native zone
+    /// append).
     pub image: PathBuf,
     /// Byte offset (a multiple of 512; for append, the start of the zone). Suffixes:
     /// 4k, 1M, ...

@@ -1,7 +1,8 @@
 //! `zblk report|capacity|reset|open|close|finish IMG`: util-linux `blkzone`'s
 //! commands, options (`-o/--offset`, `-l/--length`, `-c/--count`, `-v/--verbose`, in
-//! 512-byte sectors) and output, on a zoned image (through the engine) or a Linux
-//! zoned block device (through the kernel's zone ioctls, as blkzone).
+//! 512-byte sectors) and output, on a zoned image (through the engine), a Linux
+//! zoned block device (through the kernel's zone ioctls, as blkzone) or an NVMe ZNS
+//! generic device (Zone Management Send and Receive through NVMe passthrough).
 
 use crate::out::{self, outln};
 use crate::{CliError, image};
@@ -12,12 +13,14 @@ use zblk_core::engine::EngineConfig;
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_dev::file::FileImage;
 use zblk_dev::linux::{self, RawZone, ZoneCtl};
+use zblk_dev::nvme::{self, NvmeZns, cmd::ZoneAction};
 use zblk_runtime::Backend;
 
 /// blkzone's options.
 #[derive(Args, Debug)]
 pub struct ZoneArgs {
-    /// The image, or a Linux zoned block device (e.g. /dev/nullb0).
+    /// The image, a Linux zoned block device (e.g. /dev/nullb0), or an NVMe ZNS
+    /// namespace's generic device (/dev/ng0n1: NVMe passthrough, native zone append).
     pub image: PathBuf,
     /// Waiting for an image another process holds.
     #[command(flatten)]
@@ -87,10 +90,14 @@ impl ZoneCmd {
 enum Target {
     Image(Box<FileImage>),
     Device(ZoneCtl),
+    Nvme(Box<NvmeZns>),
 }
 
 impl Target {
     fn open(a: &ZoneArgs, write: bool) -> Result<Target, CliError> {
+        if nvme::is_char_device(&a.image) {
+            return Ok(Target::Nvme(Box::new(NvmeZns::open(&a.image, !write).map_err(CliError::msg)?)));
+        }
         if linux::is_block_device(&a.image) {
             return Ok(Target::Device(ZoneCtl::open(&a.image, write, a.force).map_err(CliError::msg)?));
         }
@@ -105,6 +112,7 @@ impl Target {
         match self {
             Target::Image(i) => i.geo().nr_sectors(),
             Target::Device(d) => d.nr_sectors(),
+            Target::Nvme(d) => zblk_dev::Device::geometry(d.as_ref()).nr_sectors(),
         }
     }
 
@@ -112,6 +120,7 @@ impl Target {
         match self {
             Target::Image(i) => i.geo().zone_sectors(),
             Target::Device(d) => d.zone_sectors(),
+            Target::Nvme(d) => zblk_dev::Device::geometry(d.as_ref()).zone_sectors(),
         }
     }
 
@@ -125,6 +134,7 @@ impl Target {
                 Ok(zones[first..(first + max).min(zones.len())].iter().map(image::raw).collect())
             }
             Target::Device(d) => d.report(Sector(from), max).map_err(CliError::msg),
+            Target::Nvme(d) => d.report(Sector(from), max).map_err(|s| nvme_error(d, "report", s)),
         }
     }
 }
@@ -229,6 +239,7 @@ fn action(cmd: ZoneCmd, a: &ZoneArgs) -> Result<(), CliError> {
             zlen.div_ceil(zs)
         }
         Target::Image(img) => image_action(cmd, a, *img, zlen)?,
+        Target::Nvme(d) => nvme_action(cmd, &d, a.offset, zlen)?,
     };
     out::done(format!("{} of {zones} zone(s) from sector {} to {end}", cmd.name(), a.offset));
     if a.json {
@@ -299,4 +310,41 @@ fn image_action(cmd: ZoneCmd, a: &ZoneArgs, img: FileImage, zlen: u64) -> Result
         CliError(format!("{name}: {} of zone at sector {} failed: {why}{before_it}", cmd.name(), at.0))
     })?;
     Ok(done.len() as u64)
+}
+
+/// A failed NVMe command in words: the errno the kernel would give, and the NVMe
+/// status the drive answered.
+fn nvme_error(d: &NvmeZns, what: &str, s: zblk_core::bio::Status) -> CliError {
+    let why = zblk_dev::Device::last_error(d).unwrap_or_else(|| format!("{}: {s}", s.errno_name()));
+    CliError(format!("{}: {what} failed: {why}", d.path().display()))
+}
+
+/// A zone action on an NVMe namespace, zone by zone with Zone Management Send (a
+/// reset of the whole namespace with Select All, as the kernel's RESET_ALL).
+/// Returns the zones acted on.
+fn nvme_action(cmd: ZoneCmd, d: &NvmeZns, offset: u64, zlen: u64) -> Result<u64, CliError> {
+    let geo = zblk_dev::Device::geometry(d).clone();
+    let action = match cmd {
+        ZoneCmd::Reset => ZoneAction::Reset,
+        ZoneCmd::Open => ZoneAction::Open,
+        ZoneCmd::Close => ZoneAction::Close,
+        ZoneCmd::Finish => ZoneAction::Finish,
+        c => unreachable!("{c:?} is not a zone action"),
+    };
+    let zs = geo.zone_sectors();
+    if cmd == ZoneCmd::Reset && offset == 0 && zlen == geo.nr_sectors() {
+        d.zone_send(action, Sector::ZERO, true).map_err(|s| nvme_error(d, "reset of all zones", s))?;
+        return Ok(u64::from(geo.nr_zones()));
+    }
+    let mut done = 0;
+    let mut at = offset;
+    while at < offset + zlen {
+        d.zone_send(action, Sector(at), false).map_err(|s| {
+            let e = nvme_error(d, &format!("{} of zone at sector {at}", cmd.name()), s);
+            CliError(format!("{}; done before it: {done} zone(s)", e.0))
+        })?;
+        done += 1;
+        at += zs;
+    }
+    Ok(done)
 }
