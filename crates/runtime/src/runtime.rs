@@ -96,6 +96,9 @@ impl Runtime {
     pub fn start<D: Device + 'static>(device: D, cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let device: Arc<dyn Device> = Arc::new(device);
         let geo = device.geometry().clone();
+        if let Some(why) = cfg.engine.policy.refusal_on(device.keeps_zone_order()) {
+            return Err(RuntimeError::Policy { device: device.name(), why });
+        }
         let zones = device.zones().map_err(|status| RuntimeError::ZoneReport { device: device.name(), status })?;
         let engine = Engine::new(&geo, cfg.engine, &zones);
         let fds = device.data_fds();
