@@ -145,6 +145,13 @@ pub const fn on(_m: Mutation) -> bool {
     false
 }
 
+/// Without the `mutations` feature there is nothing to activate: only `None` is
+/// accepted (check [`AVAILABLE`] first).
+#[cfg(not(feature = "mutations"))]
+pub fn set_global(m: Option<Mutation>) {
+    assert!(m.is_none(), "planting {m:?} needs the `mutations` feature");
+}
+
 /// Activates `m` (or none) on this thread.
 #[cfg(feature = "mutations")]
 pub fn set(m: Option<Mutation>) {

@@ -190,6 +190,12 @@ impl Runtime {
         self.sh().lock_core().engine.stats()
     }
 
+    /// The engine's zone write plugs as they are now, for checkers (an idle plug's
+    /// `wp_offset` is the host's idea of its zone's write pointer).
+    pub fn plugs(&self) -> Vec<zblk_core::engine::PlugView> {
+        self.sh().lock_core().engine.plugs().collect()
+    }
+
     /// Submits `io`; `done` is called once with its [`IoDone`], from whichever thread
     /// completes it (possibly this one, before `submit` returns, if it is refused).
     /// Called from inside another callback, a submission that completes at once has

@@ -373,6 +373,9 @@ impl Queue {
         }
         let piped = self.cfg.policy == super::IssuePolicy::Pipeline;
         frag.piped = piped;
+        if piped {
+            frag.flags = frag.flags | crate::bio::BioFlags::PIPELINED;
+        }
         let plug = &mut self.plugs[p];
         plug.wp_offset += n;
         if piped {

@@ -9,7 +9,7 @@ use super::live::LiveTable;
 use crate::device::Transfer;
 use crate::{check_append, check_range};
 use std::io;
-use zblk_core::bio::{Op, Request, Status};
+use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneSet, ZoneType};
@@ -22,9 +22,10 @@ pub(super) struct Extent {
     /// An earlier write to the zone failed and the write pointer went back below this
     /// one: it fails when it completes.
     pub(super) doomed: bool,
-    /// A zone append: the device places it and acknowledges it itself, so once
-    /// completed its data stays even if a write below it fails.
-    pub(super) append: bool,
+    /// Acknowledged when the device completes it (every write but a pipelined one,
+    /// whose acknowledgement the host holds until the writes before it in the zone
+    /// complete): once completed, its data stays even if a write below it fails.
+    pub(super) acked: bool,
 }
 
 /// The device-side state, under the image's short lock (never held across I/O).
@@ -34,11 +35,11 @@ pub(super) struct DevState {
     /// Per zone, accepted writes not completed.
     pub(super) inflight: Vec<Vec<Extent>>,
     /// Per zone, writes completed while a write below them was still in flight:
-    /// `(start, end, append)` offsets. Appends race so, and the device acknowledged
+    /// `(start, end, acked)` offsets. Appends race so, and the device acknowledged
     /// them: a failed write below them must not take the write pointer back under
-    /// their data. Plain writes complete so only when the host pipelines them, and
-    /// the host acknowledges them in zone order: a failed write below fails them,
-    /// and the write pointer goes back under them (their data is punched).
+    /// their data. A pipelined write (`BioFlags::PIPELINED`) is acknowledged by the
+    /// host in zone order: a failed write below fails it, and the write pointer goes
+    /// back under it (its data is punched).
     pub(super) acked_above: Vec<Vec<(u64, u64, bool)>>,
     /// Per zone, what the tables record: the completed write pointer and a condition
     /// consistent with it.
@@ -127,7 +128,8 @@ impl FileImage {
             return Ok(at);
         }
         let start = self.geo.zone_start(z);
-        let ext = Extent { start: at.since(start), len: u64::from(req.nr_sectors), doomed: false, append };
+        let acked = !req.flags.contains(BioFlags::PIPELINED);
+        let ext = Extent { start: at.since(start), len: u64::from(req.nr_sectors), doomed: false, acked };
         st.inflight[z.idx()].push(ext);
         if matches!(before, ZoneCond::Empty | ZoneCond::Closed) && self.geo.max_open() > 0 {
             // Opening this zone may have closed an implicitly open one.
@@ -153,7 +155,7 @@ impl FileImage {
             Err(Status::IoErr)
         } else if ok {
             if list.iter().any(|e| e.start < off) {
-                st.acked_above[z.idx()].push((off, off + len, ext.append));
+                st.acked_above[z.idx()].push((off, off + len, ext.acked));
             }
             Ok(at)
         } else {
@@ -182,14 +184,14 @@ impl FileImage {
     /// accepted after that are doomed.
     fn roll_back(&self, st: &mut DevState, z: ZoneNo, off: u64) {
         let above = &mut st.acked_above[z.idx()];
-        let off = above.iter().filter(|&&(s, _, append)| append && s > off).map(|&(_, e, _)| e).fold(off, u64::max);
+        let off = above.iter().filter(|&&(s, _, acked)| acked && s > off).map(|&(_, e, _)| e).fold(off, u64::max);
         // Pipelined writes completed above the failure were not acknowledged (the
         // host acknowledges in zone order): they go, and read as zeroes.
         let zstart = self.geo.zone_start(z);
-        for &(s, e, _) in above.iter().filter(|&&(s, _, append)| !append && s >= off) {
+        for &(s, e, _) in above.iter().filter(|&&(s, _, acked)| !acked && s >= off) {
             let _ = self.media.punch_hole(self.file_offset(zstart + s), (e - s) << SECTOR_SHIFT);
         }
-        above.retain(|&(s, _, append)| append || s < off);
+        above.retain(|&(s, _, acked)| acked || s < off);
         // `>=`: a write in flight that starts where the write pointer goes back to
         // (the end of an acknowledged append above the failed write) is past it too.
         for e in st.inflight[z.idx()].iter_mut().filter(|e| e.start >= off) {

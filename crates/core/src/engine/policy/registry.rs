@@ -223,6 +223,13 @@ impl IssuePolicy {
         POLICIES.iter().filter(|i| !i.baseline && !i.ordered_device).map(|i| i.policy).collect()
     }
 
+    /// [`IssuePolicy::compared_on`], and on a device that keeps a zone's writes in
+    /// order (an image: `zblk vopr --runtime`) the policies that need one too.
+    pub fn compared_on_device(zoned: bool, keeps_zone_order: bool) -> Vec<IssuePolicy> {
+        let ok = |i: &&PolicyInfo| !i.baseline && (zoned || !i.zoned_only) && (keeps_zone_order || !i.ordered_device);
+        POLICIES.iter().filter(ok).map(|i| i.policy).collect()
+    }
+
     /// [`IssuePolicy::compared`] on a device that is zoned or not: zone write
     /// locking needs a zoned one.
     pub fn compared_on(zoned: bool) -> Vec<IssuePolicy> {
@@ -255,5 +262,7 @@ mod tests {
         use IssuePolicy::*;
         assert_eq!(IssuePolicy::compared(), vec![Zwp, Qd1, Batch, Zwl]);
         assert_eq!(IssuePolicy::compared_on(false), vec![Zwp, Qd1, Batch]);
+        assert_eq!(IssuePolicy::compared_on_device(true, true), vec![Zwp, Qd1, Batch, Zwl, Pipeline]);
+        assert_eq!(IssuePolicy::compared_on_device(false, false), vec![Zwp, Qd1, Batch]);
     }
 }
