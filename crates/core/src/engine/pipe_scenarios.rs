@@ -182,3 +182,19 @@ fn pipelining_is_refused_on_a_device_that_may_reorder() {
     assert!(why.contains("order"), "{why}");
     assert!(IssuePolicy::ALL.iter().filter(|p| **p != IssuePolicy::Pipeline).all(|p| p.refusal_on(false).is_none()));
 }
+
+#[test]
+fn a_fua_write_waits_for_the_writes_before_it_and_lets_later_ones_join() {
+    use crate::bio::BioFlags;
+    let mut h = pipeline(0);
+    writes(&mut h, 2);
+    h.submit(Bio::write(Sector(Z1 + 16), 8, 2).with_flags(BioFlags::FUA));
+    h.submit(Bio::write(Sector(Z1 + 24), 8, 3));
+    assert_eq!(h.issued.len(), 2, "the FUA write waits for the pipe to empty");
+    h.run(1).unwrap();
+    h.run(0).unwrap();
+    assert_eq!(h.issued.len(), 2, "then it goes, and the write after it with it");
+    assert!(h.issued[0].flags.contains(BioFlags::FUA));
+    h.run_all_reversed();
+    assert!((0..4).all(|i| h.result(i) == Some(Ok(Sector(Z1 + 8 * i)))));
+}

@@ -264,8 +264,13 @@ impl Queue {
         let busy = (plug.busy
             && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
             // Pipelined writes out: another write may join them up to the depth;
-            // anything else waits until they are all acknowledged.
-            || (!plug.pipe.is_empty() && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth()));
+            // anything else waits until they are all acknowledged, and so does a
+            // FUA write: the device makes it durable with the write pointer it has
+            // when it completes, which must not stop below it at a write still out.
+            || (!plug.pipe.is_empty()
+                && (kind != Kind::ZoneWrite
+                    || plug.pipe.len() >= self.pipe_depth()
+                    || self.frags[f].flags.contains(crate::bio::BioFlags::FUA)));
         // Behind a RESET_ALL not done yet (one submitted before this operation).
         if self.frags[f].ra_epoch > self.barrier.done || busy {
             return Front::Wait;
