@@ -102,6 +102,13 @@ impl Engine {
     /// order now allows, apply the failure rules, let the plug release more.
     pub(super) fn pipe_completed(&mut self, p: PlugId, f: FragId, failed: bool) {
         self.q.plugs.ops_out -= 1;
+        if !failed && self.q.plugs[p].pipe.front() != Some(&f) && !on(Mutation::PipeAckOutOfOrder) {
+            // Held behind an earlier write still out: the plug releases nothing more
+            // (its pipe is as long), keeps its write pointer, and holds back any
+            // RESET_ALL by that earlier write. The common case on a device that
+            // completes out of order: nothing else to do.
+            return;
+        }
         let first_failure = failed && !self.q.frags[f].doomed;
         if first_failure {
             self.q.pipe_failed(p, f);
