@@ -10,7 +10,7 @@ use crate::shared::{BATCH, Core, Job, RawBuf, Shared, Timer};
 use crate::uring::Inflight;
 use std::io;
 use std::sync::MutexGuard;
-use zblk_core::bio::{Op, ReqId, Request, Status};
+use zblk_core::bio::{BioFlags, Op, ReqId, Request, Status};
 use zblk_core::engine::Action;
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
@@ -66,16 +66,17 @@ impl Shared {
     /// Takes the engine's actions into `sc` (under the lock), arming the timer for
     /// anticipations, and wakes whoever waits for the engine to be idle.
     fn drain_actions(&self, core: &mut Core, sc: &mut Scratch) {
-        // Several writes of a zone out at once (pipelining) reach the device in the
-        // order the engine issued them only if the device sees them under the lock:
-        // two pumping threads could otherwise prepare them the other way round, and
-        // the device would refuse the second as unaligned.
-        let in_order = core.engine.config().policy.needs_ordered_device();
         while let Some(action) = core.engine.poll_action() {
             match action {
                 Action::Issue(req) => {
                     let buf = core.bios[req.user_data as usize].buf.map(|b| b.part(&req));
-                    if !in_order {
+                    // Several writes of a zone out at once (pipelining) reach the
+                    // device in the order the engine issued them only if the device
+                    // sees them under the lock: two pumping threads could otherwise
+                    // prepare them the other way round, and the device would refuse
+                    // the second as unaligned. Anything else of a pipelined zone
+                    // goes only when none of its writes is out.
+                    if !req.flags.contains(BioFlags::PIPELINED) {
                         sc.issues.push((req, buf, None));
                     } else if self.device.inline() {
                         // SAFETY: as in threads::worker_loop: the request's part of its BIO's buffer.
