@@ -97,7 +97,7 @@ fn zone_writer(rt: &Runtime, log: Log, seed: u64, t: u32, stop: &AtomicBool) {
     let mut inflight = [0usize; 2];
     let mut failed = [false; 2];
     let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) && !(failed[0] && failed[1]) {
+    while !(stop.load(Ordering::Relaxed) || failed.iter().all(|&f| f)) {
         while let Ok((i, ok)) = rx.try_recv() {
             inflight[i] -= 1;
             failed[i] |= !ok;
