@@ -295,6 +295,11 @@ fn kill_runs(runs: u64, mutant: Option<Mutation>) -> Option<(u64, String)> {
         child.kill().unwrap();
         child.wait().unwrap();
         let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // Nothing fails before the kill: no media errors here, and a write of a
+        // pipelined zone refused by the image (reaching it out of order) would be one.
+        if let Some(e) = text.lines().find(|l| l.starts_with("E ")) {
+            return Some((seed, format!("a write failed before the kill: {e}")));
+        }
         let image = open_retry(&img);
         if let Err(e) = check(&image, &model(&text), false) {
             return Some((seed, e));

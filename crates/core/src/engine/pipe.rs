@@ -20,9 +20,8 @@
 //!   after any failed write; the writes queued behind are aborted;
 //! - anything else of the zone (a reset, a finish, a native append) waits until the
 //!   pipe is empty, as it waits for a single write out under per-zone plugging; so
-//!   does a FUA write (writes after it may join it): a device makes a FUA write
-//!   durable with the zone's write pointer as it stands when the write completes,
-//!   which a write before it still out would hold below it.
+//!   does a write that is not a plain one (FUA, PREFLUSH, WRITE_ZEROES), which then
+//!   goes alone (`plugs.rs`, `pipelinable`).
 
 use super::bios::{FragId, FragState};
 use super::plugs::PlugId;

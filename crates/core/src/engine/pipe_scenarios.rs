@@ -184,7 +184,7 @@ fn pipelining_is_refused_on_a_device_that_may_reorder() {
 }
 
 #[test]
-fn a_fua_write_waits_for_the_writes_before_it_and_lets_later_ones_join() {
+fn fua_and_preflush_writes_go_alone() {
     use crate::bio::BioFlags;
     let mut h = pipeline(0);
     writes(&mut h, 2);
@@ -193,8 +193,21 @@ fn a_fua_write_waits_for_the_writes_before_it_and_lets_later_ones_join() {
     assert_eq!(h.issued.len(), 2, "the FUA write waits for the pipe to empty");
     h.run(1).unwrap();
     h.run(0).unwrap();
-    assert_eq!(h.issued.len(), 2, "then it goes, and the write after it with it");
+    assert_eq!(h.issued.len(), 1, "then it goes alone: nothing joins it");
     assert!(h.issued[0].flags.contains(BioFlags::FUA));
-    h.run_all_reversed();
-    assert!((0..4).all(|i| h.result(i) == Some(Ok(Sector(Z1 + 8 * i)))));
+    assert!(!h.issued[0].flags.contains(BioFlags::PIPELINED), "the device may accept it late");
+    h.run(0).unwrap();
+    // (A WRITE_ZEROES goes alone the same way: the scripted device does not zero.)
+    h.submit(Bio::write(Sector(Z1 + 32), 8, 4).with_flags(BioFlags::PREFLUSH));
+    h.submit(Bio::write(Sector(Z1 + 40), 8, 5));
+    assert_eq!(
+        h.issued.len(),
+        1,
+        "the write after the FUA one is out; the PREFLUSH write waits, the write behind it too"
+    );
+    h.run(0).unwrap();
+    assert_eq!(h.issued.len(), 1, "alone");
+    assert!(h.issued[0].flags.contains(BioFlags::PREFLUSH));
+    h.run_all();
+    assert!((0..6).all(|i| h.result(i) == Some(Ok(Sector(Z1 + 8 * i)))), "{:?}", h.done);
 }

@@ -106,6 +106,22 @@ pub(crate) enum Front {
     Refuse(Status),
 }
 
+/// Whether a zone write may be pipelined: a plain WRITE or an emulated append
+/// without FUA or PREFLUSH. A device executes those from the moment it accepts them
+/// in issue order (an image accepts a transfer when it is prepared). A FUA or
+/// PREFLUSH write, or a WRITE_ZEROES, is one the device carries out whole on a
+/// thread that may block, and accepts there, later: a write issued after it could
+/// reach the device first; and a FUA write is made durable with the zone's write
+/// pointer as it stands when it completes, which a write before it still out would
+/// hold below it. Such a write goes alone, as under per-zone plugging: once nothing
+/// of its zone is out, and nothing joins it.
+fn pipelinable(frag: &super::bios::Frag) -> bool {
+    use crate::bio::BioFlags;
+    matches!(frag.op, Op::Write | Op::ZoneAppend)
+        && !frag.flags.contains(BioFlags::FUA)
+        && !frag.flags.contains(BioFlags::PREFLUSH)
+}
+
 /// No plug for this zone.
 const NO_PLUG: u32 = u32::MAX;
 
@@ -263,14 +279,11 @@ impl Queue {
         let kind = self.frags[f].kind;
         let busy = (plug.busy
             && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
-            // Pipelined writes out: another write may join them up to the depth;
-            // anything else waits until they are all acknowledged, and so does a
-            // FUA write: the device makes it durable with the write pointer it has
-            // when it completes, which must not stop below it at a write still out.
+            // Pipelined writes out: another plain write may join them up to the
+            // depth; anything else waits until they are all acknowledged (see
+            // `Queue::pipelinable`).
             || (!plug.pipe.is_empty()
-                && (kind != Kind::ZoneWrite
-                    || plug.pipe.len() >= self.pipe_depth()
-                    || self.frags[f].flags.contains(crate::bio::BioFlags::FUA)));
+                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth() || !self.pipelinable(f)));
         // Behind a RESET_ALL not done yet (one submitted before this operation).
         if self.frags[f].ra_epoch > self.barrier.done || busy {
             return Front::Wait;
@@ -376,7 +389,7 @@ impl Queue {
             frag.op = Op::Write;
             frag.sector = at;
         }
-        let piped = self.cfg.policy == super::IssuePolicy::Pipeline;
+        let piped = self.cfg.policy == super::IssuePolicy::Pipeline && pipelinable(frag);
         frag.piped = piped;
         if piped {
             frag.flags = frag.flags | crate::bio::BioFlags::PIPELINED;
@@ -392,6 +405,12 @@ impl Queue {
         }
         self.plugs.ops_out += 1;
         self.dispatch(f);
+    }
+
+    /// Whether zone write `f` may be on the device beside other writes of its zone
+    /// (see [`pipelinable`]).
+    pub(crate) fn pipelinable(&self, f: FragId) -> bool {
+        pipelinable(&self.frags[f])
     }
 
     /// Takes every write waiting in plug `p` out of it (resets, finishes and appends
