@@ -211,3 +211,41 @@ fn fua_and_preflush_writes_go_alone() {
     h.run_all();
     assert!((0..6).all(|i| h.result(i) == Some(Ok(Sector(Z1 + 8 * i)))), "{:?}", h.done);
 }
+
+/// The planted bugs of pipelining, seen on the scripted device (the runtime's
+/// checks that catch them are `zblk-runtime`'s tests/pipe_mutants.rs).
+#[cfg(feature = "mutations")]
+mod planted {
+    use super::*;
+    use crate::mutation::{self, Mutation};
+
+    fn with(m: Mutation, f: impl FnOnce()) {
+        mutation::set(Some(m));
+        f();
+        mutation::set(None);
+    }
+
+    #[test]
+    fn acknowledging_out_of_zone_order_acknowledges_past_a_write_still_out() {
+        with(Mutation::PipeAckOutOfOrder, || {
+            let mut h = pipeline(4);
+            writes(&mut h, 2);
+            h.run(1).unwrap();
+            assert_eq!(h.result(1), Some(Ok(Sector(Z1 + 8))), "acknowledged with write 0 still out");
+        });
+    }
+
+    #[test]
+    fn a_write_pointer_left_past_a_failed_write_is_trusted() {
+        with(Mutation::PipeWpPastFailed, || {
+            let mut h = pipeline(4);
+            writes(&mut h, 2);
+            roll_back(&mut h, 1, 0);
+            h.fail(0, Status::IoErr);
+            h.run_all();
+            let plug = h.engine.plug(ZoneNo(1));
+            assert!(plug.is_some_and(|p| p.wp_offset == 16 && !p.need_wp_update), "{plug:?}");
+            assert_eq!(h.device_wp(1), 0, "the device went back to the failed write");
+        });
+    }
+}
