@@ -114,7 +114,7 @@ fn pipelining_is_refused_on_a_simulated_disk() {
     // A simulated disk executes in its model's order: it may reorder a zone's writes.
     let mut cfg = SimConfig::new(DeviceParams::default(), 1);
     cfg.engine = EngineConfig { policy: IssuePolicy::Pipeline, ..EngineConfig::default() };
-    let e = Sim::new(&cfg).err().expect("pipelining refused");
+    let Err(e) = Sim::new(&cfg) else { panic!("pipelining ran on a simulated disk") };
     assert_eq!(e.param, "policy");
     assert!(e.message.contains("keeps a zone's writes"), "{}", e.message);
 }
