@@ -212,6 +212,16 @@ pub fn choose_policy(
     }
 }
 
+/// Refuses a policy that needs a device keeping a zone's writes in order
+/// (pipelining) on a simulated device: a simulated disk's queue may reorder what it
+/// is sent, as a real zoned disk's may.
+pub fn refuse_on_simulated(policy: IssuePolicy) -> Result<(), CliError> {
+    match policy.refusal_on(false) {
+        Some(why) => Err(CliError(format!("--policy {}: a simulated device: {why}", policy.name()))),
+        None => Ok(()),
+    }
+}
+
 /// The job `a` describes, on a device that is zoned or not (`zonemode` defaults to
 /// zbd on a zoned device, as fio on a zoned block device).
 pub fn job_spec(a: &BenchArgs, zoned: bool) -> JobSpec {

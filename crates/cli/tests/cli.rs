@@ -106,6 +106,7 @@ fn bad_input_is_refused_with_a_message_and_no_panic() {
         (&["bench", "--dev", "nullb:zoned=0,size=64", "--zoned_qd1_writes", "1"], "not zoned"),
         (&["bench", "--dev", SMALL, "--policy", "zwp", "--zoned_qd1_writes", "1"], "contradicts"),
         (&["bench", "--dev", SMALL, "--rw", "sideways"], "sideways"),
+        (&["bench", "--dev", SMALL, "--policy", "pipeline"], "a simulated device: policy pipeline needs a device"),
         (&["corebench", "--bios", "0"], "at least 1"),
         (&["corebench", "--shapes", "diagonal"], "unknown shape"),
     ];
@@ -125,7 +126,9 @@ fn corebench_reports_both_policies() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let shapes = v["shapes"].as_array().unwrap();
     let names: Vec<&str> = shapes.iter().map(|s| s["shape"].as_str().unwrap()).collect();
-    assert_eq!(names, ["uncontended", "queued", "append"]);
+    assert_eq!(names, ["uncontended", "queued", "append", "pipelined"]);
+    let policies: Vec<&str> = shapes.iter().map(|s| s["policy"].as_str().unwrap()).collect();
+    assert_eq!(policies, ["zwp", "zwp", "zwp", "pipeline"]);
     for s in shapes {
         assert!(s["zwp_bios_per_s"].as_f64().unwrap() > 0.0, "{s}");
         assert!(s["passthrough_bios_per_s"].as_f64().unwrap() > 0.0, "{s}");

@@ -86,12 +86,13 @@ fn smr_20tb_points_by_test_name() {
 
 #[test]
 fn bad_sweep_options_are_named() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["sweep", "smr-seq", "--points", "x"], "--points: 'x' is not a number"),
         (&["sweep", "smr-seq", "--points", "0"], "queue depth must be 1 to 4096"),
         (&["sweep", "smr-20tb", "--points", "seqw9"], "is not a test"),
         (&["sweep", "smr-seq", "--policies", "passthrough"], "passthrough"),
         (&["sweep", "smr-seq", "--policies", "fifo"], "unknown policy 'fifo'"),
+        (&["sweep", "smr-seq", "--policies", "pipeline"], "needs a device that keeps a zone's writes in the order"),
         (&["sweep", "all", "--points", "1"], "give one experiment"),
     ];
     for (args, want) in cases {

@@ -103,6 +103,11 @@ impl BioFlags {
     pub const PREFLUSH: BioFlags = BioFlags(2);
     /// For WRITE_ZEROES: do not deallocate, write real zeroes (REQ_NOUNMAP).
     pub const NOUNMAP: BioFlags = BioFlags(4);
+    /// Set by the engine on a pipelined zone write (never by a submitter): the host
+    /// acknowledges it only after every write before it in its zone, so if one of
+    /// those fails, this one fails too and the device may take the write pointer
+    /// back under it.
+    pub const PIPELINED: BioFlags = BioFlags(8);
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: BioFlags) -> bool {
@@ -131,7 +136,12 @@ impl std::ops::BitOr for BioFlags {
 impl fmt::Debug for BioFlags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut names = Vec::new();
-        for (flag, name) in [(BioFlags::FUA, "FUA"), (BioFlags::PREFLUSH, "PREFLUSH"), (BioFlags::NOUNMAP, "NOUNMAP")] {
+        for (flag, name) in [
+            (BioFlags::FUA, "FUA"),
+            (BioFlags::PREFLUSH, "PREFLUSH"),
+            (BioFlags::NOUNMAP, "NOUNMAP"),
+            (BioFlags::PIPELINED, "PIPELINED"),
+        ] {
             if self.contains(flag) {
                 names.push(name);
             }

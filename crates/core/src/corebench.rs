@@ -5,7 +5,8 @@
 //! a run costs is therefore what submit → (plug) → issue → complete → BIO completion
 //! costs inside [`Engine`], plus this loop.
 //!
-//! Three shapes, each run with zone write plugging and with plugging bypassed:
+//! Four shapes, each run with zone write plugging (pipelining for the last) and with
+//! plugging bypassed:
 //!
 //! - [`Shape::Uncontended`]: 4 KiB writes round-robin over many zones (more zones
 //!   than BIOs in flight), so no zone ever has two writes out: the plug is allocated,
@@ -18,6 +19,10 @@
 //!   it (a plugged write at `wp_offset`); the passthrough side is the same appends to
 //!   a device with native zone append, passed through: what emulation costs against
 //!   letting the device place the data.
+//! - [`Shape::Pipelined`]: the queued shape under zone write pipelining, on a device
+//!   that completes newest first: every zone has many writes out, and most
+//!   completions wait for the writes before them in their zone (held, then
+//!   acknowledged in zone order).
 //!
 //! Each of `zones` streams writes one zone sequentially; the streams take turns.
 //! When a stream's zone fills, the stream moves to the longest unused zone of a few
@@ -43,11 +48,14 @@ pub enum Shape {
     /// Zone appends to a few zones at a deep queue: emulated (plugging) or native
     /// (passthrough).
     Append,
+    /// Sequential writes to a few zones at a deep queue under zone write pipelining,
+    /// completed newest first: completions held for zone order.
+    Pipelined,
 }
 
 impl Shape {
     /// Every shape.
-    pub const ALL: [Shape; 3] = [Shape::Uncontended, Shape::Queued, Shape::Append];
+    pub const ALL: [Shape; 4] = [Shape::Uncontended, Shape::Queued, Shape::Append, Shape::Pipelined];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -55,14 +63,21 @@ impl Shape {
             Shape::Uncontended => "uncontended",
             Shape::Queued => "queued",
             Shape::Append => "append",
+            Shape::Pipelined => "pipelined",
         }
+    }
+
+    /// The policy that keeps zone writes in order in this shape (compared with
+    /// passthrough): per-zone plugging, or pipelining for the pipelined shape.
+    pub fn ordered_policy(self) -> IssuePolicy {
+        if self == Shape::Pipelined { IssuePolicy::Pipeline } else { IssuePolicy::Zwp }
     }
 
     /// The default spec of the shape: how many zones, how deep a queue.
     pub fn spec(self, bios: u64) -> CoreBenchSpec {
         let (zones, iodepth) = match self {
             Shape::Uncontended => (1024, 16),
-            Shape::Queued | Shape::Append => (4, 64),
+            Shape::Queued | Shape::Append | Shape::Pipelined => (4, 64),
         };
         CoreBenchSpec { shape: self, bios, zones, iodepth, bs_bytes: 4096 }
     }
@@ -131,6 +146,7 @@ pub fn run_corebench(spec: &CoreBenchSpec, policy: IssuePolicy) -> CoreBenchRun 
         device_wp: vec![0; nr_zones as usize],
         nr_sectors: spec.bs_bytes / 512,
         append: spec.shape == Shape::Append,
+        newest_first: spec.shape == Shape::Pipelined,
         next_stream: 0,
         submitted: 0,
         completed: 0,
@@ -168,6 +184,8 @@ struct Harness {
     device_wp: Vec<u64>,
     nr_sectors: u32,
     append: bool,
+    /// The device completes its newest request first.
+    newest_first: bool,
     next_stream: usize,
     submitted: u64,
     completed: u64,
@@ -183,7 +201,8 @@ impl Harness {
                 self.engine.submit(bio);
                 self.drain();
             }
-            let (id, at) = self.device.pop_front().expect("BIOs outstanding but nothing on the device");
+            let next = if self.newest_first { self.device.pop_back() } else { self.device.pop_front() };
+            let (id, at) = next.expect("BIOs outstanding but nothing on the device");
             self.engine.complete(id, Ok(at));
             self.drain();
         }

@@ -43,11 +43,22 @@ pub enum Mutation {
     /// A successful RESET or FINISH after a write error leaves the zone's write
     /// pointer unknown (NEED_WP_UPDATE) instead of setting it.
     RecoveryIgnoresReset,
+    /// Zone write pipelining acknowledges a write as soon as the device completes
+    /// it, before the writes ahead of it in its zone.
+    PipeAckOutOfOrder,
+    /// Zone write pipelining leaves the write pointer past a failed write (where
+    /// the writes after it moved it) and trusts it, instead of going back to the
+    /// failed write's start and asking the device.
+    PipeWpPastFailed,
+    /// An image records, at a flush, a zone's write pointer past writes still in
+    /// flight (the accepted write pointer instead of the completed one): a power
+    /// cut then leaves a hole under the durable write pointer.
+    FlushCoversHole,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -61,6 +72,9 @@ impl Mutation {
         Mutation::NounmapDropped,
         Mutation::NounmapNotForced,
         Mutation::RecoveryIgnoresReset,
+        Mutation::PipeAckOutOfOrder,
+        Mutation::PipeWpPastFailed,
+        Mutation::FlushCoversHole,
     ];
 
     /// Its name on the command line.
@@ -79,7 +93,18 @@ impl Mutation {
             Mutation::NounmapDropped => "nounmap-dropped",
             Mutation::NounmapNotForced => "nounmap-not-forced",
             Mutation::RecoveryIgnoresReset => "recovery-ignores-reset",
+            Mutation::PipeAckOutOfOrder => "pipe-ack-out-of-order",
+            Mutation::PipeWpPastFailed => "pipe-wp-past-failed",
+            Mutation::FlushCoversHole => "flush-covers-hole",
         }
+    }
+
+    /// Whether it plants a bug in zone write pipelining or in an image's durable
+    /// state, which only the runtime over images meets (`zblk vopr --runtime`, the
+    /// image's crash tests): the simulator's disks may reorder, so they never run
+    /// pipelining.
+    pub fn pipelining(self) -> bool {
+        matches!(self, Mutation::PipeAckOutOfOrder | Mutation::PipeWpPastFailed | Mutation::FlushCoversHole)
     }
 
     /// The mutation named `name`.
@@ -93,11 +118,24 @@ thread_local! {
     static ACTIVE: std::cell::Cell<Option<Mutation>> = const { std::cell::Cell::new(None) };
 }
 
+/// The mutation active on every thread ([`set_global`]), as its index in
+/// [`Mutation::ALL`], or `u8::MAX`.
+#[cfg(feature = "mutations")]
+static GLOBAL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
 /// Whether the planted bug `m` is active on this thread.
 #[cfg(feature = "mutations")]
 #[inline]
 pub fn on(m: Mutation) -> bool {
-    ACTIVE.with(|a| a.get() == Some(m))
+    ACTIVE.with(|a| a.get() == Some(m)) || GLOBAL.load(std::sync::atomic::Ordering::Relaxed) == m as u8
+}
+
+/// Activates `m` (or none) on every thread of the process: for the runtime, whose
+/// engine and device run on whichever thread submits or completes. A test binary
+/// that uses it must not run other tests beside it.
+#[cfg(feature = "mutations")]
+pub fn set_global(m: Option<Mutation>) {
+    GLOBAL.store(m.map_or(u8::MAX, |m| m as u8), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether the planted bug `m` is active: never, without the `mutations` feature.
@@ -105,6 +143,13 @@ pub fn on(m: Mutation) -> bool {
 #[inline(always)]
 pub const fn on(_m: Mutation) -> bool {
     false
+}
+
+/// Without the `mutations` feature there is nothing to activate: only `None` is
+/// accepted (check [`AVAILABLE`] first).
+#[cfg(not(feature = "mutations"))]
+pub fn set_global(m: Option<Mutation>) {
+    assert!(m.is_none(), "planting {m:?} needs the `mutations` feature");
 }
 
 /// Activates `m` (or none) on this thread.

@@ -184,6 +184,16 @@ pub trait Device: Send + Sync {
         false
     }
 
+    /// Whether the device keeps a zone's writes in the order [`Device::prepare`] is
+    /// called for them (an [`Device::inline`] device: [`Device::perform`]), whatever order they complete in, so that several writes of
+    /// one zone may be in flight at once (zone write pipelining, the policy
+    /// `pipeline`): an image accepts a write when it is prepared and lands it where
+    /// its offset says; the memory device executes it then. A Linux zoned device may
+    /// reorder what it is sent (so may a simulated disk's queue): no.
+    fn keeps_zone_order(&self) -> bool {
+        false
+    }
+
     /// Why the device's last failed request failed, in the kernel's words, when the
     /// device knows more than its [`Status`] says (an image: the file system's
     /// ENOSPC or EFBIG behind an EIO). `None` when it does not.
@@ -285,6 +295,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn inline(&self) -> bool {
         (**self).inline()
     }
+    fn keeps_zone_order(&self) -> bool {
+        (**self).keeps_zone_order()
+    }
     fn last_error(&self) -> Option<String> {
         (**self).last_error()
     }
@@ -365,6 +378,14 @@ impl<D: BlockDevice + Send> Device for Locked<D> {
 
     fn inline(&self) -> bool {
         // Every request is a copy under the lock.
+        true
+    }
+
+    /// An inline device executes each request when it is performed, which a driver
+    /// does right after preparing it: in the order it is handed them, if the driver
+    /// performs a zone's writes in issue order (the runtime does, under a pipelining
+    /// policy).
+    fn keeps_zone_order(&self) -> bool {
         true
     }
 }

@@ -60,4 +60,12 @@ pub enum RuntimeError {
         /// Why.
         status: Status,
     },
+    /// The policy asked for cannot run on this device.
+    #[error("{device}: {why}")]
+    Policy {
+        /// The device.
+        device: String,
+        /// Why (`IssuePolicy::refusal_on`).
+        why: String,
+    },
 }

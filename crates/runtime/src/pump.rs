@@ -11,7 +11,7 @@ use crate::uring::Inflight;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::MutexGuard;
-use zblk_core::bio::{Op, ReqId, Request, Status};
+use zblk_core::bio::{BioFlags, Op, ReqId, Request, Status};
 use zblk_core::engine::Action;
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
@@ -20,8 +20,9 @@ use zblk_dev::{IoBuf, Plan, zero_past};
 /// A pump's working vectors, kept by each thread between its pumps.
 #[derive(Default)]
 struct Scratch {
-    /// Requests the engine issued, with their part of their BIO's buffer.
-    issues: Vec<(Request, Option<RawBuf>)>,
+    /// Requests the engine issued, with their part of their BIO's buffer, and their
+    /// plan if the device was asked under the lock (pipelining).
+    issues: Vec<(Request, Option<RawBuf>, Option<Plan>)>,
     dones: Vec<(Done, Result<Sector, Status>)>,
     reports: Vec<ZoneNo>,
     results: Vec<(ReqId, Result<Sector, Status>)>,
@@ -70,7 +71,23 @@ impl Shared {
             match action {
                 Action::Issue(req) => {
                     let buf = core.bios[req.user_data as usize].buf.map(|b| b.part(&req));
-                    sc.issues.push((req, buf));
+                    // Several writes of a zone out at once (pipelining) reach the
+                    // device in the order the engine issued them only if the device
+                    // sees them under the lock: two pumping threads could otherwise
+                    // prepare them the other way round, and the device would refuse
+                    // the second as unaligned. Anything else of a pipelined zone
+                    // goes only when none of its writes is out.
+                    if !req.flags.contains(BioFlags::PIPELINED) {
+                        sc.issues.push((req, buf, None));
+                    } else if self.device.inline() {
+                        // SAFETY: as in threads::worker_loop: the request's part of its BIO's buffer.
+                        sc.results.push((req.id, self.device.execute(&req, unsafe { iobuf(req.op, buf) })));
+                    } else {
+                        match self.device.prepare(&req) {
+                            Ok(plan) => sc.issues.push((req, buf, Some(plan))),
+                            Err(status) => sc.results.push((req.id, Err(status))),
+                        }
+                    }
                 }
                 Action::Complete(c) => {
                     let ctx = core.bios.remove(c.user_data as usize);
@@ -95,8 +112,8 @@ impl Shared {
     /// completion thread (whose next wait submits).
     fn issue_all(&self, sc: &mut Scratch) {
         let mut queued = false;
-        for (req, buf) in sc.issues.drain(..) {
-            match self.start(req, buf) {
+        for (req, buf, plan) in sc.issues.drain(..) {
+            match self.start(req, buf, plan) {
                 Started::Ring => queued = true,
                 Started::Local | Started::Worker => {}
                 Started::Done(r) => sc.results.push((req.id, r)),
@@ -117,8 +134,8 @@ impl Shared {
     /// Device-side checks, then the request goes to a ring (the calling thread's own,
     /// [`local`], or the runtime's), is carried out here (a device that works in
     /// memory), or goes to a worker.
-    fn start(&self, req: Request, buf: Option<RawBuf>) -> Started {
-        let plan = match self.device.prepare(&req) {
+    fn start(&self, req: Request, buf: Option<RawBuf>, prepared: Option<Plan>) -> Started {
+        let plan = match prepared.map_or_else(|| self.device.prepare(&req), Ok) {
             Ok(plan) => plan,
             Err(status) => return Started::Done(Err(status)),
         };

@@ -99,6 +99,9 @@ impl Runtime {
     pub fn start<D: Device + 'static>(device: D, cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let device: Arc<dyn Device> = Arc::new(device);
         let geo = device.geometry().clone();
+        if let Some(why) = cfg.engine.policy.refusal_on(device.keeps_zone_order()) {
+            return Err(RuntimeError::Policy { device: device.name(), why });
+        }
         let zones = device.zones().map_err(|status| RuntimeError::ZoneReport { device: device.name(), status })?;
         let engine = Engine::new(&geo, cfg.engine, &zones);
         let fds = device.data_fds();
@@ -196,6 +199,12 @@ impl Runtime {
     /// Engine counters.
     pub fn engine_stats(&self) -> EngineStats {
         self.sh().lock_core().engine.stats()
+    }
+
+    /// The engine's zone write plugs as they are now, for checkers (an idle plug's
+    /// `wp_offset` is the host's idea of its zone's write pointer).
+    pub fn plugs(&self) -> Vec<zblk_core::engine::PlugView> {
+        self.sh().lock_core().engine.plugs().collect()
     }
 
     /// Submits `io`; `done` is called once with its [`IoDone`], from whichever thread

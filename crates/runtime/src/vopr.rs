@@ -139,6 +139,10 @@ impl<D: Device> Device for FaultyDevice<D> {
     fn rotational(&self) -> bool {
         self.inner.rotational()
     }
+    fn keeps_zone_order(&self) -> bool {
+        // A failed transfer is ended as the device ends any: the order is the image's.
+        self.inner.keeps_zone_order()
+    }
     fn name(&self) -> String {
         format!("{} (faulty)", self.inner.name())
     }
@@ -151,6 +155,12 @@ impl<D: Device> Device for FaultyDevice<D> {
     fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
         if let Plan::Transfer(t) = plan {
             if self.inject(req, &t) {
+                if t.write {
+                    // A medium error takes its time (retries): the writes issued
+                    // after it to the same zone, on other workers, complete first,
+                    // as a pipelined zone's writes may.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 return self.inner.finish(req, t, Err(eio()));
             }
         }
@@ -231,9 +241,10 @@ fn setup(seed: u64) -> Setup {
         max_append_sectors: if rng.random_bool(0.5) { 0 } else { 64 },
         ..GeometryParams::default()
     };
-    // Every policy that keeps zone writes in order (the devices here are zoned): a new
-    // policy is covered as soon as it is in `POLICIES`.
-    let policies = IssuePolicy::compared_on(true);
+    // Every policy that keeps zone writes in order (the devices here are zoned images,
+    // which keep a zone's writes in the order they are handed them, so pipelining
+    // too): a new policy is covered as soon as it is in `POLICIES`.
+    let policies = IssuePolicy::compared_on_device(true, true);
     let policy = policies[rng.random_range(0..policies.len())];
     let engine = EngineConfig { policy, queue_depth: rng.random_range(1..=32), ..EngineConfig::default() };
     // One seed in eight without faults.
@@ -251,7 +262,22 @@ fn setup(seed: u64) -> Setup {
 /// Runs runtime seed `seed` with about `ops` I/Os, its image in directory `dir`
 /// (removed afterwards). A violation comes back in the result.
 pub fn run_runtime_seed(seed: u64, ops: u64, dir: &Path) -> RuntimeSeedRun {
-    let s = setup(seed);
+    run_runtime_seed_as(seed, ops, dir, None)
+}
+
+/// The policy seed `seed` draws.
+pub fn drawn_policy(seed: u64) -> IssuePolicy {
+    setup(seed).engine.policy
+}
+
+/// [`run_runtime_seed`] under `policy` instead of the one the seed draws (the rest
+/// of the setup as drawn): to look at one policy, as the planted bugs of
+/// pipelining are looked for.
+pub fn run_runtime_seed_as(seed: u64, ops: u64, dir: &Path, policy: Option<IssuePolicy>) -> RuntimeSeedRun {
+    let mut s = setup(seed);
+    if let Some(p) = policy {
+        s.engine.policy = p;
+    }
     let path = dir.join(format!("vopr-runtime-{seed}.img"));
     let mut run = RuntimeSeedRun { seed, policy: s.engine.policy.name(), ..RuntimeSeedRun::default() };
     let outcome = run_setup(seed, ops, &s, &path, &mut run);
@@ -368,6 +394,9 @@ impl<D: Device> Device for ArcDevice<D> {
     }
     fn rotational(&self) -> bool {
         self.0.rotational()
+    }
+    fn keeps_zone_order(&self) -> bool {
+        self.0.keeps_zone_order()
     }
     fn name(&self) -> String {
         self.0.name()
@@ -527,6 +556,25 @@ fn check_round(
     for (zi, list) in acked.iter_mut().enumerate() {
         check_zone(rt, geo, &before[zi], &after[zi], zi, list, write_hit, run)
             .map_err(|v| format!("{v}; the round in zone {zi}:{}", zone_history(geo, done, zi)))?;
+    }
+    check_plugs(rt, &after, run)
+        .map_err(|(zi, v)| format!("{v}; the round in zone {zi}:{}", zone_history(geo, done, zi)))
+}
+
+/// With nothing in flight, each plug that trusts its write pointer (no update
+/// needed) has it where the device says: the host never writes past a failed write
+/// on a belief the device does not share.
+fn check_plugs(rt: &Runtime, after: &[ZoneInfo], run: &mut RuntimeSeedRun) -> Result<(), (usize, String)> {
+    for p in rt.plugs() {
+        let zi = p.zone.idx();
+        let Some(wp) = after[zi].wp_offset() else { continue };
+        run.checks += 1;
+        if !p.need_wp_update && !p.busy && p.queued == 0 && p.wp_offset != wp {
+            return Err((
+                zi,
+                format!("zone {zi}: the host's write pointer offset is {}, the device's {wp}", p.wp_offset),
+            ));
+        }
     }
     Ok(())
 }

@@ -297,3 +297,102 @@ fn inline_refusals_chained_from_callbacks_do_not_nest() {
     t.join().expect("the chain's thread after close");
     assert_eq!(rx.recv().unwrap(), 0, "after close every I/O fails with EIO, none with EINVAL");
 }
+
+/// The memory device keeps a zone's writes in order: under pipelining, writes
+/// submitted from several threads at once, many per zone in flight, all land, each
+/// where it was submitted, and read back.
+#[test]
+fn pipelined_writes_from_several_threads_land_in_zone_order() {
+    use zblk_core::engine::{EngineConfig, IssuePolicy};
+    let dev = device(0, 0, 0);
+    let engine = EngineConfig { policy: IssuePolicy::Pipeline, queue_depth: 32, ..EngineConfig::default() };
+    let rt =
+        Runtime::start(dev.clone(), RuntimeConfig { engine, backend: Backend::Threads, ..RuntimeConfig::default() })
+            .unwrap();
+    // Four threads, each writing its zone in 8-sector writes, all submitted at once.
+    std::thread::scope(|s| {
+        for t in 1..=4u64 {
+            let rt = &rt;
+            s.spawn(move || {
+                let (tx, rx) = channel();
+                for i in 0..CAP / 8 {
+                    let tx = tx.clone();
+                    let data = vec![(t * 31 + i) as u8; 8 * 512];
+                    rt.submit(Io::write(zone(t) + 8 * i, data), move |d| tx.send(d.result).unwrap());
+                }
+                for _ in 0..CAP / 8 {
+                    assert!(rx.recv().unwrap().is_ok(), "a pipelined write failed on zone {t}");
+                }
+            });
+        }
+    });
+    for t in 1..=4u64 {
+        let mut buf = vec![0u8; (CAP * 512) as usize];
+        rt.read_at(zone(t), &mut buf).unwrap();
+        for i in 0..CAP / 8 {
+            let at = (i * 8 * 512) as usize;
+            assert_eq!(buf[at], (t * 31 + i) as u8, "zone {t} write {i}");
+        }
+    }
+    assert!(rt.engine_stats().plugged < CAP / 8 * 4, "writes went out several per zone");
+    rt.close().unwrap();
+}
+
+/// A device that does not declare it keeps a zone's writes in order refuses
+/// pipelining, with the reason.
+#[test]
+fn pipelining_is_refused_on_a_device_that_may_reorder() {
+    use zblk_core::engine::{EngineConfig, IssuePolicy};
+    struct Reordering(Arc<Locked<MemDevice>>);
+    impl zblk_dev::Device for Reordering {
+        fn geometry(&self) -> &Geometry {
+            self.0.geometry()
+        }
+        fn rotational(&self) -> bool {
+            false
+        }
+        fn name(&self) -> String {
+            "reordering".into()
+        }
+        fn prepare(&self, req: &zblk_core::bio::Request) -> Result<zblk_dev::Plan, Status> {
+            self.0.prepare(req)
+        }
+        fn perform(
+            &self,
+            req: &zblk_core::bio::Request,
+            plan: zblk_dev::Plan,
+            buf: zblk_dev::IoBuf<'_>,
+        ) -> Result<Sector, Status> {
+            self.0.perform(req, plan, buf)
+        }
+        fn finish(
+            &self,
+            req: &zblk_core::bio::Request,
+            t: zblk_dev::device::Transfer,
+            io: std::io::Result<()>,
+        ) -> Result<Sector, Status> {
+            self.0.finish(req, t, io)
+        }
+        fn report_zones(
+            &self,
+            from: Sector,
+            max: usize,
+            out: &mut Vec<zblk_core::zone::ZoneInfo>,
+        ) -> Result<usize, Status> {
+            self.0.report_zones(from, max, out)
+        }
+        fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+            self.0.zeroing(nounmap)
+        }
+        fn close(&self) -> Result<(), zblk_dev::error::DeviceError> {
+            Ok(())
+        }
+    }
+    let engine = EngineConfig { policy: IssuePolicy::Pipeline, ..EngineConfig::default() };
+    let r = Runtime::start(Reordering(device(0, 0, 0)), RuntimeConfig { engine, ..RuntimeConfig::default() });
+    match r {
+        Err(e @ RuntimeError::Policy { .. }) => assert!(e.to_string().contains("keeps a zone's writes"), "{e}"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("pipelining started on a device that may reorder"),
+    }
+}

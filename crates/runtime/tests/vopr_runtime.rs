@@ -33,3 +33,22 @@ fn runtime_seeds_with_media_errors_find_no_violation() {
     let faults: u64 = runs.iter().map(|r| r.faults).sum();
     assert!(faults > 0, "no fault injected in {n} seeds: the faulty device does nothing");
 }
+
+#[test]
+fn runtime_seeds_cover_pipelining_with_media_errors() {
+    // Of the CI seeds, those that draw pipelining, and faults among them: the policy
+    // is checked under errors mid-pipeline, not only drawn.
+    let n: u64 = std::env::var("ZBLK_VOPR_RUNTIME_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let piped: Vec<RuntimeSeedRun> = (1..=n)
+        .map(|seed| vopr::run_runtime_seed_as(seed, OPS, dir.path(), Some(zblk_core::engine::IssuePolicy::Pipeline)))
+        .take(12)
+        .collect();
+    for r in &piped {
+        assert!(r.violation.is_none(), "seed {} under pipelining: {:?}", r.seed, r.violation);
+    }
+    let faults: u64 = piped.iter().map(|r| r.faults).sum();
+    assert!(faults > 0, "no fault injected under pipelining");
+    let drawn = (1..=n).filter(|&s| vopr::drawn_policy(s) == zblk_core::engine::IssuePolicy::Pipeline).count();
+    assert!(drawn > 0, "none of the {n} CI seeds draws pipelining");
+}

@@ -549,6 +549,7 @@ fn random_engine(rng: &mut impl Rng, queue_depth: u32, zoned: bool) -> EngineCon
         zwl_sched_tags: if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=8) },
         batch_max_bypass: rng.random_range(0..=8),
         batch_anticipate_ns: if rng.random_bool(0.5) { 0 } else { rng.random_range(1_000..=50_000) },
+        ..EngineConfig::default()
     }
 }
 

@@ -117,7 +117,8 @@ fn first_catches(cases: &[(Mutation, u64)], c: Config) -> Vec<Option<(u64, &'sta
 
 #[test]
 fn every_planted_bug_is_caught_without_the_engines_invariants() {
-    assert_eq!(BOUNDS.map(|b| b.0), Mutation::ALL, "a bound for each planted bug, in order");
+    let simulated: Vec<Mutation> = Mutation::ALL.into_iter().filter(|m| !m.pipelining()).collect();
+    assert_eq!(BOUNDS.map(|b| b.0).to_vec(), simulated, "a bound for each planted bug, in order");
     let cases: Vec<(Mutation, u64)> = BOUNDS.iter().map(|&(m, b, _)| (m, b)).collect();
     let mut missed = Vec::new();
     for (&(m, bound, by), caught) in BOUNDS.iter().zip(first_catches(&cases, INDEPENDENT)) {

@@ -108,3 +108,13 @@ fn zone_write_locking_keeps_one_write_per_zone_on_the_simulator() {
     assert_eq!(done.len(), 129);
     assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
 }
+
+#[test]
+fn pipelining_is_refused_on_a_simulated_disk() {
+    // A simulated disk executes in its model's order: it may reorder a zone's writes.
+    let mut cfg = SimConfig::new(DeviceParams::default(), 1);
+    cfg.engine = EngineConfig { policy: IssuePolicy::Pipeline, ..EngineConfig::default() };
+    let Err(e) = Sim::new(&cfg) else { panic!("pipelining ran on a simulated disk") };
+    assert_eq!(e.param, "policy");
+    assert!(e.message.contains("keeps a zone's writes"), "{}", e.message);
+}

@@ -17,6 +17,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     let device = spec.params.clone();
     let geo = device.validate().map_err(CliError::msg)?;
     let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational())?;
+    crate::jobargs::refuse_on_simulated(policy)?;
     let job = job_spec(a, geo.is_zoned());
     let cfg = SimConfig {
         device: device.clone(),

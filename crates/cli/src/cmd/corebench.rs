@@ -1,5 +1,5 @@
 //! `zblk corebench`: the engine's own cost, on the engine alone (no simulator, no
-//! timing model), in three shapes, with and without zone write plugging.
+//! timing model), in four shapes, with and without zone write plugging.
 
 use crate::CliError;
 use crate::out::outln;
@@ -9,12 +9,14 @@ use zblk_core::corebench::{CoreBenchSpec, Shape, run_corebench};
 use zblk_core::engine::IssuePolicy;
 
 /// Measures BIOs per second of wall time through the engine alone, driven by a
-/// minimal loop whose device completes every request at once, oldest first. Three
+/// minimal loop whose device completes every request at once, oldest first. Four
 /// shapes: `uncontended` (4 KiB writes round-robin over 1024 zones at QD 16: no BIO
 /// ever waits in a plug), `queued` (sequential 4 KiB writes over 4 zones at QD 64:
 /// nearly every BIO waits in its zone's plug), `append` (4 KiB zone appends over 4
-/// zones at QD 64: emulated with plugging, native and passed through without). Each
-/// shape runs with per-zone plugging (`zwp`) and with plugging bypassed
+/// zones at QD 64: emulated with plugging, native and passed through without),
+/// `pipelined` (the queued shape under zone write pipelining, `pipeline`, on a device
+/// completing newest first: completions wait for the writes before them). Each
+/// shape runs with per-zone plugging (`zwp`; `pipeline` for the last) and with plugging bypassed
 /// (`passthrough`), alternating, on one thread; the best run of each is kept (noise
 /// only ever slows a run down).
 #[derive(Args, Debug)]
@@ -27,8 +29,8 @@ pub struct CorebenchArgs {
     /// Runs per policy and shape.
     #[arg(long, default_value_t = 5)]
     pub rounds: u32,
-    /// Shapes to run, comma-separated (uncontended, queued, append).
-    #[arg(long, value_delimiter = ',', default_value = "uncontended,queued,append")]
+    /// Shapes to run, comma-separated (uncontended, queued, append, pipelined).
+    #[arg(long, value_delimiter = ',', default_value = "uncontended,queued,append,pipelined")]
     pub shapes: Vec<String>,
     /// Print JSON.
     #[arg(long)]
@@ -40,6 +42,9 @@ pub struct CorebenchArgs {
 struct ShapeResult {
     shape: &'static str,
     spec: CoreBenchSpec,
+    /// The policy that keeps zone writes in order: `zwp`, or `pipeline` for the
+    /// pipelined shape (the `zwp_` fields are its).
+    policy: &'static str,
     zwp_bios_per_s: f64,
     passthrough_bios_per_s: f64,
     /// Time per BIO with plugging over time per BIO without.
@@ -57,16 +62,15 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
         .shapes
         .iter()
         .map(|s| {
-            Shape::ALL
-                .into_iter()
-                .find(|sh| sh.name() == s)
-                .ok_or_else(|| CliError(format!("--shapes: unknown shape {s:?} (uncontended, queued, append)")))
+            Shape::ALL.into_iter().find(|sh| sh.name() == s).ok_or_else(|| {
+                CliError(format!("--shapes: unknown shape {s:?} (uncontended, queued, append, pipelined)"))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut results = Vec::new();
     for shape in shapes {
         let spec = shape.spec(a.bios);
-        let policies = [IssuePolicy::Zwp, IssuePolicy::Passthrough];
+        let policies = [shape.ordered_policy(), IssuePolicy::Passthrough];
         let mut best = [f64::MAX; 2];
         let mut plugged = 0;
         for _ in 0..a.rounds {
@@ -82,7 +86,7 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
                         r.errors
                     )));
                 }
-                if *policy == IssuePolicy::Zwp {
+                if *policy != IssuePolicy::Passthrough {
                     plugged = r.engine.plugged;
                 }
                 best[i] = best[i].min(secs);
@@ -92,6 +96,7 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
         results.push(ShapeResult {
             shape: shape.name(),
             spec,
+            policy: policies[0].name(),
             zwp_bios_per_s: rate(best[0]),
             passthrough_bios_per_s: rate(best[1]),
             plugging_over_passthrough: best[0] / best[1],

@@ -349,6 +349,7 @@ mod with_ublk {
     fn start_paced(a: &ServeArgs) -> Result<Device, CliError> {
         let limit = if a.no_data { None } else { Some(a.data_limit) };
         let policy = a.policy.unwrap_or(super::SIMULATED_POLICY);
+        crate::jobargs::refuse_on_simulated(policy)?;
         let (build, name, rotational): (SimBuilder, String, bool) = if let Some(text) = &a.dev {
             let spec = devspec::parse(text)?;
             let geo = spec.params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;

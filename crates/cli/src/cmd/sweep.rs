@@ -117,6 +117,9 @@ fn parse_policy(s: &str) -> Result<IssuePolicy, String> {
         Some(p) if p.info().baseline => {
             Err(format!("{} is not a zone write policy a sweep compares (it breaks zone writes)", p.name()))
         }
+        Some(p) if p.needs_ordered_device() => Err(format!("{}: the sweeps' disks are simulated: {}", p.name(), {
+            p.refusal_on(false).unwrap_or_default()
+        })),
         Some(p) => Ok(p),
         None => {
             let names = crate::jobargs::policy_names(&IssuePolicy::compared(), ", ");

@@ -50,6 +50,9 @@ pub(crate) enum FragState {
     WaitTag,
     /// On the device.
     InFlight,
+    /// A pipelined zone write the device completed, whose acknowledgement waits for
+    /// the writes before it in its zone (`Frag::held` is the device's result).
+    Completed,
 }
 
 /// What a fragment is to the plugs: it decides where it waits and what its
@@ -93,6 +96,15 @@ pub(crate) struct Frag {
     /// RESET_ALLs submitted before this fragment's BIO: it goes to the device after
     /// every one of them, and before every later one.
     pub ra_epoch: u64,
+    /// A pipelined zone write: released while other writes of its zone were out,
+    /// acknowledged in zone order (`engine/pipe.rs`).
+    pub piped: bool,
+    /// A pipelined write after a failed one of its zone: it fails, whatever the
+    /// device says.
+    pub doomed: bool,
+    /// The device's result of a pipelined write, kept until its turn to be
+    /// acknowledged.
+    pub held: Option<Result<Sector, Status>>,
     /// Generation of the slot, checked when the request completes.
     generation: u32,
 }
@@ -178,6 +190,9 @@ impl FragTable {
             plug: None,
             append: op == Op::ZoneAppend,
             ra_epoch: 0,
+            piped: false,
+            doomed: false,
+            held: None,
             generation: self.next_gen,
         });
         FragId(u32::try_from(idx).expect("more than 2^32 fragments in the engine"))

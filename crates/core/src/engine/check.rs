@@ -89,6 +89,8 @@ struct FragCensus {
     wait_tag: usize,
     held: usize,
     plugged: usize,
+    /// Pipelined writes completed, waiting for their turn to be acknowledged.
+    completed: usize,
     /// Per plug: (operations out other than native appends, native appends out).
     issued_of: FxHashMap<PlugId, (u32, u32)>,
     /// Per BIO (by index): its fragments.
@@ -99,6 +101,7 @@ impl FragCensus {
     /// Walks every fragment once, checking what its state alone says.
     fn of(q: &Queue) -> FragCensus {
         let (mut inflight, mut wait_tag, mut held, mut plugged) = (0usize, 0usize, 0usize, 0usize);
+        let mut completed = 0usize;
         let mut issued_of: FxHashMap<PlugId, (u32, u32)> = FxHashMap::default();
         let mut pieces: FxHashMap<usize, u32> = FxHashMap::default();
         for (f, frag) in q.frags.iter() {
@@ -106,6 +109,10 @@ impl FragCensus {
                 FragState::InFlight => inflight += 1,
                 FragState::WaitTag => wait_tag += 1,
                 FragState::Held => held += 1,
+                FragState::Completed => {
+                    assert!(frag.piped && frag.held.is_some(), "fragment {f:?} completed but not a pipelined write");
+                    completed += 1;
+                }
                 FragState::Sched => assert_eq!(frag.kind, Kind::Sched, "fragment {f:?} in a scheduler it is not of"),
                 FragState::Plugged => {
                     assert!(frag.plug.is_some(), "plugged fragment {f:?} without a plug");
@@ -122,7 +129,7 @@ impl FragCensus {
                 }
             }
         }
-        FragCensus { inflight, wait_tag, held, plugged, issued_of, pieces }
+        FragCensus { inflight, wait_tag, held, plugged, completed, issued_of, pieces }
     }
 
     /// The tags' count, and each list (tag wait list, RESET_ALL barrier, plug
@@ -143,13 +150,29 @@ impl FragCensus {
         for &f in &q.barrier.waiting {
             walk("RESET_ALL barrier", f, q.frags[f].state == FragState::Held);
         }
-        let mut in_plugs = 0;
+        let (mut in_plugs, mut in_pipes) = (0, 0);
         for (p, plug) in q.plugs.iter() {
             for &f in &plug.queue {
                 walk("plug queue", f, q.frags[f].state == FragState::Plugged && q.frags[f].plug == Some(p));
                 in_plugs += 1;
             }
+            if let Some(&f) = plug.pipe.front() {
+                // A completed front would have been acknowledged.
+                assert_ne!(
+                    q.frags[f].state,
+                    FragState::Completed,
+                    "zone {}: completed write at the pipe's front",
+                    plug.zone
+                );
+            }
+            for &f in &plug.pipe {
+                let fr = &q.frags[f];
+                let ok = fr.piped && fr.plug == Some(p) && fr.state != FragState::Plugged;
+                assert!(ok, "pipe of zone {}: fragment {f:?} is {:?}", plug.zone, fr.state);
+                in_pipes += usize::from(fr.state == FragState::Completed);
+            }
         }
+        assert_eq!(in_pipes, self.completed, "completed pipelined writes, not all in their pipe");
         assert_eq!(q.tags.wait.len(), self.wait_tag, "fragments waiting for a tag, not all in the wait list");
         assert_eq!(q.barrier.waiting.len(), self.held, "fragments held by a RESET_ALL, not all in its list");
         assert_eq!(in_plugs, self.plugged, "plugged fragments, not all in their plug's queue");
@@ -183,7 +206,9 @@ fn check_plugs(q: &Queue, issued_of: &FxHashMap<PlugId, (u32, u32)>) {
             "zone {z}: plugged, but its cached condition says {cached:?}"
         );
         let (issued, apps) = issued_of.get(&p).copied().unwrap_or((0, 0));
-        assert_eq!(issued, u32::from(plug.busy), "zone {z}: {issued} operations out, busy={}", plug.busy);
+        let piped_out = plug.pipe.iter().filter(|&&f| q.frags[f].state != FragState::Completed).count() as u32;
+        let expected = u32::from(plug.busy) + piped_out;
+        assert_eq!(issued, expected, "zone {z}: {issued} operations out, busy={}, {piped_out} pipelined", plug.busy);
         assert_eq!(apps, plug.appends_out, "zone {z}: appends out");
         ops_out += issued;
         appends += apps;

@@ -88,6 +88,8 @@ impl Queue {
 
 /// What a completed request was, for whoever ordered it.
 struct Finished {
+    /// A pipelined zone write, kept until its turn to be acknowledged.
+    piped: Option<FragId>,
     kind: Kind,
     op: crate::bio::Op,
     plug: Option<super::plugs::PlugId>,
@@ -108,6 +110,10 @@ impl Engine {
         let done = self.q.request_done(id, result);
         let failed = result.is_err();
         match done.kind {
+            Kind::ZoneWrite if done.piped.is_some() => {
+                let p = done.plug.expect("pipelined write without plug");
+                self.pipe_completed(p, done.piped.expect("checked"), failed);
+            }
             Kind::ZoneWrite | Kind::WpOp => {
                 let p = done.plug.expect("plugged operation without plug");
                 if self.q.zone_op_done(p, done.kind, done.op, failed) {
@@ -139,9 +145,17 @@ impl Queue {
         let f = self.frags.lookup(id).unwrap_or_else(|| panic!("completion of unknown request {id:?}"));
         let frag = &self.frags[f];
         assert_eq!(frag.state, FragState::InFlight, "completion of request {id:?} not in flight");
-        let done = Finished { kind: frag.kind, op: frag.op, plug: frag.plug, sector: frag.sector };
+        let piped = frag.piped.then_some(f);
+        let done = Finished { piped, kind: frag.kind, op: frag.op, plug: frag.plug, sector: frag.sector };
         self.tags.inflight -= 1;
-        self.end_frag(f, result);
+        if piped.is_some() {
+            // Not acknowledged yet: the writes before it in its zone go first.
+            let frag = &mut self.frags[f];
+            frag.state = FragState::Completed;
+            frag.held = Some(result);
+        } else {
+            self.end_frag(f, result);
+        }
         while self.has_tag() {
             let Some(next) = self.tags.wait.pop_front() else { break };
             self.issue(next);

@@ -16,6 +16,7 @@
 //! | `submit.rs` | validation, splitting, routing | `submit_bio_noacct()`, `bio_split_to_limits()` |
 //! | `bios.rs` | BIOs, fragments, typed ids | `struct bio`, `bio_chain()` |
 //! | `plugs.rs` | zone write plugs, `wp_offset`, append emulation, the condition cache | `blk_zone_wplug_*` in blk-zoned.c |
+//! | `pipe.rs` | zone write pipelining: several writes per zone out, acknowledged in zone order | write pipelining for devices that keep order (UFS) |
 //! | `policy/` | when plugged operations go: per-zone, single issuer, batching, zone write locking, passthrough | blk-zoned.c's issuer, mq-deadline |
 //! | `dispatch.rs` | device tags, issue, completion | blk-mq dispatch, `blk_mq_end_request()` |
 //! | `barrier.rs` | RESET_ALL | `blk_zone_wplug_handle_reset_all()` |
@@ -32,11 +33,14 @@ mod barrier;
 mod bios;
 mod check;
 mod dispatch;
+mod pipe;
 mod plugs;
 mod policy;
 mod recovery;
 mod submit;
 
+#[cfg(test)]
+mod pipe_scenarios;
 #[cfg(test)]
 mod scenarios;
 #[cfg(test)]
@@ -97,6 +101,10 @@ pub struct EngineConfig {
     /// issuer gives it up while fewer than one anticipation in eight is met (but
     /// for one chance in eight, to measure again).
     pub batch_anticipate_ns: u64,
+    /// The pipelining policy: zone writes of one zone out at once (0: as many as
+    /// `queue_depth`). See `engine/pipe.rs`.
+    #[serde(default)]
+    pub pipeline_depth: u32,
 }
 
 impl Default for EngineConfig {
@@ -109,6 +117,7 @@ impl Default for EngineConfig {
             zwl_sched_tags: 0,
             batch_max_bypass: 8,
             batch_anticipate_ns: 50_000,
+            pipeline_depth: 0,
         }
     }
 }
@@ -348,7 +357,7 @@ impl Engine {
             zone: plug.zone,
             wp_offset: plug.wp_offset,
             queued: plug.queue.len(),
-            busy: plug.busy || plug.appends_out > 0,
+            busy: plug.busy || plug.appends_out > 0 || !plug.pipe.is_empty(),
             need_wp_update: plug.need_wp_update,
             listed: plug.listed,
             report_pending: plug.report_pending,

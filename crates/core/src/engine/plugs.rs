@@ -64,13 +64,17 @@ pub(crate) struct Plug {
     /// Native zone appends of this zone on the device. While any is out, the write
     /// pointer moves where the host cannot follow: writes, resets and finishes wait.
     pub appends_out: u32,
+    /// Pipelined zone writes released and not acknowledged, in zone order (the
+    /// pipelining policy only; `engine/pipe.rs`). The front is always still out: a
+    /// completed front is acknowledged at once.
+    pub pipe: VecDeque<FragId>,
 }
 
 impl Plug {
     /// Whether the plug holds or has released operations, or the policy holds it: it
     /// cannot be released.
     pub fn in_use(&self) -> bool {
-        self.busy || !self.queue.is_empty() || self.listed || self.appends_out > 0
+        self.busy || !self.queue.is_empty() || self.listed || self.appends_out > 0 || !self.pipe.is_empty()
     }
 }
 
@@ -102,6 +106,22 @@ pub(crate) enum Front {
     Refuse(Status),
 }
 
+/// Whether a zone write may be pipelined: a plain WRITE or an emulated append
+/// without FUA or PREFLUSH. A device executes those from the moment it accepts them
+/// in issue order (an image accepts a transfer when it is prepared). A FUA or
+/// PREFLUSH write, or a WRITE_ZEROES, is one the device carries out whole on a
+/// thread that may block, and accepts there, later: a write issued after it could
+/// reach the device first; and a FUA write is made durable with the zone's write
+/// pointer as it stands when it completes, which a write before it still out would
+/// hold below it. Such a write goes alone, as under per-zone plugging: once nothing
+/// of its zone is out, and nothing joins it.
+fn pipelinable(frag: &super::bios::Frag) -> bool {
+    use crate::bio::BioFlags;
+    matches!(frag.op, Op::Write | Op::ZoneAppend)
+        && !frag.flags.contains(BioFlags::FUA)
+        && !frag.flags.contains(BioFlags::PREFLUSH)
+}
+
 /// No plug for this zone.
 const NO_PLUG: u32 = u32::MAX;
 
@@ -116,6 +136,8 @@ pub(crate) struct PlugTable {
     by_zone: Vec<u32>,
     /// Spare queues, so that a busy device does not allocate a queue per plug.
     spare_queues: Vec<VecDeque<FragId>>,
+    /// Spare pipes, likewise.
+    spare_pipes: Vec<VecDeque<FragId>>,
     /// Plugged writes, resets and finishes released and not completed (waiting for a
     /// tag or on the device). At most one under a single issuer.
     pub ops_out: u32,
@@ -140,6 +162,7 @@ impl PlugTable {
     pub fn insert(&mut self, zone: ZoneNo, wp_offset: u64, capacity: u64) -> PlugId {
         assert!(self.get(zone).is_none(), "second plug for zone {zone}");
         let queue = self.spare_queues.pop().unwrap_or_default();
+        let pipe = self.spare_pipes.pop().unwrap_or_default();
         let idx = self.plugs.insert(Plug {
             zone,
             wp_offset,
@@ -150,6 +173,7 @@ impl PlugTable {
             report_pending: false,
             listed: false,
             appends_out: 0,
+            pipe,
         });
         let p = PlugId(u32::try_from(idx).ok().filter(|&i| i != NO_PLUG).expect("more than 2^32 - 1 plugs"));
         if self.by_zone.len() <= zone.idx() {
@@ -168,6 +192,9 @@ impl PlugTable {
         self.by_zone[plug.zone.idx()] = NO_PLUG;
         if self.spare_queues.len() < 64 {
             self.spare_queues.push(plug.queue);
+        }
+        if self.spare_pipes.len() < 64 && plug.pipe.capacity() > 0 {
+            self.spare_pipes.push(plug.pipe);
         }
     }
 
@@ -243,15 +270,20 @@ impl Queue {
     /// for, and trusted, only then.
     pub(crate) fn wp_reportable(&self, p: PlugId) -> bool {
         let plug = &self.plugs[p];
-        !plug.busy && plug.appends_out == 0 && !self.barrier.out
+        !plug.busy && plug.appends_out == 0 && plug.pipe.is_empty() && !self.barrier.out
     }
 
     /// What to do with fragment `f` at the front of plug `p`.
     pub(crate) fn front(&self, p: PlugId, f: FragId) -> Front {
         let plug = &self.plugs[p];
-        let busy = plug.busy
-            && !(self.frags[f].kind == Kind::ZoneWrite
-                && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased));
+        let kind = self.frags[f].kind;
+        let busy = (plug.busy
+            && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
+            // Pipelined writes out: another plain write may join them up to the
+            // depth; anything else waits until they are all acknowledged (see
+            // `Queue::pipelinable`).
+            || (!plug.pipe.is_empty()
+                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth() || !self.pipelinable(f)));
         // Behind a RESET_ALL not done yet (one submitted before this operation).
         if self.frags[f].ra_epoch > self.barrier.done || busy {
             return Front::Wait;
@@ -357,11 +389,28 @@ impl Queue {
             frag.op = Op::Write;
             frag.sector = at;
         }
+        let piped = self.cfg.policy == super::IssuePolicy::Pipeline && pipelinable(frag);
+        frag.piped = piped;
+        if piped {
+            frag.flags = frag.flags | crate::bio::BioFlags::PIPELINED;
+        }
         let plug = &mut self.plugs[p];
         plug.wp_offset += n;
-        plug.busy = true;
+        if piped {
+            // The write pointer moved at submission: the next write of the zone may
+            // go while this one is out; its acknowledgement keeps zone order.
+            plug.pipe.push_back(f);
+        } else {
+            plug.busy = true;
+        }
         self.plugs.ops_out += 1;
         self.dispatch(f);
+    }
+
+    /// Whether zone write `f` may be on the device beside other writes of its zone
+    /// (see [`pipelinable`]).
+    pub(crate) fn pipelinable(&self, f: FragId) -> bool {
+        pipelinable(&self.frags[f])
     }
 
     /// Takes every write waiting in plug `p` out of it (resets, finishes and appends

@@ -35,6 +35,12 @@ pub(crate) struct Harness {
     pub anticipations: Vec<u64>,
     /// Expire anticipations at once (as if no write came in time).
     pub auto_expire: bool,
+    /// The device keeps a zone's writes in the order it is handed them, as an image
+    /// does (pipelining): each request is executed on the zones when it is issued,
+    /// and completes later with that result, in whatever order the test says.
+    pub execute_at_issue: bool,
+    /// Results of requests executed at issue, by request.
+    pub executed: Vec<(crate::bio::ReqId, Result<Sector, Status>)>,
 }
 
 /// The scenarios' device: 8 MiB of 1 MiB zones, one conventional, emulated zone
@@ -77,6 +83,8 @@ impl Harness {
             auto_report: true,
             anticipations: Vec::new(),
             auto_expire: true,
+            execute_at_issue: false,
+            executed: Vec::new(),
         }
     }
 
@@ -94,6 +102,10 @@ impl Harness {
                 Action::Issue(r) => {
                     self.issued.push(r);
                     self.history.push(r);
+                    if self.execute_at_issue {
+                        let res = self.execute(&r);
+                        self.executed.push((r.id, res));
+                    }
                 }
                 Action::Complete(c) => self.done.push(c),
                 Action::ReportZone(z) => self.reports.push(z),
@@ -152,7 +164,10 @@ impl Harness {
     /// device and completes it with the device's result.
     pub fn run(&mut self, i: usize) -> Result<Sector, Status> {
         let r = self.issued.remove(i);
-        let res = self.execute(&r);
+        let res = match self.executed.iter().position(|e| e.0 == r.id) {
+            Some(j) => self.executed.remove(j).1,
+            None => self.execute(&r),
+        };
         self.engine.complete(r.id, res);
         self.pump();
         res
@@ -161,6 +176,7 @@ impl Harness {
     /// Completes issued request `i` with `status` without executing it.
     pub fn fail(&mut self, i: usize, status: Status) {
         let r = self.issued.remove(i);
+        self.executed.retain(|e| e.0 != r.id);
         self.engine.complete(r.id, Err(status));
         self.pump();
     }

@@ -174,6 +174,12 @@ impl Device for FileImage {
         self.path.display().to_string()
     }
 
+    /// A write is accepted (its zone's write pointer moves) when it is prepared, and
+    /// lands where its offset says whenever the transfer runs.
+    fn keeps_zone_order(&self) -> bool {
+        true
+    }
+
     fn data_fds(&self) -> DataFds<'_> {
         // SAFETY: both descriptors belong to the media, which lives as long as `self`.
         let direct = self.direct.map(|(fd, align)| (unsafe { BorrowedFd::borrow_raw(fd) }, align));

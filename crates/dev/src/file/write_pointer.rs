@@ -9,7 +9,7 @@ use super::live::LiveTable;
 use crate::device::Transfer;
 use crate::{check_append, check_range};
 use std::io;
-use zblk_core::bio::{Op, Request, Status};
+use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SHIFT, Sector, ZoneNo};
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneSet, ZoneType};
@@ -22,6 +22,10 @@ pub(super) struct Extent {
     /// An earlier write to the zone failed and the write pointer went back below this
     /// one: it fails when it completes.
     pub(super) doomed: bool,
+    /// Acknowledged when the device completes it (every write but a pipelined one,
+    /// whose acknowledgement the host holds until the writes before it in the zone
+    /// complete): once completed, its data stays even if a write below it fails.
+    pub(super) acked: bool,
 }
 
 /// The device-side state, under the image's short lock (never held across I/O).
@@ -30,10 +34,13 @@ pub(super) struct DevState {
     pub(super) zones: Option<ZoneSet>,
     /// Per zone, accepted writes not completed.
     pub(super) inflight: Vec<Vec<Extent>>,
-    /// Per zone, writes acknowledged while a write below them was still in flight
-    /// (appends race so): `(start, end)` offsets. A failed write below them must not
-    /// take the write pointer back under acknowledged data.
-    pub(super) acked_above: Vec<Vec<(u64, u64)>>,
+    /// Per zone, writes completed while a write below them was still in flight:
+    /// `(start, end, acked)` offsets. Appends race so, and the device acknowledged
+    /// them: a failed write below them must not take the write pointer back under
+    /// their data. A pipelined write (`BioFlags::PIPELINED`) is acknowledged by the
+    /// host in zone order: a failed write below fails it, and the write pointer goes
+    /// back under it (its data is punched).
+    pub(super) acked_above: Vec<Vec<(u64, u64, bool)>>,
     /// Per zone, what the tables record: the completed write pointer and a condition
     /// consistent with it.
     pub(super) done: Vec<Entry>,
@@ -121,7 +128,9 @@ impl FileImage {
             return Ok(at);
         }
         let start = self.geo.zone_start(z);
-        st.inflight[z.idx()].push(Extent { start: at.since(start), len: u64::from(req.nr_sectors), doomed: false });
+        let acked = !req.flags.contains(BioFlags::PIPELINED);
+        let ext = Extent { start: at.since(start), len: u64::from(req.nr_sectors), doomed: false, acked };
+        st.inflight[z.idx()].push(ext);
         if matches!(before, ZoneCond::Empty | ZoneCond::Closed) && self.geo.max_open() > 0 {
             // Opening this zone may have closed an implicitly open one.
             self.refresh_all(st);
@@ -146,7 +155,7 @@ impl FileImage {
             Err(Status::IoErr)
         } else if ok {
             if list.iter().any(|e| e.start < off) {
-                st.acked_above[z.idx()].push((off, off + len));
+                st.acked_above[z.idx()].push((off, off + len, ext.acked));
             }
             Ok(at)
         } else {
@@ -156,7 +165,7 @@ impl FileImage {
         // Acknowledged writes with nothing in flight below them can no longer be
         // rolled back over.
         let (inflight, above) = (&st.inflight[z.idx()], &mut st.acked_above[z.idx()]);
-        above.retain(|&(s, _)| inflight.iter().any(|e| e.start < s));
+        above.retain(|&(s, _, _)| inflight.iter().any(|e| e.start < s));
         self.refresh(st, z);
         if result.is_err() {
             // Whatever reached the file past the write pointer must read as zeroes.
@@ -174,7 +183,15 @@ impl FileImage {
     /// race: their data stays, the failed range reads as zeroes), and writes
     /// accepted after that are doomed.
     fn roll_back(&self, st: &mut DevState, z: ZoneNo, off: u64) {
-        let off = st.acked_above[z.idx()].iter().filter(|&&(s, _)| s > off).map(|&(_, e)| e).fold(off, u64::max);
+        let above = &mut st.acked_above[z.idx()];
+        let off = above.iter().filter(|&&(s, _, acked)| acked && s > off).map(|&(_, e, _)| e).fold(off, u64::max);
+        // Pipelined writes completed above the failure were not acknowledged (the
+        // host acknowledges in zone order): they go, and read as zeroes.
+        let zstart = self.geo.zone_start(z);
+        for &(s, e, _) in above.iter().filter(|&&(s, _, acked)| !acked && s >= off) {
+            let _ = self.media.punch_hole(self.file_offset(zstart + s), (e - s) << SECTOR_SHIFT);
+        }
+        above.retain(|&(s, _, acked)| acked || s < off);
         // `>=`: a write in flight that starts where the write pointer goes back to
         // (the end of an acknowledged append above the failed write) is past it too.
         for e in st.inflight[z.idx()].iter_mut().filter(|e| e.start >= off) {
@@ -246,6 +263,9 @@ fn entry_now(st: &DevState, z: ZoneNo) -> Entry {
     }
     let accepted = info.wp.since(info.start);
     let done = st.inflight[z.idx()].iter().filter(|e| !e.doomed).map(|e| e.start).min().unwrap_or(accepted);
+    // Planted: the writes in flight counted as done, so that a flush records a
+    // write pointer over data that may never land (a hole).
+    let done = if zblk_core::mutation::on(zblk_core::mutation::Mutation::FlushCoversHole) { accepted } else { done };
     let cond = if done == accepted {
         info.cond
     } else {

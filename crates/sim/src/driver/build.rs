@@ -30,6 +30,12 @@ impl Sim {
     /// disk, which the engine configured by `cfg.engine` drives.
     pub fn with_model(cfg: &SimConfig, model: Box<dyn DeviceModel>) -> Result<Sim, ParamError> {
         let geo = cfg.device.validate()?;
+        // A simulated disk executes a request when its model completes it, in the
+        // model's order: it does not keep a zone's writes in the order it was handed
+        // them, so pipelining would see its writes land unaligned.
+        if let Some(why) = cfg.engine.policy.refusal_on(false) {
+            return Err(ParamError { param: "policy".into(), message: format!("a simulated disk: {why}") });
+        }
         let engine_cfg = EngineConfig { queue_depth: cfg.device.hw_queue_depth, ..cfg.engine };
         let mut b = StackBuilder::new();
         let disk = b.disk(&geo, engine_cfg);

@@ -24,6 +24,7 @@
 mod batch;
 mod issuer;
 mod passthrough;
+mod pipeline;
 mod qd1;
 mod registry;
 mod zwl;
@@ -49,6 +50,7 @@ pub(crate) fn build(cfg: &EngineConfig) -> AnyPolicy {
         IssuePolicy::Batch => AnyPolicy::Batch(issuer::SingleIssuer::new(batch::Batching::new(cfg))),
         IssuePolicy::Zwl => AnyPolicy::Zwl(zwl::ZoneWriteLocking::new(cfg)),
         IssuePolicy::Passthrough => AnyPolicy::Passthrough(passthrough::Passthrough),
+        IssuePolicy::Pipeline => AnyPolicy::Pipeline(pipeline::Pipeline),
     }
 }
 
@@ -62,6 +64,7 @@ pub(crate) enum AnyPolicy {
     Batch(issuer::SingleIssuer<batch::Batching>),
     Zwl(zwl::ZoneWriteLocking),
     Passthrough(passthrough::Passthrough),
+    Pipeline(pipeline::Pipeline),
 }
 
 /// Calls `$body` with `$p` bound to the policy inside `$any`.
@@ -73,6 +76,7 @@ macro_rules! each_policy {
             AnyPolicy::Batch($p) => $body,
             AnyPolicy::Zwl($p) => $body,
             AnyPolicy::Passthrough($p) => $body,
+            AnyPolicy::Pipeline($p) => $body,
         }
     };
 }

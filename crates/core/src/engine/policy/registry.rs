@@ -35,6 +35,11 @@ pub enum IssuePolicy {
     /// pointer check and no zone append emulation. Only for measuring what plugging
     /// costs, and for showing what goes wrong without it.
     Passthrough,
+    /// Zone write pipelining (`pipeline`): as per-zone plugging, but up to
+    /// `pipeline_depth` writes of one zone on the device at once, acknowledged in
+    /// zone order. Only on a device that keeps a zone's writes in the order it is
+    /// handed them (an image, the memory device): see `engine/pipe.rs`.
+    Pipeline,
 }
 
 /// What zblk knows of one issue policy besides its implementation.
@@ -61,6 +66,10 @@ pub struct PolicyInfo {
     /// sweeps and random simulations, which compare policies that keep zone writes
     /// in order, leave it out.
     pub baseline: bool,
+    /// It needs a device that keeps a zone's writes in the order it was handed them
+    /// (several out at once): refused on others, left out of the comparisons on
+    /// simulated disks (which may reorder).
+    pub ordered_device: bool,
 }
 
 /// Every policy, in the order every list shows them (`IssuePolicy as usize` indexes
@@ -75,6 +84,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         zoned_qd1_writes: Some(0),
         zoned_only: false,
         baseline: false,
+        ordered_device: false,
     },
     PolicyInfo {
         policy: IssuePolicy::Qd1,
@@ -85,6 +95,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         zoned_qd1_writes: Some(1),
         zoned_only: false,
         baseline: false,
+        ordered_device: false,
     },
     PolicyInfo {
         policy: IssuePolicy::Batch,
@@ -95,6 +106,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         zoned_qd1_writes: None,
         zoned_only: false,
         baseline: false,
+        ordered_device: false,
     },
     PolicyInfo {
         policy: IssuePolicy::Zwl,
@@ -105,6 +117,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         zoned_qd1_writes: None,
         zoned_only: true,
         baseline: false,
+        ordered_device: false,
     },
     PolicyInfo {
         policy: IssuePolicy::Passthrough,
@@ -115,6 +128,18 @@ pub const POLICIES: &[PolicyInfo] = &[
         zoned_qd1_writes: None,
         zoned_only: false,
         baseline: true,
+        ordered_device: false,
+    },
+    PolicyInfo {
+        policy: IssuePolicy::Pipeline,
+        name: "pipeline",
+        summary: "several writes per zone in flight, acknowledged in zone order (images, memory)",
+        plugs: true,
+        single_issuer: false,
+        zoned_qd1_writes: None,
+        zoned_only: false,
+        baseline: false,
+        ordered_device: true,
     },
 ];
 
@@ -172,10 +197,37 @@ impl IssuePolicy {
         IssuePolicy::selected_by_zoned_qd1_writes(zoned && rotational)
     }
 
+    /// Whether it needs a device that keeps a zone's writes in the order it was
+    /// handed them.
+    pub fn needs_ordered_device(self) -> bool {
+        self.info().ordered_device
+    }
+
+    /// Whether a device may run it: `None` if so, else why not. A policy that
+    /// pipelines writes needs a device that declares it keeps them in order.
+    pub fn refusal_on(self, keeps_zone_order: bool) -> Option<String> {
+        (self.needs_ordered_device() && !keeps_zone_order).then(|| {
+            format!(
+                "policy {} needs a device that keeps a zone's writes in the order it is handed them \
+                 (an image, the memory device); this device may reorder them, so a second write \
+                 of a zone in flight could reach the medium first and fail unaligned",
+                self.name()
+            )
+        })
+    }
+
     /// The policies that keep zone writes in order (every one but the baselines), in
-    /// [`POLICIES`]' order: what a sweep or a random simulation compares.
+    /// [`POLICIES`]' order: what a sweep or a random simulation of simulated disks
+    /// compares (so not pipelining, which needs a device that keeps order).
     pub fn compared() -> Vec<IssuePolicy> {
-        POLICIES.iter().filter(|i| !i.baseline).map(|i| i.policy).collect()
+        POLICIES.iter().filter(|i| !i.baseline && !i.ordered_device).map(|i| i.policy).collect()
+    }
+
+    /// [`IssuePolicy::compared_on`], and on a device that keeps a zone's writes in
+    /// order (an image: `zblk vopr --runtime`) the policies that need one too.
+    pub fn compared_on_device(zoned: bool, keeps_zone_order: bool) -> Vec<IssuePolicy> {
+        let ok = |i: &&PolicyInfo| !i.baseline && (zoned || !i.zoned_only) && (keeps_zone_order || !i.ordered_device);
+        POLICIES.iter().filter(ok).map(|i| i.policy).collect()
     }
 
     /// [`IssuePolicy::compared`] on a device that is zoned or not: zone write
@@ -210,5 +262,7 @@ mod tests {
         use IssuePolicy::*;
         assert_eq!(IssuePolicy::compared(), vec![Zwp, Qd1, Batch, Zwl]);
         assert_eq!(IssuePolicy::compared_on(false), vec![Zwp, Qd1, Batch]);
+        assert_eq!(IssuePolicy::compared_on_device(true, true), vec![Zwp, Qd1, Batch, Zwl, Pipeline]);
+        assert_eq!(IssuePolicy::compared_on_device(false, false), vec![Zwp, Qd1, Batch]);
     }
 }

@@ -1,0 +1,37 @@
+//! Zone write pipelining (`pipeline`): per-zone plugging that lets up to
+//! `pipeline_depth` writes of a zone reach the device at once, for a device that
+//! keeps a zone's writes in the order it was handed them. The engine does the rest
+//! (`engine/pipe.rs`): the write pointer moves at release, acknowledgements keep zone
+//! order, a failure fails what follows it in the zone.
+
+use super::{IssuePolicy, Policy};
+use crate::engine::Queue;
+use crate::engine::plugs::PlugId;
+
+/// Pipelining. Like per-zone plugging it keeps no state: a plug's front is released
+/// whenever the plug changes, as far as the plug's depth allows.
+#[derive(Debug, Default)]
+pub(crate) struct Pipeline;
+
+impl Policy for Pipeline {
+    fn kind(&self) -> IssuePolicy {
+        IssuePolicy::Pipeline
+    }
+
+    fn plug_changed(&mut self, q: &mut Queue, p: PlugId) {
+        q.drain_front(p, false);
+    }
+
+    fn plugs_independent(&self) -> bool {
+        true
+    }
+
+    fn check(&self, q: &Queue) {
+        let depth = q.pipe_depth();
+        for (_, plug) in q.plugs.iter() {
+            assert!(!plug.listed, "pipelining holds a plug");
+            assert!(plug.pipe.len() <= depth, "zone {}: {} writes out, depth {depth}", plug.zone, plug.pipe.len());
+            assert!(plug.pipe.is_empty() || !plug.busy, "zone {}: a reset or finish beside writes out", plug.zone);
+        }
+    }
+}
