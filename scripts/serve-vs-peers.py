@@ -11,7 +11,8 @@ json_out = sys.argv[4] if len(sys.argv) > 4 else ""
 JOBS = [("w4k", "write", "4K randwrite psync QD1"), ("w512", "write", "512B randwrite psync QD1"),
         ("w128k", "write", "128K randwrite uring QD16 8 open"), ("r4k", "read", "4K randread uring QD16")]
 NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev nullb (memory)",
-         "zblk-img": "zblk serve IMG (tmpfs)", "rublk-ram": "rublk zoned, RAM",
+         "zblk-img": "zblk serve IMG (tmpfs)", "zblk-img-zwp": "zblk serve IMG (tmpfs) --policy zwp",
+         "rublk-ram": "rublk zoned, RAM",
          "rublk-file": "rublk zoned, file (tmpfs)"}
 
 
@@ -51,6 +52,8 @@ TARGETS = [
     ("zblk-mem", "rublk-ram", ["w512"], 1.0, "512 B writes: zblk memory / rublk RAM"),
     ("zblk-mem", "nullb", ["r4k"], 0.9, "reads: zblk memory / null_blk"),
     ("rublk-ram", "nullb", ["r4k"], None, "reads: rublk RAM / null_blk (for reference)"),
+    ("zblk-img", "zblk-img-zwp", ["w4k", "w512", "w128k", "r4k"], None,
+     "zblk IMG, its default (pipelining) / per-zone plugging"),
 ]
 print()
 print("| ratio (medians) | job | ratio | target | met |")

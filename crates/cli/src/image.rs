@@ -72,10 +72,17 @@ impl Target {
         }
     }
 
-    /// The default issue policy, as [`default_policy`] for an image: the single issuer
-    /// on a rotational zoned device, per-zone plugging otherwise.
+    /// The default issue policy ([`IssuePolicy::default_for`]): the single issuer on a
+    /// rotational zoned device, zone write pipelining on another zoned image,
+    /// per-zone plugging on a Linux or NVMe zoned device.
     pub fn default_policy(&self) -> IssuePolicy {
-        IssuePolicy::default_for(self.geo().is_zoned(), self.rotational())
+        IssuePolicy::default_for(self.geo().is_zoned(), self.rotational(), self.keeps_zone_order())
+    }
+
+    /// Whether the device keeps a zone's writes in the order it is handed them (an
+    /// image does; a Linux or NVMe zoned device may reorder).
+    pub fn keeps_zone_order(&self) -> bool {
+        matches!(self, Target::Image(_))
     }
 
     /// Starts the runtime on it.
@@ -142,9 +149,10 @@ pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, Cl
 }
 
 /// The issue policy an image runs with by default: the single issuer on a rotational
-/// zoned image (the kernel's `zoned_qd1_writes` default), per-zone plugging otherwise.
+/// zoned image (the kernel's `zoned_qd1_writes` default), zone write pipelining on
+/// another zoned image (a file keeps a zone's writes where their offsets say).
 pub fn default_policy(img: &FileImage) -> IssuePolicy {
-    IssuePolicy::default_for(img.geo().is_zoned(), img.rotational())
+    IssuePolicy::default_for(img.geo().is_zoned(), img.rotational(), true)
 }
 
 /// Starts the runtime on an opened image with `engine` settings and `backend`.

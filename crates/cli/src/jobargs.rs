@@ -179,11 +179,12 @@ fn policy_help() -> String {
     let policies: Vec<String> =
         zblk_core::engine::POLICIES.iter().map(|p| format!("{} ({})", p.name, p.summary)).collect();
     format!(
-        "Zone write issue policy: {}. Default: {} on a rotational zoned device, {} otherwise (the kernel's \
-         zoned_qd1_writes default)",
+        "Zone write issue policy: {}. Default: {} on a rotational zoned device (the kernel's zoned_qd1_writes \
+         default), {} on another zoned image, {} otherwise",
         policies.join(", "),
-        IssuePolicy::default_for(true, true).name(),
-        IssuePolicy::default_for(true, false).name()
+        IssuePolicy::default_for(true, true, false).name(),
+        IssuePolicy::default_for(true, false, true).name(),
+        IssuePolicy::default_for(true, false, false).name()
     )
 }
 
@@ -192,12 +193,14 @@ pub(crate) fn policy_names(policies: &[IssuePolicy], sep: &str) -> String {
     policies.iter().map(|p| p.name()).collect::<Vec<_>>().join(sep)
 }
 
-/// The issue policy from `--policy` and `--zoned_qd1_writes`, or the device default.
+/// The issue policy from `--policy` and `--zoned_qd1_writes`, or the device default
+/// ([`IssuePolicy::default_for`]).
 pub fn choose_policy(
     policy: Option<IssuePolicy>,
     qd1: Option<u8>,
     zoned: bool,
     rotational: bool,
+    keeps_zone_order: bool,
 ) -> Result<IssuePolicy, CliError> {
     if qd1.is_some() && !zoned {
         return Err(CliError::msg("--zoned_qd1_writes: the device is not zoned (the attribute is always 0)"));
@@ -208,7 +211,7 @@ pub fn choose_policy(
         }
         (Some(p), _) => Ok(p),
         (None, Some(q)) => Ok(IssuePolicy::selected_by_zoned_qd1_writes(q == 1)),
-        (None, None) => Ok(IssuePolicy::default_for(zoned, rotational)),
+        (None, None) => Ok(IssuePolicy::default_for(zoned, rotational, keeps_zone_order)),
     }
 }
 

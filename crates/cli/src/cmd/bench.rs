@@ -16,7 +16,8 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     let spec = devspec::parse(&a.dev)?;
     let device = spec.params.clone();
     let geo = device.validate().map_err(CliError::msg)?;
-    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational())?;
+    // A simulated disk may reorder a zone's writes: never pipelined by default.
+    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational(), false)?;
     crate::jobargs::refuse_on_simulated(policy)?;
     let job = job_spec(a, geo.is_zoned());
     let cfg = SimConfig {

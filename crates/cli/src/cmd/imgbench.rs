@@ -28,7 +28,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let img = image::Target::open(path, false, a.lock)?;
     let geo = img.geo().clone();
     let job = job_spec(a, geo.is_zoned());
-    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), img.rotational())?;
+    let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), img.rotational(), img.keeps_zone_order())?;
     let backend = match a.ioengine.as_deref() {
         None => Backend::Auto,
         Some("io_uring") => Backend::IoUring,

@@ -12,8 +12,8 @@ use crate::CliError;
 use clap::Args;
 use std::path::{Path, PathBuf};
 
-/// The policy of a simulated or memory device served without `--policy`: per-zone
-/// plugging, the kernel's own, so that the model sees the order the kernel sends.
+/// The policy of a simulated device served without `--policy`: per-zone plugging,
+/// the kernel's own, so that the model sees the order the kernel sends.
 const SIMULATED_POLICY: zblk_core::engine::IssuePolicy = zblk_core::engine::IssuePolicy::Zwp;
 
 /// `--policy`'s help: every policy, and the defaults of an image and of a simulated
@@ -21,11 +21,13 @@ const SIMULATED_POLICY: zblk_core::engine::IssuePolicy = zblk_core::engine::Issu
 fn policy_help() -> String {
     use zblk_core::engine::IssuePolicy;
     format!(
-        "Zone write issue policy of zblk's engine under the kernel ({}). Default: an image's ({} on a rotational \
-         one, else {}); {} for simulated devices, so the model sees the kernel's own order",
+        "Zone write issue policy of zblk's engine under the kernel ({}). Default: {} on a rotational device; \
+         else {} on an image or the memory device (the kernel sends one write per zone at a time anyway), {} on a \
+         Linux zoned device; {} for simulated devices, so that the model sees the kernel's own order",
         crate::jobargs::policy_names(&IssuePolicy::ALL, ", "),
-        IssuePolicy::default_for(true, true).name(),
-        IssuePolicy::default_for(true, false).name(),
+        IssuePolicy::default_for(true, true, true).name(),
+        IssuePolicy::default_for(true, false, true).name(),
+        IssuePolicy::default_for(true, false, false).name(),
         SIMULATED_POLICY.name()
     )
 }
@@ -86,7 +88,8 @@ pub struct ServeArgs {
           conflicts_with = "image")]
     pub time_scale: u32,
     /// Zone write issue policy of zblk's engine under the kernel (the help lists
-    /// them). Default: an image's; [`SIMULATED_POLICY`] for simulated devices.
+    /// them). Default: the device's ([`zblk_core::engine::IssuePolicy::default_for`]); [`SIMULATED_POLICY`]
+    /// for simulated devices.
     #[arg(long, value_parser = crate::jobargs::policy_parser(), help = policy_help())]
     pub policy: Option<zblk_core::engine::IssuePolicy>,
     /// Hardware queues of the ublk device (one serving thread each).
@@ -326,7 +329,7 @@ mod with_ublk {
         }
         let geo = params.validate().map_err(|e| CliError(format!("--dev: {e}")))?;
         check_geometry(&geo).map_err(serve_error)?;
-        let policy = a.policy.unwrap_or(super::SIMULATED_POLICY);
+        let policy = a.policy.unwrap_or(IssuePolicy::default_for(true, params.rotational, true));
         let dev = Arc::new(Locked::new(MemDevice::new(&geo, !a.no_data), "memory", params.rotational));
         let engine = EngineConfig { policy, ..EngineConfig::default() };
         let rt = Runtime::start(dev.clone(), RuntimeConfig { engine, ..RuntimeConfig::default() })

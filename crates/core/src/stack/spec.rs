@@ -165,7 +165,7 @@ impl StackSpec {
                 let geo = params
                     .validate()
                     .map_err(|source| StackError::Disk { dev: super::device::disk_name(disks.len() as u32), source })?;
-                let default = IssuePolicy::default_for(geo.is_zoned(), params.rotational);
+                let default = IssuePolicy::default_for(geo.is_zoned(), params.rotational, false);
                 let cfg = EngineConfig {
                     policy: policy.unwrap_or(default),
                     queue_depth: params.hw_queue_depth,

@@ -190,11 +190,17 @@ impl IssuePolicy {
         info.expect("zoned_qd1_writes 0 and 1 each select a policy").policy
     }
 
-    /// The policy a device runs with unless told otherwise, as the kernel's
-    /// `zoned_qd1_writes` default: the single issuer on a rotational zoned device
-    /// (where a second write in flight costs a seek), per-zone plugging otherwise.
-    pub fn default_for(zoned: bool, rotational: bool) -> IssuePolicy {
-        IssuePolicy::selected_by_zoned_qd1_writes(zoned && rotational)
+    /// The policy a device runs with unless told otherwise: as the kernel's
+    /// `zoned_qd1_writes` default, the single issuer on a rotational zoned device
+    /// (where a second write in flight costs a seek); zone write pipelining on any
+    /// other zoned device that keeps a zone's writes in the order it is handed them
+    /// (an image, the memory device: nothing there asks for one write per zone);
+    /// per-zone plugging otherwise.
+    pub fn default_for(zoned: bool, rotational: bool, keeps_zone_order: bool) -> IssuePolicy {
+        match (zoned, rotational, keeps_zone_order) {
+            (true, false, true) => IssuePolicy::Pipeline,
+            _ => IssuePolicy::selected_by_zoned_qd1_writes(zoned && rotational),
+        }
     }
 
     /// Whether it needs a device that keeps a zone's writes in the order it was
@@ -250,10 +256,14 @@ mod tests {
     }
 
     #[test]
-    fn the_default_is_the_single_issuer_on_a_rotational_zoned_device_only() {
-        assert_eq!(IssuePolicy::default_for(true, true), IssuePolicy::Qd1);
-        assert_eq!(IssuePolicy::default_for(true, false), IssuePolicy::Zwp);
-        assert_eq!(IssuePolicy::default_for(false, true), IssuePolicy::Zwp);
+    fn the_default_is_the_single_issuer_on_a_rotational_zoned_device_and_pipelining_where_order_is_kept() {
+        for keeps in [false, true] {
+            assert_eq!(IssuePolicy::default_for(true, true, keeps), IssuePolicy::Qd1);
+            assert_eq!(IssuePolicy::default_for(false, true, keeps), IssuePolicy::Zwp);
+            assert_eq!(IssuePolicy::default_for(false, false, keeps), IssuePolicy::Zwp);
+        }
+        assert_eq!(IssuePolicy::default_for(true, false, false), IssuePolicy::Zwp);
+        assert_eq!(IssuePolicy::default_for(true, false, true), IssuePolicy::Pipeline);
         assert_eq!(IssuePolicy::selected_by_zoned_qd1_writes(true), IssuePolicy::Qd1);
     }
 
