@@ -30,12 +30,13 @@ use zblk_core::bio::{BioFlags, Op};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
-use zblk_dev::DeviceErrorKind;
 use zblk_dev::file::format::Layout;
 use zblk_dev::file::powercut::PowerCut;
-use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
+use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig, ZeroingFlags};
 use zblk_workload::pattern::{Decoded, decode, fill};
+
+mod common;
 
 const SEQ_ZONES: u32 = 8;
 const ZONE_SECTORS: u64 = 4096; // 2 MiB
@@ -363,23 +364,6 @@ fn create(path: &Path) {
     FileImage::create(path, &CreateOptions { geometry: geometry(), rotational: false, force: true }).unwrap();
 }
 
-fn open_retry(path: &Path, opts: &ImageOptions) -> FileImage {
-    // The killed process's I/O may still hold the image's lock for a moment.
-    let t = Instant::now();
-    loop {
-        match FileImage::open(path, opts) {
-            Ok(i) => return i,
-            Err(e)
-                if matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_)))
-                    && t.elapsed() < Duration::from_secs(10) =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => panic!("reopen: {e}"),
-        }
-    }
-}
-
 // -------------------------------------------------------------------- kill -9
 
 const CHILD_ENV: &str = "ZBLK_CRASH_CHILD";
@@ -433,7 +417,7 @@ fn kill_nine_at_random_points() {
         child.wait().unwrap();
         let lines: Vec<String> = read_log(&log).into_iter().filter(|l| !l.starts_with('#')).collect();
         acked += lines.iter().filter(|l| l.starts_with("A ")).count();
-        let image = open_retry(&img, &ImageOptions::default());
+        let image = common::open_retry(&img, &ImageOptions::default());
         if image.repairs().iter().any(|r| r.contains("not closed cleanly")) {
             unclean += 1;
         }

@@ -29,12 +29,13 @@ use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::mutation::{self, Mutation};
 use zblk_core::units::{Sector, ZoneNo};
-use zblk_dev::DeviceErrorKind;
 use zblk_dev::file::format::Layout;
 use zblk_dev::file::powercut::PowerCut;
-use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
+use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
 use zblk_runtime::{Backend, Io, Runtime, RuntimeConfig};
 use zblk_workload::pattern::{Decoded, decode, fill};
+
+mod common;
 
 const SEQ_ZONES: u32 = 4;
 const ZONE_SECTORS: u64 = 8192; // 4 MiB
@@ -232,22 +233,6 @@ fn create(path: &Path) {
     FileImage::create(path, &CreateOptions { geometry: geometry(), rotational: false, force: true }).unwrap();
 }
 
-fn open_retry(path: &Path) -> FileImage {
-    let t = Instant::now();
-    loop {
-        match FileImage::open(path, &ImageOptions::default()) {
-            Ok(i) => return i,
-            Err(e)
-                if matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_)))
-                    && t.elapsed() < Duration::from_secs(10) =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => panic!("reopen: {e}"),
-        }
-    }
-}
-
 const CHILD_ENV: &str = "ZBLK_PIPE_CRASH_CHILD";
 
 #[test]
@@ -300,7 +285,7 @@ fn kill_runs(runs: u64, mutant: Option<Mutation>) -> Option<(u64, String)> {
         if let Some(e) = text.lines().find(|l| l.starts_with("E ")) {
             return Some((seed, format!("a write failed before the kill: {e}")));
         }
-        let image = open_retry(&img);
+        let image = common::open_retry(&img, &ImageOptions::default());
         if let Err(e) = check(&image, &model(&text), false) {
             return Some((seed, e));
         }

@@ -34,3 +34,24 @@ pub fn io_uring_missing(test: &str, why: impl std::fmt::Display) {
     // Past the test harness's capture, so that scripts/test lists it.
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: io_uring is not available: {why}");
 }
+
+/// Opens the image at `path` after a killed process: its I/O may still hold the
+/// image's lock for a moment, so an image in use is tried again for up to 10 s.
+pub fn open_retry(path: &std::path::Path, opts: &zblk_dev::file::ImageOptions) -> zblk_dev::file::FileImage {
+    use std::time::{Duration, Instant};
+    use zblk_dev::DeviceErrorKind;
+    use zblk_dev::file::{FileImage, ImageErrorKind};
+    let t = Instant::now();
+    loop {
+        match FileImage::open(path, opts) {
+            Ok(i) => return i,
+            Err(e)
+                if matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_)))
+                    && t.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("reopen: {e}"),
+        }
+    }
+}
