@@ -165,16 +165,22 @@ fn print_image(a: &InfoArgs, img: &FileImage, doc: &serde_json::Value) {
     outln!("  O_DIRECT:          {}", doc["io"]["o_direct"].as_str().unwrap_or(""));
 }
 
+/// How many of `zones` are open (implicitly or explicitly), and how many active
+/// (open or closed): what a device's open and active limits count.
+fn open_and_active(zones: &[zblk_core::zone::ZoneInfo]) -> (usize, usize) {
+    zones.iter().fold((0, 0), |(o, act), z| {
+        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
+        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
+    })
+}
+
 /// `zblk info` of a Linux zoned block device: the sysfs attributes zblk read (by
 /// their names, as `cat /sys/block/<dev>/queue/<attr>` shows them), the geometry zblk
 /// derived from them and the zone report, and the zones' state.
 fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
     let zones =
         dev.zones().map_err(|s| CliError(format!("{}: zone report: {}: {s}", a.image.display(), s.errno_name())))?;
-    let (nr_open, nr_active) = zones.iter().fold((0, 0), |(o, act), z| {
-        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
-        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
-    });
+    let (nr_open, nr_active) = open_and_active(&zones);
     let geo = dev.geometry();
     let l = dev.limits();
     let io_uring = zblk_runtime::io_uring_available().map_err(|e| e.to_string());
@@ -210,10 +216,7 @@ fn device(a: &InfoArgs, dev: &LinuxZoned) -> Result<(), CliError> {
 fn nvme_device(a: &InfoArgs, dev: &zblk_dev::nvme::NvmeZns) -> Result<(), CliError> {
     let zones =
         dev.zones().map_err(|s| CliError(format!("{}: zone report: {}: {s}", a.image.display(), s.errno_name())))?;
-    let (nr_open, nr_active) = zones.iter().fold((0, 0), |(o, act), z| {
-        let open = matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
-        (o + usize::from(open), act + usize::from(open || z.cond == ZoneCond::Closed))
-    });
+    let (nr_open, nr_active) = open_and_active(&zones);
     let geo = dev.geometry();
     let id = dev.identity();
     let doc = json!({
