@@ -45,16 +45,7 @@ pub(super) enum Taken {
 pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
     LOCAL.with(|l| match &mut *l.borrow_mut() {
         Some(sink) if std::ptr::eq(sink.owner, sh) && sh.memory_file => {
-            let res = match &sh.mapped {
-                // SAFETY: the request's part of its BIO's buffer, which nobody else
-                // touches until the request completes (as for the ring's entry).
-                Some(m)
-                    if !r.t.write && m.read(r.t.offset, unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }) =>
-                {
-                    i32::try_from(r.len).expect("a request moves less than 2 GiB")
-                }
-                _ => r.run_sync(),
-            };
+            let res = on_the_spot(sh, &r);
             Taken::Done(r, res)
         }
         Some(sink) if std::ptr::eq(sink.owner, sh) => {
@@ -63,6 +54,23 @@ pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
         }
         _ => Taken::No(r),
     })
+}
+
+/// Carries out `r` on the calling thread, for a file in memory: a read that lies
+/// within the file's mapping copies from it; anything else is one `pread`/`pwrite`.
+/// Returns what a ring's completion would (bytes moved, or a negative errno).
+fn on_the_spot(sh: &Shared, r: &Inflight) -> i32 {
+    if !r.t.write
+        && let Some(m) = &sh.mapped
+    {
+        // SAFETY: the request's part of its BIO's buffer, which nobody else touches
+        // until the request completes (as for the ring's entry).
+        let buf = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
+        if m.read(r.t.offset, buf) {
+            return i32::try_from(r.len).expect("a request moves less than 2 GiB");
+        }
+    }
+    r.run_sync()
 }
 
 /// A data transfer of the runtime that the calling thread carries on its own ring:
