@@ -12,6 +12,7 @@ JOBS = [("w4k", "write", "4K randwrite psync QD1"), ("w512", "write", "512B rand
         ("w128k", "write", "128K randwrite uring QD16 8 open"), ("r4k", "read", "4K randread uring QD16")]
 NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev nullb (memory)",
          "zblk-img": "zblk serve IMG (tmpfs)", "zblk-img-zwp": "zblk serve IMG (tmpfs) --policy zwp",
+         "zblk-mem-poll": "zblk serve --dev nullb --poll 1000", "zblk-img-poll": "zblk serve IMG (tmpfs) --poll 1000",
          "rublk-ram": "rublk zoned, RAM",
          "rublk-file": "rublk zoned, file (tmpfs)"}
 
@@ -52,6 +53,10 @@ TARGETS = [
     ("zblk-mem", "rublk-ram", ["w512"], 1.0, "512 B writes: zblk memory / rublk RAM"),
     ("zblk-mem", "nullb", ["r4k"], 0.9, "reads: zblk memory / null_blk"),
     ("rublk-ram", "nullb", ["r4k"], None, "reads: rublk RAM / null_blk (for reference)"),
+    ("zblk-mem-poll", "rublk-ram", ["w4k", "w512", "w128k", "r4k"], 1.0, "polling: zblk memory / rublk RAM"),
+    ("zblk-img-poll", "zblk-mem-poll", ["w4k", "w128k", "r4k"], 0.8, "polling: zblk IMG / zblk memory"),
+    ("zblk-img-poll", "rublk-file", ["w4k", "w128k", "r4k"], 1.0, "polling: zblk IMG / rublk file"),
+    ("zblk-mem-poll", "nullb", ["r4k"], 0.9, "polling: reads, zblk memory / null_blk"),
     ("zblk-img", "zblk-img-zwp", ["w4k", "w512", "w128k", "r4k"], None,
      "zblk IMG, its default (pipelining) / per-zone plugging"),
 ]

@@ -105,6 +105,14 @@ fio --name=mem --filename=$D --direct=1 --zonemode=zbd --rw=randwrite --bs=4k --
   --numjobs=2 --offset_increment=64M --size=64M --io_size=2M --job_max_open_zones=3 --verify=crc32c \
   --output-format=json > $S/fio-mem.json 2> $S/fio-mem.err; echo $? > $S/fio-mem.rc
 stop INT mem
+serve pol --queues 1 --poll 100000 --dev nullb:zone_size=8,size=512,completion_nsec=0
+cpu() {{ awk '{{print $14 + $15}}' /proc/$P/stat; }}
+c0=$(cpu); t0=$(date +%s%N)
+fio --name=pol --filename=$D --direct=1 --zonemode=zbd --rw=randwrite --bs=4k --ioengine=psync --iodepth=1 \
+  --offset=64M --size=64M --io_size=4M --verify=crc32c --output-format=json > $S/fio-pol.json 2> $S/fio-pol.err
+c1=$(cpu); t1=$(date +%s%N); sleep 3; c2=$(cpu); t2=$(date +%s%N)
+echo "$c0 $c1 $c2 $t0 $t1 $t2 $(getconf CLK_TCK)" > $S/pol-cpu.txt
+stop TERM pol
 $X serve --dev nullb:zone_size=3,size=96 > $S/bad.out 2> $S/bad.err; echo $? > $S/bad.rc
 $X serve --dev nullb:zone_size=8,size=64,completion_nsec=0 > /dev/full 2> $S/full.err & P=$!; i=0
 while ! grep -q 'serving /dev/ublkb' $S/full.err && kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
@@ -188,6 +196,29 @@ stop TERM smr
     assert_eq!(file("mem-zones").trim(), "64");
     check_fio(&file("fio-mem.json"), "mem", &file("fio-mem.err"));
     assert_eq!(rc("mem"), 0, "serve --dev after SIGINT: {}", file("mem.err"));
+
+    // Polling (--poll 100000: 100 ms, longer than any gap between fio's requests in
+    // the emulated guest, even on a loaded host): fio's verify passes; while fio's QD 1
+    // requests come, the queue's thread finds nearly every one while it looks again,
+    // without sleeping (its summary counts both); once they stop it sleeps again: 3 s
+    // without I/O cost it next to no CPU time (the first 100 ms of them polling).
+    check_fio(&file("fio-pol.json"), "pol", &file("fio-pol.err"));
+    assert_eq!(rc("pol"), 0, "serve --poll after SIGTERM: {}", file("pol.err"));
+    let pol = file("pol.err");
+    let count = |what: &str| -> u64 {
+        let line = pol.lines().find(|l| l.contains("batches of requests and completions: ")).unwrap_or("");
+        let at = line.find(what).unwrap_or_else(|| panic!("no '{what}' in the polling summary: {pol}"));
+        line[..at].rsplit(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    let (found, slept) = (count(" found while polling"), count(" after a sleep"));
+    let cpu: Vec<f64> = file("pol-cpu.txt").split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let idle = (cpu[2] - cpu[1]) / cpu[6] / ((cpu[5] - cpu[4]) / 1e9);
+    eprintln!(
+        "serve --poll: {found} batches found while polling, {slept} after a sleep; CPU {:.0} % of 3 s idle",
+        idle * 100.0
+    );
+    assert!(found >= 1500 && found > 4 * slept, "serve --poll did not poll: {pol}");
+    assert!(idle < 0.1, "the polling server's CPU time was {:.0} % of 3 s without I/O: it kept polling", idle * 100.0);
 
     // A zone size the kernel refuses is refused before the kernel sees it.
     assert_eq!(rc("bad"), 1);

@@ -8,6 +8,7 @@
 mod queue;
 mod request;
 
+pub use queue::poll_summary;
 pub use request::served_summary;
 
 use crate::served::Served;
@@ -30,6 +31,9 @@ pub struct ServeConfig {
     pub rotational: bool,
     /// What becomes of the device if the server dies.
     pub recovery: Recovery,
+    /// After a request, how long a queue's thread keeps looking for the next one
+    /// before it sleeps (zero: it sleeps at once). See [`queue`]'s polling.
+    pub poll: std::time::Duration,
 }
 
 /// A server that dies (SIGKILL, a crash) without stopping its device.
@@ -157,7 +161,8 @@ pub fn serve(
         dev.tgt.cq_depth = dev.tgt.cq_depth.saturating_mul(2).saturating_add(1);
         Ok(())
     };
-    let q_fn = move |qid: u16, dev: &UblkDev| queue::serve_queue(qid, dev, &served);
+    let poll = cfg.poll;
+    let q_fn = move |qid: u16, dev: &UblkDev| queue::serve_queue(qid, dev, &served, poll);
     let wait = move |ctrl: &UblkCtrl| {
         until_stop(&Ready { device: ctrl.get_bdev_path(), id: ctrl.dev_info().dev_id });
         // Removing the device makes the kernel fail its pending commands: the queue
