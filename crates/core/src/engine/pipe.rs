@@ -25,22 +25,22 @@
 
 use super::bios::{FragId, FragState};
 use super::plugs::PlugId;
-use super::{Engine, IssuePolicy, Queue};
+use super::{Engine, EngineConfig, IssuePolicy, Queue};
 use crate::bio::Status;
 use crate::mutation::{Mutation, on};
 
-impl Queue {
-    /// Writes of one zone out at once: `pipeline_depth` under the pipelining policy
-    /// (0: the device's queue depth), one otherwise.
-    #[inline]
-    pub(crate) fn pipe_depth(&self) -> usize {
-        match (self.cfg.policy, self.cfg.pipeline_depth) {
-            (IssuePolicy::Pipeline, 0) => self.cfg.queue_depth as usize,
-            (IssuePolicy::Pipeline, d) => d as usize,
-            _ => 1,
-        }
+/// Writes of one zone out at once under `cfg`: `pipeline_depth` under the pipelining
+/// policy (0: the device's queue depth), one otherwise. The queue keeps it
+/// ([`Queue::pipe_depth`]), set with the policy.
+pub(crate) fn pipe_depth_of(cfg: &EngineConfig) -> usize {
+    match (cfg.policy, cfg.pipeline_depth) {
+        (IssuePolicy::Pipeline, 0) => cfg.queue_depth as usize,
+        (IssuePolicy::Pipeline, d) => d as usize,
+        _ => 1,
     }
+}
 
+impl Queue {
     /// Pipelined write `f` of plug `p` failed: every write after it in the pipe
     /// fails too, and the zone's write pointer goes back to where `f` started.
     fn pipe_failed(&mut self, p: PlugId, f: FragId) {

@@ -230,10 +230,18 @@ impl std::ops::IndexMut<PlugId> for PlugTable {
 impl Queue {
     /// The plug of zone `z`, allocated if needed with its write pointer from the
     /// condition cache; a READONLY or OFFLINE zone gets none.
+    #[inline]
     pub(crate) fn plug_of(&mut self, z: ZoneNo) -> Result<PlugId, Status> {
-        if let Some(p) = self.plugs.get(z) {
-            return Ok(p);
+        match self.plugs.get(z) {
+            Some(p) => Ok(p),
+            None => self.new_plug(z),
         }
+    }
+
+    /// [`Queue::plug_of`] for a zone without a plug: kept out of line, so that the
+    /// lookup every zone write does stays small.
+    #[inline(never)]
+    fn new_plug(&mut self, z: ZoneNo) -> Result<PlugId, Status> {
         let cap = self.geo.zone_capacity(z);
         let (wp_offset, known) = match self.cond[z.idx()] {
             CondCache::Empty => (0, true),
@@ -274,21 +282,23 @@ impl Queue {
     }
 
     /// What to do with fragment `f` at the front of plug `p`.
+    #[inline]
     pub(crate) fn front(&self, p: PlugId, f: FragId) -> Front {
         let plug = &self.plugs[p];
-        let kind = self.frags[f].kind;
+        let frag = &self.frags[f];
+        let kind = frag.kind;
         let busy = (plug.busy
             && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
             // Pipelined writes out: another plain write may join them up to the
             // depth; anything else waits until they are all acknowledged (see
-            // `Queue::pipelinable`).
+            // `pipelinable`).
             || (!plug.pipe.is_empty()
-                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth() || !self.pipelinable(f)));
+                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth || !pipelinable(frag)));
         // Behind a RESET_ALL not done yet (one submitted before this operation).
-        if self.frags[f].ra_epoch > self.barrier.done || busy {
+        if frag.ra_epoch > self.barrier.done || busy {
             return Front::Wait;
         }
-        match self.frags[f].kind {
+        match kind {
             // An append needs no write pointer, only not to overtake what is before it.
             Kind::NativeAppend => Front::Go,
             Kind::WpOp if plug.appends_out == 0 => Front::Go,
@@ -356,13 +366,16 @@ impl Queue {
     /// The kernel's `blk_zone_wplug_prepare_bio()`: check the write against
     /// `wp_offset` (or place an emulated append there), advance `wp_offset`, issue.
     /// A write that cannot succeed is failed here and never reaches the device.
-    fn prepare_and_issue(&mut self, p: PlugId, f: FragId) {
-        let plug = &self.plugs[p];
-        let z = plug.zone;
+    /// `f` is plug `p`'s from here on, whether it waited in the plug or not.
+    pub(crate) fn prepare_and_issue(&mut self, p: PlugId, f: FragId) {
+        // One lookup of each for the whole preparation: this runs for every zone
+        // write.
+        let plug = &mut self.plugs[p];
+        let frag = &mut self.frags[f];
+        let zone_start = self.geo.zone_start(plug.zone);
         let cap = plug.capacity;
-        let frag = &self.frags[f];
         let n = u64::from(frag.nr_sectors);
-        let wp = self.geo.zone_start(z) + plug.wp_offset;
+        let wp = zone_start + plug.wp_offset;
         let check = if plug.wp_offset >= cap {
             Err(Status::ZoneFull.because(Rule::ZoneFull))
         } else if !frag.append && self.geo.offset_in_zone(frag.sector) != plug.wp_offset {
@@ -375,26 +388,22 @@ impl Queue {
         if let Err(status) = check {
             return self.refuse(f, status);
         }
-        let mut at = self.geo.zone_start(z) + plug.wp_offset;
-        let frag = &mut self.frags[f];
-        if frag.append
-            && crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly)
-            && frag.sector != self.geo.zone_start(z)
-        {
-            at = frag.sector;
-        }
+        frag.plug = Some(p);
         if frag.append {
+            let mut at = wp;
+            if crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly) && frag.sector != zone_start {
+                at = frag.sector;
+            }
             // Zone append emulation: a write at the write pointer; the completion
             // reports this sector.
             frag.op = Op::Write;
             frag.sector = at;
         }
-        let piped = self.cfg.policy == super::IssuePolicy::Pipeline && pipelinable(frag);
+        let piped = self.pipelining && pipelinable(frag);
         frag.piped = piped;
         if piped {
             frag.flags = frag.flags | crate::bio::BioFlags::PIPELINED;
         }
-        let plug = &mut self.plugs[p];
         plug.wp_offset += n;
         if piped {
             // The write pointer moved at submission: the next write of the zone may
@@ -405,12 +414,6 @@ impl Queue {
         }
         self.plugs.ops_out += 1;
         self.dispatch(f);
-    }
-
-    /// Whether zone write `f` may be on the device beside other writes of its zone
-    /// (see [`pipelinable`]).
-    pub(crate) fn pipelinable(&self, f: FragId) -> bool {
-        pipelinable(&self.frags[f])
     }
 
     /// Takes every write waiting in plug `p` out of it (resets, finishes and appends
