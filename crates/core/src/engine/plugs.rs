@@ -74,7 +74,7 @@ impl Plug {
     /// Whether the plug holds or has released operations, or the policy holds it: it
     /// cannot be released.
     pub fn in_use(&self) -> bool {
-        self.busy || !self.queue.is_empty() || self.listed || self.appends_out > 0 || !self.pipe.is_empty()
+        self.busy || !self.pipe.is_empty() || !self.queue.is_empty() || self.listed || self.appends_out > 0
     }
 }
 
@@ -284,8 +284,12 @@ impl Queue {
     /// What to do with fragment `f` at the front of plug `p`.
     #[inline]
     pub(crate) fn front(&self, p: PlugId, f: FragId) -> Front {
-        let plug = &self.plugs[p];
-        let frag = &self.frags[f];
+        self.front_of(&self.plugs[p], &self.frags[f])
+    }
+
+    /// [`Queue::front`] of a plug and a fragment the caller has looked up.
+    #[inline]
+    pub(crate) fn front_of(&self, plug: &Plug, frag: &super::bios::Frag) -> Front {
         let kind = frag.kind;
         let busy = (plug.busy
             && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
@@ -315,7 +319,18 @@ impl Queue {
     /// Takes off plug `p` what may go now, as far as it goes: releases it, or refuses
     /// it. With `one_zone_write` (a single issuer), stops once a zone write of the
     /// device is out.
+    #[inline]
     pub(crate) fn drain_front(&mut self, p: PlugId, one_zone_write: bool) {
+        // After a completion the plug often has nothing queued (a zone written by one
+        // submitter at a time): nothing to drain, decided without a call.
+        if !self.plugs[p].queue.is_empty() {
+            self.drain_queue(p, one_zone_write);
+        }
+    }
+
+    /// [`Queue::drain_front`] of a plug with something queued.
+    #[inline(never)]
+    fn drain_queue(&mut self, p: PlugId, one_zone_write: bool) {
         loop {
             let plug = &self.plugs[p];
             // A busy plug waits whatever its front is: the common case, decided
@@ -441,20 +456,18 @@ impl Queue {
     /// whether a write failed: the writes queued behind it can no longer be aligned
     /// and must be aborted (the kernel's NEED_WP_UPDATE).
     pub(crate) fn zone_op_done(&mut self, p: PlugId, kind: Kind, op: Op, failed: bool) -> bool {
-        let z = self.plugs[p].zone;
         let plug = &mut self.plugs[p];
-        assert!(plug.busy, "completion for idle plug of zone {z}");
+        assert!(plug.busy, "completion for idle plug of zone {}", plug.zone);
         plug.busy = false;
-        self.plugs.ops_out -= 1;
         match (kind, failed) {
             (Kind::ZoneWrite, true) => {
+                plug.need_wp_update = true;
+                self.plugs.ops_out -= 1;
                 self.stats.write_errors += 1;
-                self.plugs[p].need_wp_update = true;
                 return true;
             }
-            (Kind::WpOp, true) => self.plugs[p].need_wp_update = true,
+            (Kind::WpOp, true) => plug.need_wp_update = true,
             (Kind::WpOp, false) => {
-                let plug = &mut self.plugs[p];
                 let cap = plug.capacity;
                 plug.wp_offset = if op == Op::ZoneReset { 0 } else { cap };
                 if !crate::mutation::on(crate::mutation::Mutation::RecoveryIgnoresReset) {
@@ -463,6 +476,7 @@ impl Queue {
             }
             _ => {}
         }
+        self.plugs.ops_out -= 1;
         false
     }
 
