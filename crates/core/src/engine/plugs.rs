@@ -373,7 +373,9 @@ impl Queue {
                 self.plugs.ops_out += 1;
                 self.dispatch(f);
             }
-            Kind::ZoneWrite => self.prepare_and_issue(p, f),
+            Kind::ZoneWrite => {
+                self.prepare_and_issue(p, f);
+            }
             k => unreachable!("{k:?} in a plug"),
         }
     }
@@ -382,30 +384,33 @@ impl Queue {
     /// `wp_offset` (or place an emulated append there), advance `wp_offset`, issue.
     /// A write that cannot succeed is failed here and never reaches the device.
     /// `f` is plug `p`'s from here on, whether it waited in the plug or not.
-    pub(crate) fn prepare_and_issue(&mut self, p: PlugId, f: FragId) {
+    /// Returns whether it went (else it was refused, and the plug may be unused).
+    pub(crate) fn prepare_and_issue(&mut self, p: PlugId, f: FragId) -> bool {
         // One lookup of each for the whole preparation: this runs for every zone
         // write.
         let plug = &mut self.plugs[p];
         let frag = &mut self.frags[f];
-        let zone_start = self.geo.zone_start(plug.zone);
         let cap = plug.capacity;
         let n = u64::from(frag.nr_sectors);
-        let wp = zone_start + plug.wp_offset;
+        // The write pointer as a sector: only a refusal or an emulated append needs it.
+        let wp = |geo: &crate::geometry::Geometry| geo.zone_start(plug.zone) + plug.wp_offset;
         let check = if plug.wp_offset >= cap {
             Err(Status::ZoneFull.because(Rule::ZoneFull))
         } else if !frag.append && self.geo.offset_in_zone(frag.sector) != plug.wp_offset {
-            Err(Status::Unaligned.because(Rule::NotAtWp { wp }))
+            Err(Status::Unaligned.because(Rule::NotAtWp { wp: wp(&self.geo) }))
         } else if plug.wp_offset + n > cap {
-            Err(Status::ZoneFull.because(Rule::PastCapacity { wp }))
+            Err(Status::ZoneFull.because(Rule::PastCapacity { wp: wp(&self.geo) }))
         } else {
             Ok(())
         };
         if let Err(status) = check {
-            return self.refuse(f, status);
+            self.refuse(f, status);
+            return false;
         }
         frag.plug = Some(p);
         if frag.append {
-            let mut at = wp;
+            let zone_start = self.geo.zone_start(plug.zone);
+            let mut at = wp(&self.geo);
             if crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly) && frag.sector != zone_start {
                 at = frag.sector;
             }
@@ -429,6 +434,7 @@ impl Queue {
         }
         self.plugs.ops_out += 1;
         self.dispatch(f);
+        true
     }
 
     /// Takes every write waiting in plug `p` out of it (resets, finishes and appends

@@ -196,9 +196,11 @@ impl Engine {
             // The plug is idle and the policy would release it at once: prepare and
             // issue without queueing, as the kernel does for a write to a zone whose
             // plug is not plugged. What `after_plug_change` would do next has nothing
-            // to do, except drop the plug of a write refused on an EMPTY or FULL zone.
-            self.q.prepare_and_issue(p, f);
-            self.q.maybe_release(p);
+            // to do, except drop the plug of a write refused on an EMPTY or FULL zone
+            // (a write that went keeps its plug in use).
+            if !self.q.prepare_and_issue(p, f) {
+                self.q.maybe_release(p);
+            }
             return;
         }
         self.enqueue(p, f);
