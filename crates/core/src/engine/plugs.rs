@@ -281,15 +281,10 @@ impl Queue {
         !plug.busy && plug.appends_out == 0 && plug.pipe.is_empty() && !self.barrier.out
     }
 
-    /// What to do with fragment `f` at the front of plug `p`.
+    /// What to do with fragment `frag` at the front of plug `plug` (both looked up by
+    /// the caller, which has them at hand).
     #[inline]
-    pub(crate) fn front(&self, p: PlugId, f: FragId) -> Front {
-        self.front_of(&self.plugs[p], &self.frags[f])
-    }
-
-    /// [`Queue::front`] of a plug and a fragment the caller has looked up.
-    #[inline]
-    pub(crate) fn front_of(&self, plug: &Plug, frag: &super::bios::Frag) -> Front {
+    pub(crate) fn front(&self, plug: &Plug, frag: &super::bios::Frag) -> Front {
         let kind = frag.kind;
         let busy = (plug.busy
             && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
@@ -339,7 +334,9 @@ impl Queue {
                 return;
             }
             let Some(&f) = plug.queue.front() else { return };
-            match self.front(p, f) {
+            let frag = &self.frags[f];
+            let kind = frag.kind;
+            match self.front(plug, frag) {
                 Front::Wait => return,
                 Front::Refuse(status) => {
                     self.plugs[p].queue.pop_front();
@@ -347,7 +344,7 @@ impl Queue {
                 }
                 Front::Go => {
                     self.plugs[p].queue.pop_front();
-                    self.release(p, f);
+                    self.release(p, f, kind);
                     if one_zone_write && self.plugs.ops_out > 0 {
                         return;
                     }
@@ -356,10 +353,10 @@ impl Queue {
         }
     }
 
-    /// Sends fragment `f`, just taken off plug `p` (or never queued in it), on its
-    /// way to the device.
-    pub(crate) fn release(&mut self, p: PlugId, f: FragId) {
-        match self.frags[f].kind {
+    /// Sends fragment `f` (of kind `kind`), just taken off plug `p`, on its way to the
+    /// device.
+    pub(crate) fn release(&mut self, p: PlugId, f: FragId, kind: Kind) {
+        match kind {
             Kind::NativeAppend => {
                 // From here the write pointer moves where the host cannot follow.
                 let plug = &mut self.plugs[p];

@@ -192,7 +192,7 @@ impl Engine {
                 // completes.
                 return self.q.enqueue(p, f);
             }
-        } else if self.independent && self.q.front_of(plug, &self.q.frags[f]) == Front::Go {
+        } else if self.independent && self.q.front(plug, &self.q.frags[f]) == Front::Go {
             // The plug is idle and the policy would release it at once: prepare and
             // issue without queueing, as the kernel does for a write to a zone whose
             // plug is not plugged. What `after_plug_change` would do next has nothing
