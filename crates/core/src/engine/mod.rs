@@ -401,14 +401,23 @@ impl Engine {
     /// the policy release what can go, drop the plug if unused, let a waiting barrier
     /// through. `p` must not be used afterwards.
     fn after_plug_change(&mut self, p: PlugId) {
-        self.q.maybe_request_report(p);
         // A policy that treats plugs independently only drains the plug's front, keeps
         // no list to update and has nothing to kick: the policy is not asked at all,
         // three calls saved on every completion.
         if self.independent {
-            self.q.drain_front(p, false);
+            // One look at the plug for what `maybe_request_report` and `drain_front`
+            // ask first (asking for a report changes neither answer).
+            let plug = &self.q.plugs[p];
+            let (wp_unknown, queued) = (plug.need_wp_update, !plug.queue.is_empty());
+            if wp_unknown {
+                self.q.request_report_if_wanted(p);
+            }
+            if queued {
+                self.q.drain_queue(p, false);
+            }
             self.q.maybe_release(p);
         } else {
+            self.q.maybe_request_report(p);
             self.policy.plug_changed(&mut self.q, p);
             self.policy.plug_drained(&mut self.q, p);
             self.q.maybe_release(p);

@@ -325,7 +325,7 @@ impl Queue {
 
     /// [`Queue::drain_front`] of a plug with something queued.
     #[inline(never)]
-    fn drain_queue(&mut self, p: PlugId, one_zone_write: bool) {
+    pub(crate) fn drain_queue(&mut self, p: PlugId, one_zone_write: bool) {
         loop {
             let plug = &self.plugs[p];
             // A busy plug waits whatever its front is: the common case, decided

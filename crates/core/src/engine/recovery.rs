@@ -28,7 +28,7 @@ impl Queue {
 
     /// [`Queue::maybe_request_report`] of a plug whose write pointer is not known.
     #[inline(never)]
-    fn request_report_if_wanted(&mut self, p: PlugId) {
+    pub(crate) fn request_report_if_wanted(&mut self, p: PlugId) {
         let plug = &self.plugs[p];
         let front_is_write = plug.queue.front().is_some_and(|&f| self.frags[f].kind == super::bios::Kind::ZoneWrite);
         let wanted = self.cfg.wp_recovery == WpRecovery::Report
