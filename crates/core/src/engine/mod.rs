@@ -428,7 +428,9 @@ impl Engine {
 
     /// Fails every write waiting in plug `p` with `status`; resets, finishes and
     /// appends keep their place. The policy sees the plug drained before the writes
-    /// complete.
+    /// complete. Rare (a failed write, a reset or finish racing writes): kept out of
+    /// the completion path that may call it.
+    #[cold]
     fn abort_queued_writes(&mut self, p: PlugId, status: Status) {
         if self.q.plugs[p].queue.is_empty() {
             return;

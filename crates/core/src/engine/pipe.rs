@@ -45,6 +45,7 @@ pub(crate) fn pipe_depth_of(cfg: &EngineConfig) -> usize {
 impl Queue {
     /// Pipelined write `f` of plug `p` failed: every write after it in the pipe
     /// fails too, and the zone's write pointer goes back to where `f` started.
+    #[cold]
     fn pipe_failed(&mut self, p: PlugId, f: FragId) {
         self.stats.write_errors += 1;
         let off = self.geo.offset_in_zone(self.frags[f].sector);

@@ -258,7 +258,9 @@ impl Queue {
         Ok(p)
     }
 
-    /// Fails fragment `f` without sending it (a write that can never succeed).
+    /// Fails fragment `f` without sending it (a write that can never succeed). Rare:
+    /// kept out of the zone write paths that may call it.
+    #[cold]
     pub(crate) fn refuse(&mut self, f: FragId, status: Status) {
         self.stats.refused += 1;
         self.frags[f].plug = None;
