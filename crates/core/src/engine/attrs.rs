@@ -158,7 +158,10 @@ impl Engine {
             "work across a switch"
         );
         self.q.cfg.policy = policy;
+        self.q.pipe_depth = super::pipe::pipe_depth_of(&self.q.cfg);
+        self.q.pipelining = policy == IssuePolicy::Pipeline;
         self.policy = policy::build(&self.q.cfg);
+        self.independent = self.policy.plugs_independent();
         if !policy.plugs() {
             self.q.forget_plugs();
         }

@@ -39,6 +39,15 @@ impl Queue {
     /// their plugs, have gone ahead of it: the device sees them in submission order.
     #[inline]
     pub(crate) fn try_barrier(&mut self) {
+        // Checked after every plug change: nearly always nothing waits.
+        if !self.barrier.waiting.is_empty() {
+            self.try_waiting_barrier();
+        }
+    }
+
+    /// [`Queue::try_barrier`] with a RESET_ALL waiting.
+    #[inline(never)]
+    fn try_waiting_barrier(&mut self) {
         let out = self.plugs.ops_out > 0 || self.plugs.appends_out > 0;
         let out = out && !crate::mutation::on(crate::mutation::Mutation::ResetAllNoWait);
         let Some(&head) = self.barrier.waiting.front() else { return };

@@ -6,7 +6,7 @@
 //! its BIO with its last fragment), then tells whoever ordered the request: its plug,
 //! the RESET_ALL barrier, or the issue policy.
 
-use super::bios::{BioId, FragId, FragState, Kind};
+use super::bios::{BioId, BioTable, Frag, FragId, FragState, Kind};
 use super::policy::Policy;
 use super::policy::UnpluggedDone;
 use super::{Action, Engine, Queue};
@@ -62,15 +62,7 @@ impl Queue {
     /// its BIO completes with its last fragment.
     pub(crate) fn end_frag(&mut self, f: FragId, result: Result<Sector, Status>) {
         let frag = self.frags.remove(f);
-        // Native append: where the device put the data. Emulated append: the sector
-        // of the write it became.
-        let at = match result {
-            Ok(sector) if frag.append => Some(sector),
-            _ => None,
-        };
-        if let Some(c) = self.bios.put(frag.bio, result.map(|_| ()), at) {
-            self.actions.push_back(Action::Complete(c));
-        }
+        end_removed(&mut self.bios, &mut self.actions, &frag, result);
     }
 
     /// Drops the submission's own reference on BIO `b` (it is fully split).
@@ -83,6 +75,26 @@ impl Queue {
     /// Completes a BIO that never entered the engine (refused, or too many BIOs).
     pub(crate) fn complete_bio_now(&mut self, user_data: u64, result: Result<Sector, Status>) {
         self.actions.push_back(Action::Complete(Completion { user_data, result }));
+    }
+}
+
+/// Ends fragment `frag`, already taken out of the fragment table, with `result`;
+/// its BIO completes with its last fragment. Apart from the queue, so that a caller
+/// may hold a plug's list while it ends the fragments it takes off it.
+pub(crate) fn end_removed(
+    bios: &mut BioTable,
+    actions: &mut VecDeque<Action>,
+    frag: &Frag,
+    result: Result<Sector, Status>,
+) {
+    // Native append: where the device put the data. Emulated append: the sector of
+    // the write it became.
+    let at = match result {
+        Ok(sector) if frag.append => Some(sector),
+        _ => None,
+    };
+    if let Some(c) = bios.put(frag.bio, result.map(|_| ()), at) {
+        actions.push_back(Action::Complete(c));
     }
 }
 
@@ -143,17 +155,17 @@ impl Queue {
     /// to the oldest waiting request.
     fn request_done(&mut self, id: ReqId, result: Result<Sector, Status>) -> Finished {
         let f = self.frags.lookup(id).unwrap_or_else(|| panic!("completion of unknown request {id:?}"));
-        let frag = &self.frags[f];
+        let frag = &mut self.frags[f];
         assert_eq!(frag.state, FragState::InFlight, "completion of request {id:?} not in flight");
         let piped = frag.piped.then_some(f);
         let done = Finished { piped, kind: frag.kind, op: frag.op, plug: frag.plug, sector: frag.sector };
-        self.tags.inflight -= 1;
         if piped.is_some() {
             // Not acknowledged yet: the writes before it in its zone go first.
-            let frag = &mut self.frags[f];
             frag.state = FragState::Completed;
             frag.held = Some(result);
-        } else {
+        }
+        self.tags.inflight -= 1;
+        if piped.is_none() {
             self.end_frag(f, result);
         }
         while self.has_tag() {

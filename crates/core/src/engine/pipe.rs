@@ -23,26 +23,29 @@
 //!   does a write that is not a plain one (FUA, PREFLUSH, WRITE_ZEROES), which then
 //!   goes alone (`plugs.rs`, `pipelinable`).
 
-use super::bios::{FragId, FragState};
+use super::bios::{Frag, FragId, FragState};
+use super::dispatch::end_removed;
 use super::plugs::PlugId;
-use super::{Engine, IssuePolicy, Queue};
+use super::{Engine, EngineConfig, IssuePolicy, Queue};
 use crate::bio::Status;
 use crate::mutation::{Mutation, on};
+use crate::units::Sector;
+
+/// Writes of one zone out at once under `cfg`: `pipeline_depth` under the pipelining
+/// policy (0: the device's queue depth), one otherwise. The queue keeps it
+/// ([`Queue::pipe_depth`]), set with the policy.
+pub(crate) fn pipe_depth_of(cfg: &EngineConfig) -> usize {
+    match (cfg.policy, cfg.pipeline_depth) {
+        (IssuePolicy::Pipeline, 0) => cfg.queue_depth as usize,
+        (IssuePolicy::Pipeline, d) => d as usize,
+        _ => 1,
+    }
+}
 
 impl Queue {
-    /// Writes of one zone out at once: `pipeline_depth` under the pipelining policy
-    /// (0: the device's queue depth), one otherwise.
-    #[inline]
-    pub(crate) fn pipe_depth(&self) -> usize {
-        match (self.cfg.policy, self.cfg.pipeline_depth) {
-            (IssuePolicy::Pipeline, 0) => self.cfg.queue_depth as usize,
-            (IssuePolicy::Pipeline, d) => d as usize,
-            _ => 1,
-        }
-    }
-
     /// Pipelined write `f` of plug `p` failed: every write after it in the pipe
     /// fails too, and the zone's write pointer goes back to where `f` started.
+    #[cold]
     fn pipe_failed(&mut self, p: PlugId, f: FragId) {
         self.stats.write_errors += 1;
         let off = self.geo.offset_in_zone(self.frags[f].sector);
@@ -64,12 +67,17 @@ impl Queue {
         if on(Mutation::PipeAckOutOfOrder) {
             return self.pipe_ack_any(p);
         }
-        while let Some(&f) = self.plugs[p].pipe.front() {
+        // The pipe stays borrowed while its front is acknowledged: one lookup of the
+        // plug for the whole run of held completions.
+        let pipe = &mut self.plugs[p].pipe;
+        while let Some(&f) = pipe.front() {
             if self.frags[f].state != FragState::Completed {
                 break;
             }
-            self.plugs[p].pipe.pop_front();
-            self.ack(f);
+            pipe.pop_front();
+            let frag = self.frags.remove(f);
+            let result = acked(&frag);
+            end_removed(&mut self.bios, &mut self.actions, &frag, result);
         }
     }
 
@@ -88,12 +96,17 @@ impl Queue {
     /// Ends pipelined write `f` with what the device said, or failed if a write
     /// before it failed.
     fn ack(&mut self, f: FragId) {
-        let frag = &mut self.frags[f];
-        let result = frag.held.take().expect("acknowledging a write the device has not completed");
-        let result = if frag.doomed { result.and(Err(Status::Aborted)) } else { result };
-        frag.plug = None;
-        self.end_frag(f, result);
+        let frag = self.frags.remove(f);
+        let result = acked(&frag);
+        end_removed(&mut self.bios, &mut self.actions, &frag, result);
     }
+}
+
+/// What pipelined write `frag`, completed and out of the fragment table, is
+/// acknowledged with: what the device said, or failed if a write before it failed.
+fn acked(frag: &Frag) -> Result<Sector, Status> {
+    let result = frag.held.expect("acknowledging a write the device has not completed");
+    if frag.doomed { result.and(Err(Status::Aborted)) } else { result }
 }
 
 impl Engine {

@@ -74,7 +74,7 @@ impl Plug {
     /// Whether the plug holds or has released operations, or the policy holds it: it
     /// cannot be released.
     pub fn in_use(&self) -> bool {
-        self.busy || !self.queue.is_empty() || self.listed || self.appends_out > 0 || !self.pipe.is_empty()
+        self.busy || !self.pipe.is_empty() || !self.queue.is_empty() || self.listed || self.appends_out > 0
     }
 }
 
@@ -230,10 +230,18 @@ impl std::ops::IndexMut<PlugId> for PlugTable {
 impl Queue {
     /// The plug of zone `z`, allocated if needed with its write pointer from the
     /// condition cache; a READONLY or OFFLINE zone gets none.
+    #[inline]
     pub(crate) fn plug_of(&mut self, z: ZoneNo) -> Result<PlugId, Status> {
-        if let Some(p) = self.plugs.get(z) {
-            return Ok(p);
+        match self.plugs.get(z) {
+            Some(p) => Ok(p),
+            None => self.new_plug(z),
         }
+    }
+
+    /// [`Queue::plug_of`] for a zone without a plug: kept out of line, so that the
+    /// lookup every zone write does stays small.
+    #[inline(never)]
+    fn new_plug(&mut self, z: ZoneNo) -> Result<PlugId, Status> {
         let cap = self.geo.zone_capacity(z);
         let (wp_offset, known) = match self.cond[z.idx()] {
             CondCache::Empty => (0, true),
@@ -250,7 +258,9 @@ impl Queue {
         Ok(p)
     }
 
-    /// Fails fragment `f` without sending it (a write that can never succeed).
+    /// Fails fragment `f` without sending it (a write that can never succeed). Rare:
+    /// kept out of the zone write paths that may call it.
+    #[cold]
     pub(crate) fn refuse(&mut self, f: FragId, status: Status) {
         self.stats.refused += 1;
         self.frags[f].plug = None;
@@ -273,22 +283,23 @@ impl Queue {
         !plug.busy && plug.appends_out == 0 && plug.pipe.is_empty() && !self.barrier.out
     }
 
-    /// What to do with fragment `f` at the front of plug `p`.
-    pub(crate) fn front(&self, p: PlugId, f: FragId) -> Front {
-        let plug = &self.plugs[p];
-        let kind = self.frags[f].kind;
+    /// What to do with fragment `frag` at the front of plug `plug` (both looked up by
+    /// the caller, which has them at hand).
+    #[inline]
+    pub(crate) fn front(&self, plug: &Plug, frag: &super::bios::Frag) -> Front {
+        let kind = frag.kind;
         let busy = (plug.busy
             && !(kind == Kind::ZoneWrite && crate::mutation::on(crate::mutation::Mutation::TwoWritesReleased)))
             // Pipelined writes out: another plain write may join them up to the
             // depth; anything else waits until they are all acknowledged (see
-            // `Queue::pipelinable`).
+            // `pipelinable`).
             || (!plug.pipe.is_empty()
-                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth() || !self.pipelinable(f)));
+                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth || !pipelinable(frag)));
         // Behind a RESET_ALL not done yet (one submitted before this operation).
-        if self.frags[f].ra_epoch > self.barrier.done || busy {
+        if frag.ra_epoch > self.barrier.done || busy {
             return Front::Wait;
         }
-        match self.frags[f].kind {
+        match kind {
             // An append needs no write pointer, only not to overtake what is before it.
             Kind::NativeAppend => Front::Go,
             Kind::WpOp if plug.appends_out == 0 => Front::Go,
@@ -305,7 +316,18 @@ impl Queue {
     /// Takes off plug `p` what may go now, as far as it goes: releases it, or refuses
     /// it. With `one_zone_write` (a single issuer), stops once a zone write of the
     /// device is out.
+    #[inline]
     pub(crate) fn drain_front(&mut self, p: PlugId, one_zone_write: bool) {
+        // After a completion the plug often has nothing queued (a zone written by one
+        // submitter at a time): nothing to drain, decided without a call.
+        if !self.plugs[p].queue.is_empty() {
+            self.drain_queue(p, one_zone_write);
+        }
+    }
+
+    /// [`Queue::drain_front`] of a plug with something queued.
+    #[inline(never)]
+    pub(crate) fn drain_queue(&mut self, p: PlugId, one_zone_write: bool) {
         loop {
             let plug = &self.plugs[p];
             // A busy plug waits whatever its front is: the common case, decided
@@ -314,7 +336,9 @@ impl Queue {
                 return;
             }
             let Some(&f) = plug.queue.front() else { return };
-            match self.front(p, f) {
+            let frag = &self.frags[f];
+            let kind = frag.kind;
+            match self.front(plug, frag) {
                 Front::Wait => return,
                 Front::Refuse(status) => {
                     self.plugs[p].queue.pop_front();
@@ -322,7 +346,7 @@ impl Queue {
                 }
                 Front::Go => {
                     self.plugs[p].queue.pop_front();
-                    self.release(p, f);
+                    self.release(p, f, kind);
                     if one_zone_write && self.plugs.ops_out > 0 {
                         return;
                     }
@@ -331,10 +355,10 @@ impl Queue {
         }
     }
 
-    /// Sends fragment `f`, just taken off plug `p` (or never queued in it), on its
-    /// way to the device.
-    pub(crate) fn release(&mut self, p: PlugId, f: FragId) {
-        match self.frags[f].kind {
+    /// Sends fragment `f` (of kind `kind`), just taken off plug `p`, on its way to the
+    /// device.
+    pub(crate) fn release(&mut self, p: PlugId, f: FragId, kind: Kind) {
+        match kind {
             Kind::NativeAppend => {
                 // From here the write pointer moves where the host cannot follow.
                 let plug = &mut self.plugs[p];
@@ -348,7 +372,9 @@ impl Queue {
                 self.plugs.ops_out += 1;
                 self.dispatch(f);
             }
-            Kind::ZoneWrite => self.prepare_and_issue(p, f),
+            Kind::ZoneWrite => {
+                self.prepare_and_issue(p, f);
+            }
             k => unreachable!("{k:?} in a plug"),
         }
     }
@@ -356,45 +382,47 @@ impl Queue {
     /// The kernel's `blk_zone_wplug_prepare_bio()`: check the write against
     /// `wp_offset` (or place an emulated append there), advance `wp_offset`, issue.
     /// A write that cannot succeed is failed here and never reaches the device.
-    fn prepare_and_issue(&mut self, p: PlugId, f: FragId) {
-        let plug = &self.plugs[p];
-        let z = plug.zone;
+    /// `f` is plug `p`'s from here on, whether it waited in the plug or not.
+    /// Returns whether it went (else it was refused, and the plug may be unused).
+    pub(crate) fn prepare_and_issue(&mut self, p: PlugId, f: FragId) -> bool {
+        // One lookup of each for the whole preparation: this runs for every zone
+        // write.
+        let plug = &mut self.plugs[p];
+        let frag = &mut self.frags[f];
         let cap = plug.capacity;
-        let frag = &self.frags[f];
         let n = u64::from(frag.nr_sectors);
-        let wp = self.geo.zone_start(z) + plug.wp_offset;
+        // The write pointer as a sector: only a refusal or an emulated append needs it.
+        let wp = |geo: &crate::geometry::Geometry| geo.zone_start(plug.zone) + plug.wp_offset;
         let check = if plug.wp_offset >= cap {
             Err(Status::ZoneFull.because(Rule::ZoneFull))
         } else if !frag.append && self.geo.offset_in_zone(frag.sector) != plug.wp_offset {
-            Err(Status::Unaligned.because(Rule::NotAtWp { wp }))
+            Err(Status::Unaligned.because(Rule::NotAtWp { wp: wp(&self.geo) }))
         } else if plug.wp_offset + n > cap {
-            Err(Status::ZoneFull.because(Rule::PastCapacity { wp }))
+            Err(Status::ZoneFull.because(Rule::PastCapacity { wp: wp(&self.geo) }))
         } else {
             Ok(())
         };
         if let Err(status) = check {
-            return self.refuse(f, status);
+            self.refuse(f, status);
+            return false;
         }
-        let mut at = self.geo.zone_start(z) + plug.wp_offset;
-        let frag = &mut self.frags[f];
-        if frag.append
-            && crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly)
-            && frag.sector != self.geo.zone_start(z)
-        {
-            at = frag.sector;
-        }
+        frag.plug = Some(p);
         if frag.append {
+            let zone_start = self.geo.zone_start(plug.zone);
+            let mut at = wp(&self.geo);
+            if crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly) && frag.sector != zone_start {
+                at = frag.sector;
+            }
             // Zone append emulation: a write at the write pointer; the completion
             // reports this sector.
             frag.op = Op::Write;
             frag.sector = at;
         }
-        let piped = self.cfg.policy == super::IssuePolicy::Pipeline && pipelinable(frag);
+        let piped = self.pipelining && pipelinable(frag);
         frag.piped = piped;
         if piped {
             frag.flags = frag.flags | crate::bio::BioFlags::PIPELINED;
         }
-        let plug = &mut self.plugs[p];
         plug.wp_offset += n;
         if piped {
             // The write pointer moved at submission: the next write of the zone may
@@ -405,12 +433,7 @@ impl Queue {
         }
         self.plugs.ops_out += 1;
         self.dispatch(f);
-    }
-
-    /// Whether zone write `f` may be on the device beside other writes of its zone
-    /// (see [`pipelinable`]).
-    pub(crate) fn pipelinable(&self, f: FragId) -> bool {
-        pipelinable(&self.frags[f])
+        true
     }
 
     /// Takes every write waiting in plug `p` out of it (resets, finishes and appends
@@ -438,20 +461,18 @@ impl Queue {
     /// whether a write failed: the writes queued behind it can no longer be aligned
     /// and must be aborted (the kernel's NEED_WP_UPDATE).
     pub(crate) fn zone_op_done(&mut self, p: PlugId, kind: Kind, op: Op, failed: bool) -> bool {
-        let z = self.plugs[p].zone;
         let plug = &mut self.plugs[p];
-        assert!(plug.busy, "completion for idle plug of zone {z}");
+        assert!(plug.busy, "completion for idle plug of zone {}", plug.zone);
         plug.busy = false;
-        self.plugs.ops_out -= 1;
         match (kind, failed) {
             (Kind::ZoneWrite, true) => {
+                plug.need_wp_update = true;
+                self.plugs.ops_out -= 1;
                 self.stats.write_errors += 1;
-                self.plugs[p].need_wp_update = true;
                 return true;
             }
-            (Kind::WpOp, true) => self.plugs[p].need_wp_update = true,
+            (Kind::WpOp, true) => plug.need_wp_update = true,
             (Kind::WpOp, false) => {
-                let plug = &mut self.plugs[p];
                 let cap = plug.capacity;
                 plug.wp_offset = if op == Op::ZoneReset { 0 } else { cap };
                 if !crate::mutation::on(crate::mutation::Mutation::RecoveryIgnoresReset) {
@@ -460,6 +481,7 @@ impl Queue {
             }
             _ => {}
         }
+        self.plugs.ops_out -= 1;
         false
     }
 

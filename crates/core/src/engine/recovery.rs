@@ -18,11 +18,18 @@ impl Queue {
     /// With report recovery, asks for a zone report when a write waits for an unknown
     /// write pointer. Never while anything of the zone is on the device: the answer
     /// could predate it.
+    #[inline]
     pub(crate) fn maybe_request_report(&mut self, p: PlugId) {
-        let plug = &self.plugs[p];
-        if !plug.need_wp_update {
-            return; // the common case, on every plug change
+        // On every plug change; the write pointer is nearly always known.
+        if self.plugs[p].need_wp_update {
+            self.request_report_if_wanted(p);
         }
+    }
+
+    /// [`Queue::maybe_request_report`] of a plug whose write pointer is not known.
+    #[inline(never)]
+    pub(crate) fn request_report_if_wanted(&mut self, p: PlugId) {
+        let plug = &self.plugs[p];
         let front_is_write = plug.queue.front().is_some_and(|&f| self.frags[f].kind == super::bios::Kind::ZoneWrite);
         let wanted = self.cfg.wp_recovery == WpRecovery::Report
             && !plug.report_pending

@@ -15,6 +15,7 @@ use super::{Engine, Queue};
 use crate::bio::{Bio, BioFlags, Op, Status};
 use crate::geometry::Geometry;
 use crate::rule::Rule;
+use crate::units::ZoneNo;
 
 impl Engine {
     /// Submits a BIO. Its completion arrives as an [`super::Action::Complete`], never
@@ -104,13 +105,15 @@ impl Engine {
     /// One piece of a ranged BIO: to its zone's plug, or to the policy.
     fn submit_piece(&mut self, b: BioId, bio: &Bio, off: u32, n: u32, plugged: bool) {
         let sector = bio.sector + u64::from(off);
-        if plugged && !self.q.geo.zone_is_conv(self.q.geo.zone_no(sector)) {
-            let f = self.q.new_frag(b, bio, off, n, Kind::ZoneWrite);
-            self.plug_write(f);
-        } else {
-            let f = self.q.new_frag(b, bio, off, n, Kind::Free);
-            self.policy.submit_unplugged(&mut self.q, f);
+        if plugged {
+            let z = self.q.geo.zone_no(sector);
+            if !self.q.geo.zone_is_conv(z) {
+                let f = self.q.new_frag(b, bio, off, n, Kind::ZoneWrite);
+                return self.plug_write(f, z);
+            }
         }
+        let f = self.q.new_frag(b, bio, off, n, Kind::Free);
+        self.policy.submit_unplugged(&mut self.q, f);
     }
 
     /// ZONE_APPEND: emulated with a plugged write, or native.
@@ -124,13 +127,15 @@ impl Engine {
                 return;
             }
             self.q.stats.emulated_appends += 1;
+            let mut z = self.q.geo.zone_no(bio.sector);
             if crate::mutation::on(crate::mutation::Mutation::AppendSectorEarly) {
-                let z = self.q.geo.zone_no(bio.sector);
                 if let Some(p) = self.q.plugs.get(z) {
                     self.q.frags[f].sector = self.q.geo.zone_start(z) + self.q.plugs[p].wp_offset;
                 }
+                // The sector placed early decides the plug.
+                z = self.q.geo.zone_no(self.q.frags[f].sector);
             }
-            self.plug_write(f);
+            self.plug_write(f, z);
             return;
         }
         if passthrough {
@@ -170,9 +175,9 @@ impl Engine {
         self.enqueue(p, f);
     }
 
-    /// A sequential zone write (or emulated append) enters its zone's plug.
-    fn plug_write(&mut self, f: FragId) {
-        let z = self.q.geo.zone_no(self.q.frags[f].sector);
+    /// A sequential zone write (or emulated append) `f` to zone `z` enters the zone's
+    /// plug.
+    fn plug_write(&mut self, f: FragId, z: ZoneNo) {
         let p = match self.q.plug_of(z) {
             Ok(p) => p,
             Err(status) => return self.q.refuse(f, status),
@@ -180,14 +185,22 @@ impl Engine {
         let plug = &self.q.plugs[p];
         if plug.busy || !plug.queue.is_empty() {
             self.q.stats.plugged += 1;
-        } else if self.policy.plugs_independent() && self.q.front(p, f) == Front::Go {
+            if plug.busy && self.independent {
+                // Nothing `after_plug_change` would do can happen: the plug's front
+                // waits for the operation out, which also keeps the plug, holds back
+                // a RESET_ALL, and defers any write pointer report until it
+                // completes.
+                return self.q.enqueue(p, f);
+            }
+        } else if self.independent && self.q.front(plug, &self.q.frags[f]) == Front::Go {
             // The plug is idle and the policy would release it at once: prepare and
             // issue without queueing, as the kernel does for a write to a zone whose
             // plug is not plugged. What `after_plug_change` would do next has nothing
-            // to do, except drop the plug of a write refused on an EMPTY or FULL zone.
-            self.q.frags[f].plug = Some(p);
-            self.q.release(p, f);
-            self.q.maybe_release(p);
+            // to do, except drop the plug of a write refused on an EMPTY or FULL zone
+            // (a write that went keeps its plug in use).
+            if !self.q.prepare_and_issue(p, f) {
+                self.q.maybe_release(p);
+            }
             return;
         }
         self.enqueue(p, f);
@@ -196,10 +209,9 @@ impl Engine {
     /// Puts `f` at the tail of plug `p` and lets the policy at it.
     fn enqueue(&mut self, p: PlugId, f: FragId) {
         self.q.enqueue(p, f);
-        if self.q.plugs[p].busy && self.policy.plugs_independent() {
-            // Nothing `after_plug_change` would do can happen: the plug's front waits
-            // for the operation out, which also keeps the plug, holds back a
-            // RESET_ALL, and defers any write pointer report until it completes.
+        if self.q.plugs[p].busy && self.independent {
+            // As in `plug_write`: a busy plug releases nothing until its operation
+            // completes.
             return;
         }
         self.after_plug_change(p);

@@ -14,7 +14,7 @@
 //! | [`Policy::kick`] | something finished or changed: issue what is now possible |
 //! | [`Policy::anticipation_expired`] | an [`super::Action::Anticipate`] the policy asked for is over |
 //! | [`Policy::submit_unplugged`] / [`Policy::unplugged_done`] | a request no plug orders enters / completes |
-//! | [`Policy::plugs_independent`] | asked on the hot path: a policy that treats every plug on its own (per-zone plugging) lets the engine skip the list hooks |
+//! | [`Policy::plugs_independent`] | asked when the policy is set: a policy that treats every plug on its own (per-zone plugging) lets the engine drain its plugs itself and skip the list hooks |
 //! | [`Policy::check`] | the checker verifies the policy's invariants |
 //!
 //! What each policy is called and what it is for lives in one table,
@@ -144,10 +144,12 @@ pub(crate) trait Policy: fmt::Debug + Send {
 
     /// Whether the policy treats every plug on its own (per-zone plugging): it keeps
     /// no state about plugs, `plug_changed` only drains the plug's front, and
-    /// `plug_drained` and `kick` do nothing. The engine then takes two shortcuts the
-    /// kernel takes too: a write to an idle, empty plug is issued without queueing
-    /// it, and a write to a busy plug is queued without asking the policy (a busy
-    /// plug releases nothing until its operation completes).
+    /// `plug_drained` and `kick` do nothing. The engine then drains a changed plug's
+    /// front itself, without asking the policy, and takes two shortcuts the kernel
+    /// takes too: a write to an idle, empty plug is issued without queueing it, and
+    /// a write to a busy plug is queued without asking the policy (a busy plug
+    /// releases nothing until its operation completes). Asked once, when the policy
+    /// is set: the answer must not change.
     fn plugs_independent(&self) -> bool {
         false
     }
