@@ -23,15 +23,13 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zblk_core::bio::{BioFlags, Op};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
-use zblk_dev::file::format::Layout;
-use zblk_dev::file::powercut::PowerCut;
 use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig, ZeroingFlags};
 use zblk_workload::pattern::{Decoded, decode, fill};
@@ -445,18 +443,7 @@ fn power_loss_at_random_points() {
         let seed = base_seed() + run;
         let img = dir.path().join("power.img");
         create(&img);
-        let geo = Geometry::new(&geometry()).unwrap();
-        let layout = Layout::of(&geo);
-        let handle: Arc<Mutex<Option<PowerCut>>> = Arc::default();
-        let h = handle.clone();
-        let image = FileImage::open_with(&img, &ImageOptions::default(), move |m| {
-            let pc = PowerCut::new(Arc::new(m), layout.file_bytes).unwrap();
-            pc.track_mapped(layout.live_offset, layout.table_bytes);
-            *h.lock().unwrap() = Some(pc.clone());
-            Box::new(pc)
-        })
-        .unwrap();
-        let pc = handle.lock().unwrap().take().unwrap();
+        let (image, pc) = common::open_with_power_cut(&img, &Geometry::new(&geometry()).unwrap());
         let rt =
             Runtime::start(image, RuntimeConfig { backend: Backend::Threads, ..RuntimeConfig::default() }).unwrap();
         let log = Log::Mem(Mutex::new(Vec::new()));
@@ -479,8 +466,10 @@ fn power_loss_at_random_points() {
         let zones = model(&lines);
         durable += zones.iter().flat_map(|z| &z.extents).filter(|e| e.durable).count();
         lost += zones.iter().flat_map(|z| &z.extents).filter(|e| !e.durable).count();
-        let image = FileImage::open(&after, &ImageOptions { boot_id: Some(OTHER_BOOT), ..ImageOptions::default() })
-            .unwrap_or_else(|e| panic!("power loss run {run}, seed {seed}: reopen: {e}"));
+        let image = common::retry_in_use(|| {
+            FileImage::open(&after, &ImageOptions { boot_id: Some(OTHER_BOOT), ..ImageOptions::default() })
+        })
+        .unwrap_or_else(|e| panic!("power loss run {run}, seed {seed}: reopen: {e}"));
         if let Err(e) = check(&image, &zones, Crash::Power) {
             panic!(
                 "power loss run {run}, seed {seed}: {e}\nrepairs: {:?}\nreplay: ZBLK_CRASH_SEED={seed} ZBLK_CRASH_RUNS=1 \

@@ -29,8 +29,6 @@ use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::mutation::{self, Mutation};
 use zblk_core::units::{Sector, ZoneNo};
-use zblk_dev::file::format::Layout;
-use zblk_dev::file::powercut::PowerCut;
 use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
 use zblk_runtime::{Backend, Io, Runtime, RuntimeConfig};
 use zblk_workload::pattern::{Decoded, decode, fill};
@@ -319,17 +317,7 @@ fn power_loss_with_pipelined_writes_in_flight() {
     for seed in 1..=runs() {
         let img = dir.path().join("power.img");
         create(&img);
-        let layout = Layout::of(&Geometry::new(&geometry()).unwrap());
-        let handle: Arc<Mutex<Option<PowerCut>>> = Arc::default();
-        let h = handle.clone();
-        let image = FileImage::open_with(&img, &ImageOptions::default(), move |m| {
-            let pc = PowerCut::new(Arc::new(m), layout.file_bytes).unwrap();
-            pc.track_mapped(layout.live_offset, layout.table_bytes);
-            *h.lock().unwrap() = Some(pc.clone());
-            Box::new(pc)
-        })
-        .unwrap();
-        let pc = handle.lock().unwrap().take().unwrap();
+        let (image, pc) = common::open_with_power_cut(&img, &Geometry::new(&geometry()).unwrap());
         let rt = Runtime::start(image, config(Backend::Threads)).unwrap();
         let shared: Arc<Mutex<Vec<u8>>> = Arc::default();
         let log = leaked_log(Box::new(SharedBuf(shared.clone())));
@@ -345,8 +333,10 @@ fn power_loss_with_pipelined_writes_in_flight() {
         let after = dir.path().join("power-after.img");
         std::fs::write(&after, pc.cut(seed)).unwrap();
         let text = String::from_utf8(shared.lock().unwrap().clone()).unwrap();
-        let image = FileImage::open(&after, &ImageOptions { boot_id: Some(OTHER_BOOT), ..ImageOptions::default() })
-            .unwrap_or_else(|e| panic!("power loss seed {seed}: reopen: {e}"));
+        let image = common::retry_in_use(|| {
+            FileImage::open(&after, &ImageOptions { boot_id: Some(OTHER_BOOT), ..ImageOptions::default() })
+        })
+        .unwrap_or_else(|e| panic!("power loss seed {seed}: reopen: {e}"));
         if let Err(e) = check(&image, &model(&text), true) {
             panic!("power loss seed {seed}: {e}\nrepairs: {:?}", image.repairs());
         }

@@ -38,20 +38,54 @@ pub fn io_uring_missing(test: &str, why: impl std::fmt::Display) {
 /// Opens the image at `path` after a killed process: its I/O may still hold the
 /// image's lock for a moment, so an image in use is tried again for up to 10 s.
 pub fn open_retry(path: &std::path::Path, opts: &zblk_dev::file::ImageOptions) -> zblk_dev::file::FileImage {
+    retry_in_use(|| zblk_dev::file::FileImage::open(path, opts)).unwrap_or_else(|e| panic!("reopen: {e}"))
+}
+
+/// `open` tried again for up to 10 s while the image is in use. Besides a killed
+/// process's lingering I/O, a child another test of the same process forks holds
+/// every descriptor of the process, the image's locked one too, until it execs: the
+/// lock of an image just closed may still be held for that moment.
+pub fn retry_in_use<T>(
+    mut open: impl FnMut() -> Result<T, zblk_dev::file::ImageError>,
+) -> Result<T, zblk_dev::file::ImageError> {
     use std::time::{Duration, Instant};
     use zblk_dev::DeviceErrorKind;
-    use zblk_dev::file::{FileImage, ImageErrorKind};
+    use zblk_dev::file::ImageErrorKind;
     let t = Instant::now();
     loop {
-        match FileImage::open(path, opts) {
-            Ok(i) => return i,
+        match open() {
             Err(e)
                 if matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_)))
                     && t.elapsed() < Duration::from_secs(10) =>
             {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(e) => panic!("reopen: {e}"),
+            r => return r,
         }
     }
+}
+
+/// Opens the image at `img` (of geometry `geo`) through a power-cut model of its
+/// file, which tracks the image's mapped live state: the image, and the model that
+/// cuts its power (tried again while the image is in use, as [`retry_in_use`]).
+pub fn open_with_power_cut(
+    img: &std::path::Path,
+    geo: &zblk_core::geometry::Geometry,
+) -> (zblk_dev::file::FileImage, zblk_dev::file::powercut::PowerCut) {
+    use std::sync::{Arc, Mutex};
+    use zblk_dev::file::powercut::PowerCut;
+    let layout = zblk_dev::file::format::Layout::of(geo);
+    let handle: Arc<Mutex<Option<PowerCut>>> = Arc::default();
+    let image = retry_in_use(|| {
+        let h = handle.clone();
+        zblk_dev::file::FileImage::open_with(img, &zblk_dev::file::ImageOptions::default(), move |m| {
+            let pc = PowerCut::new(Arc::new(m), layout.file_bytes).unwrap();
+            pc.track_mapped(layout.live_offset, layout.table_bytes);
+            *h.lock().unwrap() = Some(pc.clone());
+            Box::new(pc)
+        })
+    })
+    .unwrap_or_else(|e| panic!("open {}: {e}", img.display()));
+    let pc = handle.lock().unwrap().take().expect("the image opened through the model");
+    (image, pc)
 }
