@@ -27,6 +27,12 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ("param-no-value", "$Z create b.img --size 64M -p zone_size", None, ""),
     ("blocksize-odd", "$Z create b.img --size 64M -p blocksize=1000", None, ""),
     ("exists", "$Z create a.img --size 64M", None, "file exists"),
+    (
+        "preallocate-no-room",
+        "$Z create b.img --size 10T -p zone_size=256M --preallocate",
+        None,
+        "cannot preallocate: the data region needs 10485760 MiB",
+    ),
     ("missing-dir", "$Z create nodir/b.img --size 64M", None, "nodir: no such directory"),
     ("length-zero", "$Z write a.img -o 4M -l 0 -p 1", None, "EINVAL: length 0"),
     ("length-huge", "$Z read a.img -o 0 -l 8G", None, "is beyond the device end"),

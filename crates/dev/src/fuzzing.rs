@@ -99,8 +99,11 @@ impl Bench {
         let path = dir.join("img");
         let geo = Geometry::new(&geometry()).expect("template geometry");
         let layout = Layout::of(&geo);
-        FileImage::create(&path, &CreateOptions { geometry: geometry(), rotational: false, force: true })
-            .unwrap_or_else(|e| panic!("template image: {e}"));
+        FileImage::create(
+            &path,
+            &CreateOptions { geometry: geometry(), rotational: false, force: true, preallocate: false },
+        )
+        .unwrap_or_else(|e| panic!("template image: {e}"));
         let img = FileImage::open(&path, &options(BOOT, false, false)).unwrap_or_else(|e| panic!("{e}"));
         let zs = geo.zone_sectors();
         exec(&img, Op::Write, zs, &[1; 8192]);

@@ -28,7 +28,11 @@ fn slow() -> GeometryParams {
 }
 
 fn create(p: &Path, geometry: GeometryParams, force: bool) -> Result<(), ImageError> {
-    FileImage::create_waiting(p, &CreateOptions { geometry, rotational: false, force }, Some(Duration::MAX))
+    FileImage::create_waiting(
+        p,
+        &CreateOptions { geometry, rotational: false, force, preallocate: false },
+        Some(Duration::MAX),
+    )
 }
 
 fn opts() -> ImageOptions {

@@ -91,7 +91,8 @@ fn read_meta(p: &Path, len: u64) -> Vec<u8> {
 /// last is the newest, after a flushed write: closed cleanly, or (`killed`) as the
 /// process writing it leaves it when it is killed (the file at `p` is left so).
 fn history(p: &Path, meta_len: u64, killed: bool) -> Vec<(&'static str, Vec<u8>)> {
-    FileImage::create(p, &CreateOptions { geometry: params(), rotational: false, force: false }).unwrap();
+    FileImage::create(p, &CreateOptions { geometry: params(), rotational: false, force: false, preallocate: false })
+        .unwrap();
     let mut states = vec![("created", read_meta(p, meta_len))];
     type Step = (&'static str, &'static [(Op, u64, usize, u8)], bool);
     // (name, requests, taken while open: the live table ahead of the durable ones)

@@ -24,7 +24,9 @@ fn main() {
         zone_size_bytes: ZONE_SECTORS * 512,
         ..GeometryParams::default()
     };
-    if let Err(e) = FileImage::create(&path, &CreateOptions { geometry, rotational: false, force: true }) {
+    if let Err(e) =
+        FileImage::create(&path, &CreateOptions { geometry, rotational: false, force: true, preallocate: false })
+    {
         eprintln!("{e}");
         std::process::exit(1);
     }

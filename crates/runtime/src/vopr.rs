@@ -291,7 +291,7 @@ pub fn run_runtime_seed_as(seed: u64, ops: u64, dir: &Path, policy: Option<Issue
 
 fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedRun) -> Result<(), String> {
     use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
-    let create = CreateOptions { geometry: s.geometry.clone(), rotational: false, force: true };
+    let create = CreateOptions { geometry: s.geometry.clone(), rotational: false, force: true, preallocate: false };
     FileImage::create(path, &create).unwrap_or_else(|e| panic!("seed {seed}: image {:?}: {e}", s.geometry));
     let img = FileImage::open(path, &ImageOptions::default()).map_err(|e| format!("open: {e}"))?;
     let dev = Arc::new(FaultyDevice::new(img, s.write_ppm, s.read_ppm, seed));

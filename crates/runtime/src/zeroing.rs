@@ -176,7 +176,7 @@ struct Fresh {
 /// starts a runtime.
 fn fresh(path: &Path, bytes: u64, backend: Backend) -> Result<Fresh, ZeroBenchError> {
     let geometry = GeometryParams { zoned: false, capacity_bytes: bytes, ..GeometryParams::default() };
-    FileImage::create(path, &CreateOptions { geometry, rotational: false, force: false })?;
+    FileImage::create(path, &CreateOptions { geometry, rotational: false, force: false, preallocate: false })?;
     let remove = Remove(path.to_path_buf());
     let img = FileImage::open(path, &ImageOptions::default())?;
     let probe = img.zeroing_probe().detail.clone();

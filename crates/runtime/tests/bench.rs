@@ -27,7 +27,7 @@ fn create(dir: &Path) -> PathBuf {
         nr_conv: 0,
         ..GeometryParams::default()
     };
-    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
     p
 }
 

@@ -34,7 +34,8 @@ fn ro() -> ImageOptions {
 }
 
 fn build(p: &Path) -> Vec<ZoneInfo> {
-    FileImage::create(p, &CreateOptions { geometry: params(), rotational: false, force: false }).unwrap();
+    FileImage::create(p, &CreateOptions { geometry: params(), rotational: false, force: false, preallocate: false })
+        .unwrap();
     let img = FileImage::open(p, &ImageOptions::default()).unwrap();
     let rt = zblk_runtime::Runtime::start(img, zblk_runtime::RuntimeConfig::default()).unwrap();
     rt.write_at(Sector(2048), &[1u8; 8192]).unwrap();

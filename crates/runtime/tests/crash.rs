@@ -359,7 +359,11 @@ fn create(path: &Path) {
     // A fresh image each run: the previous run's runtime may still be winding down
     // with the old file open (its lock held), and `create -f` refuses an image in use.
     let _ = std::fs::remove_file(path);
-    FileImage::create(path, &CreateOptions { geometry: geometry(), rotational: false, force: true }).unwrap();
+    FileImage::create(
+        path,
+        &CreateOptions { geometry: geometry(), rotational: false, force: true, preallocate: false },
+    )
+    .unwrap();
 }
 
 // -------------------------------------------------------------------- kill -9

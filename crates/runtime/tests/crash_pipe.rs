@@ -228,7 +228,11 @@ fn check(img: &FileImage, zones: &[Vec<W>], power: bool) -> Result<(), String> {
 
 fn create(path: &Path) {
     let _ = std::fs::remove_file(path);
-    FileImage::create(path, &CreateOptions { geometry: geometry(), rotational: false, force: true }).unwrap();
+    FileImage::create(
+        path,
+        &CreateOptions { geometry: geometry(), rotational: false, force: true, preallocate: false },
+    )
+    .unwrap();
 }
 
 const CHILD_ENV: &str = "ZBLK_PIPE_CRASH_CHILD";

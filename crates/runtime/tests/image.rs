@@ -27,7 +27,8 @@ fn layout() -> Layout {
 
 fn create(dir: &Path) -> PathBuf {
     let p = dir.join("img");
-    FileImage::create(&p, &CreateOptions { geometry: params(), rotational: false, force: false }).unwrap();
+    FileImage::create(&p, &CreateOptions { geometry: params(), rotational: false, force: false, preallocate: false })
+        .unwrap();
     p
 }
 
@@ -228,12 +229,18 @@ fn permission_denied() {
 fn create_refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let p = create(dir.path());
-    let e = FileImage::create(&p, &CreateOptions { geometry: params(), rotational: false, force: false }).unwrap_err();
+    let e = FileImage::create(
+        &p,
+        &CreateOptions { geometry: params(), rotational: false, force: false, preallocate: false },
+    )
+    .unwrap_err();
     assert!(matches!(e.kind, ImageErrorKind::Exists), "{e}");
     let bad = GeometryParams { zone_size_bytes: 3 << 20, ..params() };
-    let e =
-        FileImage::create(&dir.path().join("bad"), &CreateOptions { geometry: bad, rotational: false, force: false })
-            .unwrap_err();
+    let e = FileImage::create(
+        &dir.path().join("bad"),
+        &CreateOptions { geometry: bad, rotational: false, force: false, preallocate: false },
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("zone_size"), "{e}");
 }
 
@@ -343,7 +350,11 @@ fn impossible_states_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("img");
         let params = GeometryParams { lbs_bytes: lbs, max_open, ..params() };
-        FileImage::create(&p, &CreateOptions { geometry: params.clone(), rotational: false, force: false }).unwrap();
+        FileImage::create(
+            &p,
+            &CreateOptions { geometry: params.clone(), rotational: false, force: false, preallocate: false },
+        )
+        .unwrap();
         let g = Geometry::new(&params).unwrap();
         let l = Layout::of(&g);
         let mut entries: Vec<Entry> = open_with(&ro(), &p).zones().iter().map(Entry::of).collect();

@@ -44,7 +44,8 @@ fn params(lbs: u32) -> GeometryParams {
 
 fn create(dir: &Path, lbs: u32) -> PathBuf {
     let p = dir.join("img");
-    FileImage::create(&p, &CreateOptions { geometry: params(lbs), rotational: false, force: true }).unwrap();
+    FileImage::create(&p, &CreateOptions { geometry: params(lbs), rotational: false, force: true, preallocate: false })
+        .unwrap();
     p
 }
 

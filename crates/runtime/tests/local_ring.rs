@@ -31,7 +31,7 @@ fn image(dir: &std::path::Path) -> FileImage {
         max_append_sectors: 0,
         ..Default::default()
     };
-    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
     FileImage::open(&p, &ImageOptions::default()).unwrap()
 }
 

@@ -29,7 +29,11 @@ fn params(append: u32) -> GeometryParams {
 
 fn create(dir: &Path, append: u32) -> std::path::PathBuf {
     let p = dir.join("img");
-    FileImage::create(&p, &CreateOptions { geometry: params(append), rotational: false, force: false }).unwrap();
+    FileImage::create(
+        &p,
+        &CreateOptions { geometry: params(append), rotational: false, force: false, preallocate: false },
+    )
+    .unwrap();
     p
 }
 

@@ -59,7 +59,7 @@ fn stress(backend: Backend, secs: f64) {
         max_append_sectors: 0,
         ..GeometryParams::default()
     };
-    FileImage::create(&path, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+    FileImage::create(&path, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
     let img = FileImage::open(&path, &ImageOptions::default()).unwrap();
     let cfg = RuntimeConfig { backend, ..RuntimeConfig::default() };
     let rt = match Runtime::start(img, cfg) {

@@ -46,7 +46,7 @@ fn the_write_in_flight_at_the_death_is_acknowledged_again_only_when_the_image_ho
         nr_conv: 1,
         ..Default::default()
     };
-    FileImage::create(&path, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+    FileImage::create(&path, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
     // The first server: zone 1 takes two writes (the second, say, completed but never
     // acknowledged to the kernel), zone 2 one.
     let rt = runtime(&path);

@@ -57,6 +57,13 @@ pub struct CreateArgs {
     /// Replace an existing file.
     #[arg(short, long)]
     pub force: bool,
+    /// Allocate the whole data region now (fallocate), as a device's blocks all exist:
+    /// the image takes its full size on the file system at once (in memory on tmpfs),
+    /// writes never wait for blocks to be allocated, and a file system without the
+    /// room is refused now instead of failing a write later with ENOSPC. Default: a
+    /// sparse file, space taken as data is written.
+    #[arg(long)]
+    pub preallocate: bool,
     #[command(flatten)]
     pub lock: crate::image::WaitArg,
     /// Print the result as JSON.
@@ -115,7 +122,12 @@ pub fn device_params(a: &CreateArgs) -> Result<DeviceParams, CliError> {
 pub fn run(a: &CreateArgs) -> Result<(), CliError> {
     let p = device_params(a)?;
     let geo = p.validate().map_err(CliError::msg)?;
-    let opts = CreateOptions { geometry: p.geometry.clone(), rotational: p.rotational, force: a.force };
+    let opts = CreateOptions {
+        geometry: p.geometry.clone(),
+        rotational: p.rotational,
+        force: a.force,
+        preallocate: a.preallocate,
+    };
     FileImage::create_waiting(&a.image, &opts, a.lock.wait).map_err(CliError::msg)?;
     let g = &p.geometry;
     let what = if geo.is_zoned() {
@@ -131,6 +143,7 @@ pub fn run(a: &CreateArgs) -> Result<(), CliError> {
     } else {
         format!("{}: {} regular (not zoned) image", a.image.display(), format_bytes_exact(g.capacity_bytes))
     };
+    let what = if a.preallocate { format!("{what}, data preallocated") } else { what };
     out::done(format!("created {what}"));
     if a.json {
         let doc = serde_json::json!({
@@ -138,6 +151,7 @@ pub fn run(a: &CreateArgs) -> Result<(), CliError> {
             "geometry": g,
             "rotational": p.rotational,
             "nr_zones": geo.nr_zones(),
+            "preallocated": a.preallocate,
         });
         outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {

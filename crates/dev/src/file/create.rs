@@ -6,6 +6,8 @@ use super::error::{ImageError, ImageErrorKind, err, io_err};
 use super::format::{self, Entry, Layout, LiveState, Superblock, Table};
 use super::live::live_region;
 use super::{FileImage, claim};
+use rustix::fs::{FallocateFlags, fallocate, fstatvfs};
+use rustix::io::Errno;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -22,6 +24,11 @@ pub struct CreateOptions {
     pub rotational: bool,
     /// Replace an existing file.
     pub force: bool,
+    /// Allocate the data region now (`fallocate`), as a device's blocks all exist:
+    /// the space is taken at once, a write never waits for the file system to
+    /// allocate, and a file system too small is found now rather than by a write
+    /// that fails with ENOSPC. Otherwise the file is sparse.
+    pub preallocate: bool,
 }
 
 impl FileImage {
@@ -75,6 +82,9 @@ impl FileImage {
                 layout.live_offset,
             )
             .map_err(io_err(path, "write live table"))?;
+            if opts.preallocate {
+                preallocate(&f, path, &layout)?;
+            }
             f.sync_all().map_err(io_err(path, "sync"))?;
             claim::install(&tmp, path, old, opts.force, wait)?;
             File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
@@ -83,6 +93,32 @@ impl FileImage {
             let _ = std::fs::remove_file(&tmp);
         }
         result
+    }
+}
+
+/// Allocates the data region of the image being made in `f` (`fallocate`, mode 0).
+/// Refused before anything is allocated when the file system has not the room (a
+/// `fallocate` that runs out of space fills the file system first, then fails).
+fn preallocate(f: &File, path: &Path, layout: &Layout) -> Result<(), ImageError> {
+    let need = layout.file_bytes - layout.data_offset;
+    let mib = |b: u64| b.div_ceil(1 << 20);
+    let st = fstatvfs(f).map_err(|e| io_err(path, "statvfs")(e.into()))?;
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    if need > free {
+        let why = format!("the data region needs {} MiB, the file system has {} MiB free", mib(need), free >> 20);
+        return Err(err(path, ImageErrorKind::Preallocate(why)));
+    }
+    match fallocate(f, FallocateFlags::empty(), layout.data_offset, need) {
+        Ok(()) => Ok(()),
+        Err(e) if e == Errno::OPNOTSUPP => Err(err(
+            path,
+            ImageErrorKind::Preallocate(
+                "the file system does not allocate ahead (fallocate: operation not supported); \
+                 create the image without preallocating"
+                    .into(),
+            ),
+        )),
+        Err(e) => Err(io_err(path, "preallocate the data region")(e.into())),
     }
 }
 

@@ -81,6 +81,9 @@ pub enum ImageErrorKind {
     /// The geometry asked for is past a limit of the image format (named).
     #[error("cannot create: {0}")]
     Limit(String),
+    /// The data region could not be allocated at creation (`--preallocate`): why.
+    #[error("cannot preallocate: {0}")]
+    Preallocate(String),
 }
 
 /// A shared kind's words for an image, which is a file: the device vocabulary's

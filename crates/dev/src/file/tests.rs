@@ -34,7 +34,7 @@ fn image(dir: &Path) -> PathBuf {
 
 fn image_with(dir: &Path, geometry: GeometryParams) -> PathBuf {
     let p = dir.join("img");
-    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false }).unwrap();
+    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
     p
 }
 
