@@ -210,11 +210,11 @@ stop TERM smr
         let at = line.find(what).unwrap_or_else(|| panic!("no '{what}' in the polling summary: {pol}"));
         line[..at].rsplit(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(0)
     };
-    let (found, slept) = (count(" found while polling"), count(" after a sleep"));
+    let (found, slept) = (count(" found while polling"), count(" after a wait"));
     let cpu: Vec<f64> = file("pol-cpu.txt").split_whitespace().map(|x| x.parse().unwrap()).collect();
     let idle = (cpu[2] - cpu[1]) / cpu[6] / ((cpu[5] - cpu[4]) / 1e9);
     eprintln!(
-        "serve --poll: {found} batches found while polling, {slept} after a sleep; CPU {:.0} % of 3 s idle",
+        "serve --poll: {found} batches found while polling, {slept} after a wait; CPU {:.0} % of 3 s idle",
         idle * 100.0
     );
     assert!(found >= 1500 && found > 4 * slept, "serve --poll did not poll: {pol}");

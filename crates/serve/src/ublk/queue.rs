@@ -69,16 +69,16 @@ thread_local! {
     static READY: RefCell<Vec<(u16, Reply)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Batches of completions a queue's thread took without sleeping (`--poll`: found
-/// while it looked again), and after a sleep, over every queue.
+/// Batches of completions a queue's thread took without waiting (`--poll`: found
+/// while it looked again), and after a wait in `io_uring_enter`, over every queue.
 static FOUND: AtomicU64 = AtomicU64::new(0);
-static SLEPT: AtomicU64 = AtomicU64::new(0);
+static WAITED: AtomicU64 = AtomicU64::new(0);
 
-/// `N found while polling, M after a sleep`: how often the queues' threads found
+/// `N found while polling, M after a wait`: how often the queues' threads found
 /// their next work without being woken (with `--poll`, most of them while requests
 /// keep coming).
 pub fn poll_summary() -> String {
-    format!("{} found while polling, {} after a sleep", FOUND.load(Ordering::Relaxed), SLEPT.load(Ordering::Relaxed))
+    format!("{} found while polling, {} after a wait", FOUND.load(Ordering::Relaxed), WAITED.load(Ordering::Relaxed))
 }
 
 /// What a tag's request is, for its commit.
@@ -176,7 +176,7 @@ impl Queue {
                 Err(_) => break,
                 Ok(0) => {}
                 Ok(_) => {
-                    (if to_wait == 0 { &FOUND } else { &SLEPT }).fetch_add(1, Ordering::Relaxed);
+                    (if to_wait == 0 { &FOUND } else { &WAITED }).fetch_add(1, Ordering::Relaxed);
                     if !poll.is_zero() {
                         busy_until = Some(Instant::now() + poll);
                     }
