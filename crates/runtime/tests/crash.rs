@@ -30,7 +30,7 @@ use zblk_core::bio::{BioFlags, Op};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
-use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
+use zblk_dev::file::{FileImage, ImageOptions};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig, ZeroingFlags};
 use zblk_workload::pattern::{Decoded, decode, fill};
 
@@ -53,7 +53,7 @@ fn geometry() -> GeometryParams {
 }
 
 fn runs() -> u64 {
-    std::env::var("ZBLK_CRASH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(100)
+    common::crash_runs(100)
 }
 
 fn base_seed() -> u64 {
@@ -356,14 +356,7 @@ fn read_log(path: &Path) -> Vec<String> {
 }
 
 fn create(path: &Path) {
-    // A fresh image each run: the previous run's runtime may still be winding down
-    // with the old file open (its lock held), and `create -f` refuses an image in use.
-    let _ = std::fs::remove_file(path);
-    FileImage::create(
-        path,
-        &CreateOptions { geometry: geometry(), rotational: false, force: true, preallocate: false },
-    )
-    .unwrap();
+    common::create_fresh(path, geometry());
 }
 
 // -------------------------------------------------------------------- kill -9
@@ -437,8 +430,6 @@ fn kill_nine_at_random_points() {
 
 // ---------------------------------------------------------------- power loss
 
-const OTHER_BOOT: [u8; 36] = *b"00000000-0000-4000-8000-00000000cafe";
-
 #[test]
 fn power_loss_at_random_points() {
     let dir = tempfile::tempdir().unwrap();
@@ -471,7 +462,7 @@ fn power_loss_at_random_points() {
         durable += zones.iter().flat_map(|z| &z.extents).filter(|e| e.durable).count();
         lost += zones.iter().flat_map(|z| &z.extents).filter(|e| !e.durable).count();
         let image = common::retry_in_use(|| {
-            FileImage::open(&after, &ImageOptions { boot_id: Some(OTHER_BOOT), ..ImageOptions::default() })
+            FileImage::open(&after, &ImageOptions { boot_id: Some(common::OTHER_BOOT), ..ImageOptions::default() })
         })
         .unwrap_or_else(|e| panic!("power loss run {run}, seed {seed}: reopen: {e}"));
         if let Err(e) = check(&image, &zones, Crash::Power) {

@@ -29,7 +29,7 @@ use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::mutation::{self, Mutation};
 use zblk_core::units::{Sector, ZoneNo};
-use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
+use zblk_dev::file::{FileImage, ImageOptions};
 use zblk_runtime::{Backend, Io, Runtime, RuntimeConfig};
 use zblk_workload::pattern::{Decoded, decode, fill};
 
@@ -53,7 +53,7 @@ fn geometry() -> GeometryParams {
 }
 
 fn runs() -> u64 {
-    std::env::var("ZBLK_CRASH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(30)
+    common::crash_runs(30)
 }
 
 fn config(backend: Backend) -> RuntimeConfig {
@@ -227,12 +227,7 @@ fn check(img: &FileImage, zones: &[Vec<W>], power: bool) -> Result<(), String> {
 }
 
 fn create(path: &Path) {
-    let _ = std::fs::remove_file(path);
-    FileImage::create(
-        path,
-        &CreateOptions { geometry: geometry(), rotational: false, force: true, preallocate: false },
-    )
-    .unwrap();
+    common::create_fresh(path, geometry());
 }
 
 const CHILD_ENV: &str = "ZBLK_PIPE_CRASH_CHILD";
@@ -313,8 +308,6 @@ fn the_planted_flush_over_a_hole_is_caught_by_kill_nine() {
     println!("flush-covers-hole caught at run {seed} (bound {MUTANT_RUNS}): {e}");
 }
 
-const OTHER_BOOT: [u8; 36] = *b"00000000-0000-4000-8000-00000000cafe";
-
 #[test]
 fn power_loss_with_pipelined_writes_in_flight() {
     let dir = tempfile::tempdir().unwrap();
@@ -338,7 +331,7 @@ fn power_loss_with_pipelined_writes_in_flight() {
         std::fs::write(&after, pc.cut(seed)).unwrap();
         let text = String::from_utf8(shared.lock().unwrap().clone()).unwrap();
         let image = common::retry_in_use(|| {
-            FileImage::open(&after, &ImageOptions { boot_id: Some(OTHER_BOOT), ..ImageOptions::default() })
+            FileImage::open(&after, &ImageOptions { boot_id: Some(common::OTHER_BOOT), ..ImageOptions::default() })
         })
         .unwrap_or_else(|e| panic!("power loss seed {seed}: reopen: {e}"));
         if let Err(e) = check(&image, &model(&text), true) {

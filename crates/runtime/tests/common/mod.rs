@@ -89,3 +89,21 @@ pub fn open_with_power_cut(
     let pc = handle.lock().unwrap().take().expect("the image opened through the model");
     (image, pc)
 }
+
+/// A fresh image at `path` for each run of a crash test: the previous run's file is
+/// removed first (its runtime may still be winding down with it open, its lock held,
+/// and `create -f` refuses an image in use).
+pub fn create_fresh(path: &std::path::Path, geometry: zblk_core::geometry::GeometryParams) {
+    use zblk_dev::file::{CreateOptions, FileImage};
+    let _ = std::fs::remove_file(path);
+    FileImage::create(path, &CreateOptions { geometry, rotational: false, force: true, preallocate: false }).unwrap();
+}
+
+/// Runs of a crash test: `ZBLK_CRASH_RUNS`, or `default`.
+pub fn crash_runs(default: u64) -> u64 {
+    std::env::var("ZBLK_CRASH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// A boot id other than this machine's: an image reopened "after a power cut" is
+/// opened as on the next boot.
+pub const OTHER_BOOT: [u8; 36] = *b"00000000-0000-4000-8000-00000000cafe";
