@@ -87,19 +87,22 @@ impl Target {
 
     /// Starts the runtime on it.
     pub fn start(self, engine: EngineConfig, backend: Backend) -> Result<Runtime, CliError> {
-        match self {
-            Target::Image(i) => start(*i, engine, backend),
-            Target::Linux(d) => {
-                let path = d.path().display().to_string();
-                Runtime::start(*d, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
-                    .map_err(|e| CliError(format!("{path}: {e}")))
-            }
-            Target::Nvme(d) => {
-                let path = d.path().display().to_string();
-                Runtime::start(*d, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
-                    .map_err(|e| CliError(format!("{path}: {e}")))
-            }
-        }
+        self.start_with(RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
+    }
+
+    /// Starts the runtime on it with `cfg` (the completion thread's polling too).
+    pub fn start_with(self, cfg: RuntimeConfig) -> Result<Runtime, CliError> {
+        let path = match &self {
+            Target::Image(i) => i.path().display().to_string(),
+            Target::Linux(d) => d.path().display().to_string(),
+            Target::Nvme(d) => d.path().display().to_string(),
+        };
+        let rt = match self {
+            Target::Image(i) => Runtime::start(*i, cfg),
+            Target::Linux(d) => Runtime::start(*d, cfg),
+            Target::Nvme(d) => Runtime::start(*d, cfg),
+        };
+        rt.map_err(|e| CliError(format!("{path}: {e}")))
     }
 }
 

@@ -103,6 +103,17 @@ pub struct BenchArgs {
     /// the zone's next write this long (e.g. 40us; 0: never).
     #[arg(long = "batch-anticipate", value_parser = parse::duration_or_zero_ns, default_value = "50us")]
     pub batch_anticipate: u64,
+    /// pipeline policy: writes of one zone on the device at once (0: the queue
+    /// depth, iodepth x numjobs).
+    #[arg(long = "pipeline-depth", default_value_t = EngineConfig::default().pipeline_depth)]
+    pub pipeline_depth: u32,
+    /// With --image: after a batch of completions, the runtime's io_uring
+    /// completion thread keeps looking for the next for this many microseconds
+    /// before it sleeps (0: it sleeps at once). While completions come closer than
+    /// that, none waits for the thread to be woken; meanwhile it keeps a CPU busy.
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub poll: u64,
     /// The queue attribute: 1 selects the single issuer (qd1), 0 per-zone plugging.
     #[arg(long = "zoned_qd1_writes", value_parser = clap::value_parser!(u8).range(0..=1))]
     pub zoned_qd1_writes: Option<u8>,
@@ -215,6 +226,18 @@ pub fn choose_policy(
     }
 }
 
+/// Refuses `--pipeline-depth` under a policy that does not pipeline (it would be
+/// silently ignored).
+pub fn check_pipeline_depth(a: &BenchArgs, policy: IssuePolicy) -> Result<(), CliError> {
+    match (a.pipeline_depth, policy) {
+        (0, _) | (_, IssuePolicy::Pipeline) => Ok(()),
+        (d, p) => Err(CliError(format!(
+            "--pipeline-depth {d}: the policy is {}, which keeps one write per zone on the device (--policy pipeline)",
+            p.name()
+        ))),
+    }
+}
+
 /// Refuses a policy that needs a device keeping a zone's writes in order
 /// (pipelining) on a simulated device: a simulated disk's queue may reorder what it
 /// is sent, as a real zoned disk's may.
@@ -269,6 +292,7 @@ pub fn engine_config(a: &BenchArgs, policy: IssuePolicy) -> EngineConfig {
         },
         batch_max_bypass: a.batch_max_bypass,
         batch_anticipate_ns: a.batch_anticipate,
+        pipeline_depth: a.pipeline_depth,
         ..EngineConfig::default()
     }
 }

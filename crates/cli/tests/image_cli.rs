@@ -1,6 +1,7 @@
 //! The image commands as a user runs them: blkzone's report format, single I/Os with
 //! their errno on failure, JSON output, benchmarks on an image.
 
+use std::io::Write as _;
 use std::path::Path;
 mod common;
 
@@ -121,6 +122,38 @@ fn bench_on_an_image_is_not_simulated() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["zblk"]["simulated"], false);
     assert!(v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// `bench --image --poll`: the runtime's completion thread finds the completions of
+/// a QD 1 stream while it polls, and the run says how many; without `--poll` it
+/// says nothing of it. The image is on the disk the build is on (an image in
+/// memory has its transfers done on the spot, without the ring).
+#[test]
+fn bench_poll_finds_completions_without_a_wait() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let p = dir.path().join("p.img").display().to_string();
+    ok(&["create", &p, "--size", "64", "--zone_size", "4"]);
+    let args = ["bench", "--image", &p, "--rw", "write", "--bs", "4k", "--iodepth", "1", "--io_size", "1M"];
+    let o = common::zblk(&[&args[..], &["--poll", "100000"]].concat());
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    if err.contains("no io_uring completion thread") {
+        // Past the test harness's capture, so that the suite's summary lists it.
+        let _ =
+            writeln!(std::io::stderr(), "SKIPPED bench --poll: this runtime has no io_uring completion thread: {err}");
+        return;
+    }
+    let line = err.lines().find(|l| l.contains("batches of completions")).unwrap_or_else(|| panic!("{err}"));
+    let count = |what: &str| -> u64 {
+        let head = line.split(what).next().unwrap();
+        head.rsplit(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).unwrap().parse().unwrap()
+    };
+    let (found, waited) = (count(" found while polling"), count(" after a wait"));
+    // 256 writes of 4 KiB one after the other: all but the first few come while
+    // the thread polls.
+    assert!(found >= 200 && found > 4 * waited, "{line}");
+    let o = common::zblk(&args);
+    assert!(o.status.success() && !common::stderr(&o).contains("batches of completions"), "{}", common::stderr(&o));
 }
 
 /// `create --preallocate`: the data region's blocks are allocated at once (a sparse

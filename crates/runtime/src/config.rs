@@ -4,6 +4,7 @@
 
 use crate::uring::Uring;
 use std::io;
+use std::time::Duration;
 use zblk_core::bio::Status;
 use zblk_core::engine::EngineConfig;
 
@@ -29,11 +30,17 @@ pub struct RuntimeConfig {
     /// Threads for blocking work (flushes, zone management; every I/O with the
     /// thread pool). 0: the queue depth for the thread pool (at most 64), 4 with io_uring.
     pub workers: usize,
+    /// How long the io_uring completion thread keeps looking for completions
+    /// without sleeping after a batch (zero: it sleeps in `io_uring_enter` as soon
+    /// as the ring is empty). While I/O keeps coming closer than this, no
+    /// completion waits for the thread to be woken, at the price of a CPU kept
+    /// busy for the window after the last one. Without a ring it does nothing.
+    pub poll: Duration,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { engine: EngineConfig::default(), backend: Backend::Auto, workers: 0 }
+        RuntimeConfig { engine: EngineConfig::default(), backend: Backend::Auto, workers: 0, poll: Duration::ZERO }
     }
 }
 

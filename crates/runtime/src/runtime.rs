@@ -16,6 +16,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use zblk_core::bio::Status;
 use zblk_core::engine::{Engine, EngineStats};
 use zblk_core::geometry::Geometry;
@@ -138,9 +139,10 @@ impl Runtime {
             memory_file,
             mapped: memory_file.then(|| data_fd.and_then(MappedFile::new)).flatten(),
             stopping: AtomicBool::new(false),
+            batches: Default::default(),
         });
         let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };
-        let spawned = rt.spawn_threads(&shared, &rx, timer_rx);
+        let spawned = rt.spawn_threads(&shared, &rx, timer_rx, cfg.poll);
         // Before `rt` can drop: its shutdown waits until it holds the last reference
         // to the shared state, so a failed spawn must not keep this one.
         drop(shared);
@@ -154,6 +156,7 @@ impl Runtime {
         shared: &Arc<Shared>,
         jobs: &Receiver<Job>,
         timer_rx: Receiver<Timer>,
+        poll: Duration,
     ) -> Result<(), RuntimeError> {
         for i in 0..self.workers {
             let (sh, rx) = (shared.clone(), jobs.clone());
@@ -162,7 +165,7 @@ impl Runtime {
         }
         if shared.uring.is_some() {
             let sh = shared.clone();
-            let t = std::thread::Builder::new().name("zblk-completion".into()).spawn(move || completion_loop(sh));
+            let t = std::thread::Builder::new().name("zblk-completion".into()).spawn(move || completion_loop(sh, poll));
             self.threads.push(t.map_err(RuntimeError::Thread)?);
         }
         let sh = shared.clone();
@@ -174,6 +177,14 @@ impl Runtime {
     /// The shared state (the runtime runs until it is closed or dropped).
     pub(crate) fn sh(&self) -> &Shared {
         self.shared.as_ref().expect("runtime is running")
+    }
+
+    /// Batches of completions the io_uring completion thread took so far: found
+    /// while polling ([`RuntimeConfig::poll`]), and after a wait in `io_uring_enter`
+    /// (both 0 without a ring).
+    pub fn completion_batches(&self) -> (u64, u64) {
+        let b = &self.sh().batches;
+        (b[0].load(Ordering::Relaxed), b[1].load(Ordering::Relaxed))
     }
 
     /// Which I/O driver runs, in words: io_uring or threads, `O_DIRECT` or buffered.

@@ -13,7 +13,7 @@ use crate::uring::Uring;
 use crossbeam_channel::Sender;
 use slab::Slab;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use zblk_core::bio::{Bio, ReqId, Request, Status};
 use zblk_core::engine::Engine;
@@ -105,6 +105,10 @@ pub(crate) struct Shared {
     pub(crate) mapped: Option<MappedFile>,
     /// The runtime closes: BIOs submitted now complete with EIO.
     pub(crate) stopping: AtomicBool,
+    /// Batches of completions the io_uring completion thread took without waiting
+    /// (found while polling, [`RuntimeConfig::poll`](crate::RuntimeConfig::poll)),
+    /// and after a wait in `io_uring_enter`.
+    pub(crate) batches: [AtomicU64; 2],
 }
 
 thread_local! {

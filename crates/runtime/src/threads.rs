@@ -9,6 +9,7 @@ use crate::uring::{self, WAKE};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Expires anticipations when their time has come (earliest first).
 pub(crate) fn timer_loop(sh: Arc<Shared>, rx: Receiver<Timer>) {
@@ -56,15 +57,27 @@ pub(crate) fn worker_loop(sh: Arc<Shared>, rx: Receiver<Job>) {
 
 /// Reaps the runtime's ring and feeds what completed back into the engine, a batch
 /// per wait, until woken to stop.
-pub(crate) fn completion_loop(sh: Arc<Shared>) {
+///
+/// With `poll`, after a batch the thread looks again without sleeping (an
+/// `io_uring_enter` that waits for nothing) for that long: completions that follow
+/// each other closer than that never wait for the thread to be woken.
+pub(crate) fn completion_loop(sh: Arc<Shared>, poll: Duration) {
     REAPER.with(|r| r.set(true));
     let u = sh.uring.as_ref().expect("completion thread without a ring");
     let mut batch = Vec::new();
     let mut results = Vec::new();
+    let mut busy_until: Option<Instant> = None;
     loop {
         batch.clear();
-        let r = u.reap(&mut batch);
+        let polling = busy_until.is_some_and(|t| Instant::now() < t);
+        let r = u.reap(&mut batch, u32::from(!polling));
         assert!(r.is_ok(), "io_uring wait failed: {r:?}");
+        if !batch.is_empty() {
+            sh.batches[usize::from(!polling)].fetch_add(1, Ordering::Relaxed);
+            if !poll.is_zero() {
+                busy_until = Some(Instant::now() + poll);
+            }
+        }
         let mut stop = false;
         for &(token, res, big) in &batch {
             if token == WAKE {

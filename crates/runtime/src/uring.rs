@@ -116,7 +116,7 @@ impl Uring {
         let u = Uring { ring, sq: Mutex::new(()) };
         u.push(opcode::Nop::new().build().user_data(WAKE));
         let mut out = Vec::new();
-        u.reap(&mut out)?;
+        u.reap(&mut out, 1)?;
         if !out.first().is_some_and(|&(t, res, _)| t == WAKE && res >= 0) {
             return Err(io::Error::other("io_uring NOP did not complete"));
         }
@@ -183,11 +183,13 @@ impl Uring {
         let _ = self.submit();
     }
 
-    /// Waits for at least one completion and moves every available one into `out`
-    /// as `(user_data, result, first big-CQE word)` (the last 0 on a plain ring).
-    /// Only the completion thread calls this.
-    pub fn reap(&self, out: &mut Vec<(u64, i32, u64)>) -> io::Result<()> {
-        match with_ring!(&self.ring, r => r.submit_and_wait(1)) {
+    /// Waits for at least `want` completions (0: none, a look) and moves every
+    /// available one into `out` as `(user_data, result, first big-CQE word)` (the
+    /// last 0 on a plain ring). Only the completion thread calls this.
+    pub fn reap(&self, out: &mut Vec<(u64, i32, u64)>, want: u32) -> io::Result<()> {
+        // Entering the kernel even to wait for nothing runs the task work that posts
+        // this thread's completions.
+        match with_ring!(&self.ring, r => r.submit_and_wait(want as usize)) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

@@ -295,7 +295,7 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
     FileImage::create(path, &create).unwrap_or_else(|e| panic!("seed {seed}: image {:?}: {e}", s.geometry));
     let img = FileImage::open(path, &ImageOptions::default()).map_err(|e| format!("open: {e}"))?;
     let dev = Arc::new(FaultyDevice::new(img, s.write_ppm, s.read_ppm, seed));
-    let cfg = RuntimeConfig { engine: s.engine, backend: s.backend, workers: 0 };
+    let cfg = RuntimeConfig { engine: s.engine, backend: s.backend, ..RuntimeConfig::default() };
     let rt = Runtime::start(ArcDevice(dev.clone()), cfg).map_err(|e| format!("start: {e}"))?;
     run.backend = rt.backend().to_string();
     let geo = rt.geometry().clone();

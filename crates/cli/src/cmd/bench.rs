@@ -13,12 +13,18 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     if a.zone_append {
         return Err(CliError::msg("--zone_append is for --image"));
     }
+    if a.poll > 0 {
+        return Err(CliError::msg(
+            "--poll is for --image (a simulated device runs in virtual time: nothing waits to be woken)",
+        ));
+    }
     let spec = devspec::parse(&a.dev)?;
     let device = spec.params.clone();
     let geo = device.validate().map_err(CliError::msg)?;
     // A simulated disk may reorder a zone's writes: never pipelined by default.
     let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), spec.rotational(), false)?;
     crate::jobargs::refuse_on_simulated(policy)?;
+    crate::jobargs::check_pipeline_depth(a, policy)?;
     let job = job_spec(a, geo.is_zoned());
     let cfg = SimConfig {
         device: device.clone(),

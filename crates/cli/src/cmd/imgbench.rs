@@ -9,8 +9,8 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;
 use zblk_core::engine::EngineConfig;
-use zblk_runtime::Backend;
 use zblk_runtime::bench::{RealReport, run_jobs_appending};
+use zblk_runtime::{Backend, RuntimeConfig};
 
 /// Runs the jobs `a` describes on the image at `path`.
 pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
@@ -29,6 +29,7 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let geo = img.geo().clone();
     let job = job_spec(a, geo.is_zoned());
     let policy = choose_policy(a.policy, a.zoned_qd1_writes, geo.is_zoned(), img.rotational(), img.keeps_zone_order())?;
+    crate::jobargs::check_pipeline_depth(a, policy)?;
     let backend = match a.ioengine.as_deref() {
         None => Backend::Auto,
         Some("io_uring") => Backend::IoUring,
@@ -37,7 +38,8 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     };
     let qd = job.iodepth.saturating_mul(job.numjobs).clamp(1, 1024);
     let engine = EngineConfig { queue_depth: qd, ..engine_config(a, policy) };
-    let rt = img.start(engine, backend)?;
+    let poll = std::time::Duration::from_micros(a.poll);
+    let rt = img.start_with(RuntimeConfig { engine, backend, poll, ..RuntimeConfig::default() })?;
     errln!("zblk: {}: I/O with {}", path.display(), rt.backend());
     let name = path.display().to_string();
     let report = run_jobs_appending(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting, a.zone_append)
@@ -45,6 +47,13 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     // What an EIO stood for under an image (ENOSPC, EFBIG, ...), the report's words
     // being the request's status.
     let fs_cause = rt.device().last_error();
+    if a.poll > 0 {
+        let (found, waited) = rt.completion_batches();
+        match rt.uses_io_uring() {
+            true => errln!("zblk: {name}: batches of completions: {found} found while polling, {waited} after a wait"),
+            false => errln!("zblk: {name}: --poll: no io_uring completion thread to poll with ({})", rt.backend()),
+        }
+    }
     rt.close().map_err(CliError::msg)?;
     let report = report?;
     let written: u64 = report.jobs.iter().map(|j| j.write.io_bytes).sum();
