@@ -50,6 +50,10 @@ pub enum Mutation {
     /// the writes after it moved it) and trusts it, instead of going back to the
     /// failed write's start and asking the device.
     PipeWpPastFailed,
+    /// Zone write pipelining fails only the write that failed on the device: the
+    /// writes after it in its zone, already on the device, are acknowledged with
+    /// what the device answered them (the write pointer still goes back).
+    PipeFailureSpared,
     /// An image records, at a flush, a zone's write pointer past writes still in
     /// flight (the accepted write pointer instead of the completed one): a power
     /// cut then leaves a hole under the durable write pointer.
@@ -58,7 +62,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 17] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -74,6 +78,7 @@ impl Mutation {
         Mutation::RecoveryIgnoresReset,
         Mutation::PipeAckOutOfOrder,
         Mutation::PipeWpPastFailed,
+        Mutation::PipeFailureSpared,
         Mutation::FlushCoversHole,
     ];
 
@@ -95,16 +100,28 @@ impl Mutation {
             Mutation::RecoveryIgnoresReset => "recovery-ignores-reset",
             Mutation::PipeAckOutOfOrder => "pipe-ack-out-of-order",
             Mutation::PipeWpPastFailed => "pipe-wp-past-failed",
+            Mutation::PipeFailureSpared => "pipe-failure-spared",
             Mutation::FlushCoversHole => "flush-covers-hole",
         }
     }
 
     /// Whether it plants a bug in zone write pipelining or in an image's durable
-    /// state, which only the runtime over images meets (`zblk vopr --runtime`, the
-    /// image's crash tests): the simulator's disks may reorder, so they never run
-    /// pipelining.
+    /// state: the simulator meets the first only on its disks that keep a zone's
+    /// writes in order (a part of the seeds), the runtime over images
+    /// (`zblk vopr --runtime`, the image's crash tests) meets both.
     pub fn pipelining(self) -> bool {
-        matches!(self, Mutation::PipeAckOutOfOrder | Mutation::PipeWpPastFailed | Mutation::FlushCoversHole)
+        matches!(
+            self,
+            Mutation::PipeAckOutOfOrder
+                | Mutation::PipeWpPastFailed
+                | Mutation::PipeFailureSpared
+                | Mutation::FlushCoversHole
+        )
+    }
+
+    /// Whether only an image meets it: the simulator has no image.
+    pub fn image_only(self) -> bool {
+        self == Mutation::FlushCoversHole
     }
 
     /// The mutation named `name`.

@@ -1,7 +1,7 @@
 //! The planted bugs of zone write pipelining (`zblk_core::mutation`), each caught by
 //! `zblk vopr --runtime` under the pipelining policy within its stated number of
-//! seeds: acknowledging out of zone order, and leaving the write pointer past a
-//! failed write. (The third, a flush that covers a hole, is the image's: the crash
+//! seeds: acknowledging out of zone order, leaving the write pointer past a failed
+//! write, and acknowledging the writes after a failed one. (The third, a flush that covers a hole, is the image's: the crash
 //! tests catch it, tests/crash_pipe.rs.)
 //!
 //! A planted bug here is active on every thread of the process (the runtime's
@@ -18,7 +18,8 @@ const OPS: u64 = 400;
 
 /// Each planted bug and the seeds (from 1) within which the runtime's checks catch
 /// it under pipelining.
-const BOUNDS: [(Mutation, u64); 2] = [(Mutation::PipeAckOutOfOrder, 20), (Mutation::PipeWpPastFailed, 20)];
+const BOUNDS: [(Mutation, u64); 3] =
+    [(Mutation::PipeAckOutOfOrder, 20), (Mutation::PipeWpPastFailed, 20), (Mutation::PipeFailureSpared, 20)];
 
 #[test]
 fn the_planted_bugs_of_pipelining_are_caught() {

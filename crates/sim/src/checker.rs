@@ -16,7 +16,7 @@
 
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use zblk_core::bio::{BioFlags, Op, Request, Status};
+use zblk_core::bio::{BioFlags, Op, ReqId, Request, Status};
 use zblk_core::engine::{Engine, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
@@ -64,6 +64,21 @@ pub struct Checker {
     exec_seq: u64,
     /// Sector → the number of the last execution that changed it.
     touched: FxHashMap<u64, u64>,
+    /// The device executes a request when it arrives and completes it later: a
+    /// request is out (for the writes in flight per zone, and for the write
+    /// pointer movers) until [`Checker::on_done`], not until its execution.
+    pub done_at_completion: bool,
+    /// Writes of one zone the engine may have on the device at once under
+    /// pipelining (`pipeline_depth`, or the queue depth).
+    pub pipe_depth: u32,
+    /// Zones where a plugged write failed on the device while writes of the zone
+    /// were out under pipelining: the writes behind it, already on the device, fail
+    /// there as unaligned, as null_blk answers them, until none is out.
+    pipe_broken: FxHashMap<ZoneNo, ()>,
+    /// Pipelined writes issued while their plug waited for a write pointer update:
+    /// released before a write ahead of them failed, they waited for a tag, and
+    /// fail on the device as unaligned.
+    issued_doomed: FxHashMap<ReqId, ()>,
     /// Zone → the number of the last execution that reset it.
     reset_seq: Vec<u64>,
     /// Sectors whose write is durable (acknowledged before a FLUSH that completed,
@@ -96,6 +111,10 @@ impl Checker {
             touched: FxHashMap::default(),
             reset_seq: vec![0; geo.nr_zones() as usize],
             durable: BTreeMap::new(),
+            done_at_completion: false,
+            pipe_depth: 1,
+            pipe_broken: FxHashMap::default(),
+            issued_doomed: FxHashMap::default(),
         }
     }
 
@@ -154,13 +173,21 @@ impl Checker {
             *n += 1;
             self.zone_writes_out += 1;
             let (n, total) = (*n, self.zone_writes_out);
-            if policy != IssuePolicy::Passthrough && n > 1 {
-                self.fail(format!("{n} writes in flight to zone {z} under {}", policy.name()));
+            let most = if policy == IssuePolicy::Pipeline { self.pipe_depth.max(1) } else { 1 };
+            if policy != IssuePolicy::Passthrough && n > most {
+                self.fail(format!("{n} writes in flight to zone {z} under {} (at most {most})", policy.name()));
             }
             if policy.single_issuer() && total > 1 {
                 self.fail(format!("{total} zone writes in flight under the single issuer ({})", policy.name()));
             }
         }
+    }
+
+    /// Pipelined write `req`, about to be issued, was released before a write ahead
+    /// of it in its zone failed: its plug waits for a write pointer update (and
+    /// releases nothing new meanwhile), and the device refuses it as unaligned.
+    pub fn issued_after_failure(&mut self, req: &Request) {
+        self.issued_doomed.insert(req.id, ());
     }
 
     /// A request against the device's advertised limits and flags: no READ or WRITE
@@ -225,25 +252,21 @@ impl Checker {
             _ => {}
         }
         if let Some(z) = self.plugged_write_zone(req) {
-            let n = self.writes_out.get_mut(&z).expect("executed a write never issued");
-            *n -= 1;
-            if *n == 0 {
-                self.writes_out.remove(&z);
-            }
-            self.zone_writes_out -= 1;
-            if self.policy.plugs() && (result == Err(Status::Unaligned) || result == Err(Status::ZoneFull)) {
+            let refused = result == Err(Status::Unaligned) || result == Err(Status::ZoneFull);
+            // Under pipelining a write behind a failed one may be on its way to the
+            // device already: it arrives off the write pointer and fails there,
+            // unaligned, as null_blk answers it; the engine fails it anyway.
+            let doomed = self.issued_doomed.remove(&req.id).is_some();
+            let behind_failed = self.policy == IssuePolicy::Pipeline && (doomed || self.pipe_broken.contains_key(&z));
+            if self.policy.plugs() && refused && !behind_failed {
                 self.fail(format!("device refused plugged write {req:?}: {:?}", result.unwrap_err()));
             }
-        }
-        if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
-            let n = self.wp_movers_out.get_mut(&z).expect("executed a zone op never submitted");
-            *n -= 1;
-            if *n == 0 {
-                self.wp_movers_out.remove(&z);
+            if self.policy == IssuePolicy::Pipeline && result.is_err() {
+                self.pipe_broken.insert(z, ());
             }
         }
-        if req.op == Op::ZoneResetAll {
-            self.reset_all_out -= 1;
+        if !self.done_at_completion {
+            self.on_done(req);
         }
         match (req.op, result) {
             (Op::Write | Op::ZoneAppend, Ok(at)) if stamp == zblk_workload::pattern::ZEROES => {
@@ -278,10 +301,37 @@ impl Checker {
         }
     }
 
+    /// `req` is no longer out: the device executed it or, on a device that executes
+    /// a request when it arrives ([`Checker::done_at_completion`]), completed it.
+    pub fn on_done(&mut self, req: &Request) {
+        if let Some(z) = self.plugged_write_zone(req) {
+            let n = self.writes_out.get_mut(&z).expect("executed a write never issued");
+            *n -= 1;
+            if *n == 0 {
+                self.writes_out.remove(&z);
+                self.pipe_broken.remove(&z);
+            }
+            self.zone_writes_out -= 1;
+        }
+        if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
+            let n = self.wp_movers_out.get_mut(&z).expect("executed a zone op never submitted");
+            *n -= 1;
+            if *n == 0 {
+                self.wp_movers_out.remove(&z);
+            }
+        }
+        if req.op == Op::ZoneResetAll {
+            self.reset_all_out -= 1;
+        }
+    }
+
     /// The device executed `req` (or aborted it) but its completion was lost: until
     /// the driver's timeout ends it, the engine still counts it out, so the host's
     /// write pointer may differ from the device's as before its execution.
     pub fn completion_lost(&mut self, req: &Request) {
+        if self.done_at_completion {
+            return; // out until the engine hears of it (`on_done`)
+        }
         if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
             *self.wp_movers_out.entry(z).or_insert(0) += 1;
         }
@@ -292,6 +342,9 @@ impl Checker {
 
     /// The timeout of a request whose completion was lost reached the engine.
     pub fn completion_timed_out(&mut self, req: &Request) {
+        if self.done_at_completion {
+            return;
+        }
         if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
             let n = self.wp_movers_out.get_mut(&z).expect("timed out a zone op never lost");
             *n -= 1;

@@ -1,7 +1,8 @@
 //! One simulated disk: the in-memory device (data and device-side zone state), the
 //! timing model that decides when its requests complete, its seeded faults and,
 //! with checking on, the checker watching it and its engine. A request executes
-//! here when the model completes it.
+//! here when the model completes it; on a disk that keeps a zone's writes in order
+//! (`in_order`), when it arrives, its result kept until the model completes it.
 //!
 //! A disk may have a volatile write cache ([`WriteCache`]): a request completes
 //! once it is in the cache; the cache destages in arrival order, and a FLUSH, a
@@ -16,8 +17,9 @@ use super::checker::Checker;
 use super::faults::{Fault, Faults};
 use super::model::DeviceModel;
 use super::oracle::{DeviceOracle, errno, errno_of};
+use rustc_hash::FxHashMap;
 use std::io::Write as _;
-use zblk_core::bio::{BioFlags, Op, Request, Status};
+use zblk_core::bio::{BioFlags, Op, ReqId, Request, Status};
 use zblk_core::stack::DevId;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
@@ -45,6 +47,30 @@ pub(crate) struct SimDisk {
     pub seed: u64,
     /// Its volatile write cache, if it has one.
     pub cache: Option<WriteCache>,
+    /// It executes each request when the request arrives, in arrival order, and
+    /// completes it when its model says (`SimConfig::keeps_zone_order`).
+    pub in_order: bool,
+    /// With `in_order`: the requests executed and not completed yet.
+    pub arrived: FxHashMap<ReqId, Arrived>,
+    /// Requests that arrived so far (with `in_order`).
+    pub arrivals: u64,
+    /// Its engine was built to pipeline zone writes: writing `zoned_qd1_writes` 0
+    /// brings pipelining back, not per-zone plugging.
+    pub pipelines: bool,
+}
+
+/// A request a disk that keeps zone order executed when it arrived, waiting for
+/// its model to complete it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrived {
+    /// What it executed with.
+    pub result: Result<Sector, Status>,
+    /// Its completion is lost: the driver's timeout ends it.
+    pub timed_out: bool,
+    /// Its place in arrival order.
+    pub order: u64,
+    /// For a pipelined write, its zone.
+    pub pipelined_zone: Option<ZoneNo>,
 }
 
 /// A disk's volatile write cache: the state made durable so far (the device and its

@@ -6,7 +6,9 @@
 //! models and its seed.
 //!
 //! A request executes on its disk when the disk's model completes it, so a model
-//! that reorders completions reorders execution too, as a device with a queue does.
+//! that reorders completions reorders execution too, as a device with a queue does;
+//! on a disk that keeps a zone's writes in order ([`SimConfig::keeps_zone_order`])
+//! it executes when it arrives, and only its completion waits for the model.
 //! Every event of the stack (BIOs queued, split, remapped, requests issued and
 //! completed) can be traced, stamped with virtual time, and each device's seek
 //! histogram is kept from them.
@@ -62,6 +64,14 @@ pub struct SimConfig {
     /// the next submission's system call). Zone writes released from plugs by the
     /// engine do not pay it: the kernel issues them from its own context.
     pub host_latency_ns: u64,
+    /// The device keeps a zone's writes in the order it is handed them: it executes
+    /// each request on its data and zone state when the request arrives, while its
+    /// completions still come back when the timing model says, in whatever order
+    /// (as a UFS device or a file does). Zone write pipelining
+    /// (`IssuePolicy::Pipeline`) is allowed only on such a device. Off, the device
+    /// executes a request when the model completes it, so a model that reorders
+    /// completions reorders execution too (a disk with a queue).
+    pub keeps_zone_order: bool,
 }
 
 impl SimConfig {
@@ -74,6 +84,7 @@ impl SimConfig {
             check: false,
             faults: FaultConfig::default(),
             host_latency_ns: 0,
+            keeps_zone_order: false,
         }
     }
 }
@@ -187,6 +198,9 @@ pub struct SimStats {
     pub reports: u64,
     /// Checker checks made.
     pub checks: u64,
+    /// Pipelined writes a disk that keeps zone order completed before a write that
+    /// arrived before them in their zone (the engine holds their acknowledgement).
+    pub pipe_early: u64,
 }
 
 /// A piece of a BIO's range on one disk: `(disk index, sector on the disk, length,

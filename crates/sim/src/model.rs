@@ -2,7 +2,9 @@
 //!
 //! A model only decides time. The simulator executes a request on the device's data
 //! and zone state when the model completes it, so a model that reorders completions
-//! also reorders execution, as a device with a queue does.
+//! also reorders execution, as a device with a queue does; unless the device keeps a
+//! zone's writes in order (`SimConfig::keeps_zone_order`), where it executes each
+//! request when it arrives and the model decides only when it completes.
 
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};

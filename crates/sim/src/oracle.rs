@@ -24,6 +24,9 @@
 //!   off the predicted write pointer that succeeds is a violation; an emulated
 //!   append must land at the predicted sector; a write waiting in its plug when a
 //!   reset or finish of its zone arrives must fail; a FLUSH must reach the device.
+//!   Under zone write pipelining, a zone's writes are acknowledged in submission
+//!   order, a write that fails on the device fails the writes of its zone in flight
+//!   behind it, and the plug's write pointer goes back to the failed write's start.
 
 mod device;
 mod host;

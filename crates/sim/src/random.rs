@@ -48,7 +48,29 @@ pub fn random_config(seed: u64) -> SimConfig {
     let device = random_device(&mut rng, shape, capacity_bytes, nr_conv);
     let engine = random_engine(&mut rng, device.hw_queue_depth, true);
     let faults = if rng.random_bool(0.5) { FAULTS } else { FaultConfig::default() };
-    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0 }
+    let (keeps_zone_order, engine) = zone_order(seed, engine);
+    SimConfig { device, engine, seed, check: true, faults, host_latency_ns: 0, keeps_zone_order }
+}
+
+/// Whether a random device keeps a zone's writes in order (one in three), and if it
+/// does, half the time its engine runs a policy that needs such a device (zone write
+/// pipelining) instead of `engine`'s, with `pipeline_depth` 0 (the queue depth) one
+/// time in four, else from 1 to one past the queue depth. Drawn from a generator of
+/// its own, so that everything else a seed draws is as it was before devices kept
+/// order.
+fn zone_order(seed: u64, engine: EngineConfig) -> (bool, EngineConfig) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0bde_0bde);
+    if !rng.random_bool(1.0 / 3.0) {
+        return (false, engine);
+    }
+    let ordered: Vec<IssuePolicy> =
+        IssuePolicy::compared_on_device(true, true).into_iter().filter(|p| p.refusal_on(false).is_some()).collect();
+    if ordered.is_empty() || !rng.random_bool(0.5) {
+        return (true, engine);
+    }
+    let policy = ordered[rng.random_range(0..ordered.len())];
+    let pipeline_depth = if rng.random_bool(0.25) { 0 } else { rng.random_range(1..=engine.queue_depth + 1) };
+    (true, EngineConfig { policy, pipeline_depth, ..engine })
 }
 
 /// Draws the limits and the timing of a small memory-backed device of `shape` and

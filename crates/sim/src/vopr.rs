@@ -201,6 +201,7 @@ fn run_seed_inner(
     let stack = is_stack(seed);
     let debug = std::env::var_os("ZBLK_SIM_TRACE").is_some();
     let mut rotational = Vec::new();
+    let mut keeps_zone_order = false;
     let (mut sim, kernel_recovery, ops) = if stack {
         let mut rs = random_stack(seed);
         rs.cfg.faults = faults;
@@ -219,6 +220,7 @@ fn run_seed_inner(
             let _ = writeln!(std::io::stderr(), "seed {seed}: {cfg:#?}");
         }
         rotational.push(cfg.device.rotational);
+        keeps_zone_order = cfg.keeps_zone_order;
         let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
         (sim, recovery, ops)
     };
@@ -250,6 +252,12 @@ fn run_seed_inner(
     }
     if faults.write_cache {
         covered.insert("volatile write cache".into());
+    }
+    if keeps_zone_order {
+        covered.insert("device keeps zone order".into());
+    }
+    if stats.pipe_early > 0 {
+        covered.insert("pipelining: a completion held for zone order".into());
     }
     if faults != (FaultConfig { write_cache: faults.write_cache, ..FaultConfig::default() }) {
         covered.insert("faults on".into());

@@ -51,8 +51,10 @@ impl Queue {
         let off = self.geo.offset_in_zone(self.frags[f].sector);
         let plug = &mut self.plugs[p];
         let i = plug.pipe.iter().position(|&g| g == f).expect("failed write not in its pipe");
-        for &g in plug.pipe.iter().skip(i + 1) {
-            self.frags[g].doomed = true;
+        if !on(Mutation::PipeFailureSpared) {
+            for &g in plug.pipe.iter().skip(i + 1) {
+                self.frags[g].doomed = true;
+            }
         }
         if on(Mutation::PipeWpPastFailed) {
             return; // planted: the write pointer stays past the failed write, trusted

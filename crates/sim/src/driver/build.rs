@@ -12,7 +12,7 @@ use crate::model::{DeviceModel, NullModel};
 use crate::oracle::{DeviceOracle, HostOracle, HostRules};
 use slab::Slab;
 use std::collections::VecDeque;
-use zblk_core::engine::{Engine, EngineConfig, WpRecovery};
+use zblk_core::engine::{Engine, EngineConfig, IssuePolicy, WpRecovery};
 use zblk_core::params::DeviceParams;
 use zblk_core::params::ParamError;
 use zblk_core::stack::{BuiltStack, DevId, DevKind, SeekTracker, SplitOrder, Stack, StackBuilder, StackConfig};
@@ -32,8 +32,9 @@ impl Sim {
         let geo = cfg.device.validate()?;
         // A simulated disk executes a request when its model completes it, in the
         // model's order: it does not keep a zone's writes in the order it was handed
-        // them, so pipelining would see its writes land unaligned.
-        if let Some(why) = cfg.engine.policy.refusal_on(false) {
+        // them, so pipelining would see its writes land unaligned. Unless it is told
+        // to execute each request when it arrives.
+        if let Some(why) = cfg.engine.policy.refusal_on(cfg.keeps_zone_order) {
             return Err(ParamError { param: "policy".into(), message: format!("a simulated disk: {why}") });
         }
         let engine_cfg = EngineConfig { queue_depth: cfg.device.hw_queue_depth, ..cfg.engine };
@@ -50,7 +51,14 @@ impl Sim {
             host_latency_ns: cfg.host_latency_ns,
         };
         let mut model = Some(model);
-        Ok(Sim::with_stack(built, run, &mut |_, _, _| model.take().expect("one disk")))
+        let mut sim = Sim::with_stack(built, run, &mut |_, _, _| model.take().expect("one disk"));
+        if cfg.keeps_zone_order {
+            sim.disks[0].in_order = true;
+            if let Some(c) = &mut sim.disks[0].checker {
+                c.done_at_completion = true;
+            }
+        }
+        Ok(sim)
     }
 
     /// A simulation of `built`, each disk timed by the model `models` makes for it
@@ -139,13 +147,22 @@ fn sim_disks(
         disks.push(SimDisk {
             dev: *dev,
             model: models(*dev, p, cfg.seed ^ ((i as u64 + 1) << 40)),
-            checker: cfg.check.then(|| Checker::new(&geo, policy, cfg.seed)),
+            checker: cfg.check.then(|| {
+                let mut c = Checker::new(&geo, policy, cfg.seed);
+                let e = stack.engine(*dev).expect("a disk has an engine").config();
+                c.pipe_depth = if e.pipeline_depth == 0 { e.queue_depth } else { e.pipeline_depth };
+                c
+            }),
             faults: Faults::new(cfg.faults, cfg.seed ^ ((i as u64) << 40)),
             cache: cfg.faults.write_cache.then(|| WriteCache::new(&mem, oracle.as_ref())),
             mem,
             oracle,
             oracle_checks: true,
             seed: cfg.seed,
+            in_order: false,
+            arrived: Default::default(),
+            arrivals: 0,
+            pipelines: policy == IssuePolicy::Pipeline,
         });
     }
     (disks, disk_of)
@@ -197,5 +214,8 @@ fn host_rules(stack: &Stack, disks: &[SimDisk], aligned: bool, pieces: (u64, u64
         piece_aligned: aligned,
         wz_piece_sectors,
         report_is_wp: stack.devices().all(|(_, info)| info.kind != DevKind::Striped),
+        // Pipelining is allowed on a single disk only (it must keep a zone's writes
+        // in order, which a stack does not promise).
+        pipelined: !aligned && engines.iter().all(|e| e.config().policy == IssuePolicy::Pipeline),
     }
 }

@@ -4,6 +4,7 @@
 //! to the workload, and the checks after each step.
 
 use super::{Sim, SimCompletion, Workload};
+use crate::disk::Arrived;
 use std::io::Write as _;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::stack::{DevId, StackAction, TraceAction, TraceEvent};
@@ -38,9 +39,26 @@ impl Sim {
                     if let Some(c) = &mut d.checker {
                         let engine = self.stack.engine(dev).expect("a disk has an engine");
                         let unmap_disabled = engine.write_zeroes_unmap_max_bytes() == 0;
+                        if req.flags.contains(BioFlags::PIPELINED) {
+                            let z = engine.geometry().zone_no(req.sector);
+                            if engine.plug(z).is_some_and(|p| p.need_wp_update) {
+                                c.issued_after_failure(&req);
+                            }
+                        }
                         c.on_issue(&req, engine.config().policy, bio_flags, unmap_disabled);
                     }
                     d.model.submit(self.clock.now_ns, &req);
+                    if self.disks[i].in_order {
+                        // The device takes the request now, in arrival order; only
+                        // its completion waits for the model.
+                        let (result, timed_out) = self.execute_on_disk(i, &req);
+                        let d = &mut self.disks[i];
+                        d.arrivals += 1;
+                        let geo = d.mem.geometry();
+                        let pipelined_zone = req.flags.contains(BioFlags::PIPELINED).then(|| geo.zone_no(req.sector));
+                        let a = Arrived { result, timed_out, order: d.arrivals, pipelined_zone };
+                        d.arrived.insert(req.id, a);
+                    }
                 }
                 StackAction::Complete(c) => self.bio_done(c.user_data as usize, c.result),
                 StackAction::ReportZone { dev, zone } => {
@@ -112,13 +130,18 @@ impl Sim {
 
     /// Executes on disk `i` a request its model completes now, and tells the stack.
     pub(super) fn execute(&mut self, i: usize, req: &Request) {
+        let (result, timed_out) = self.execute_on_disk(i, req);
+        self.device_completed(i, req, result, timed_out);
+    }
+
+    /// Executes `req` on disk `i` (and tells the host oracle of a device error).
+    /// Returns its result and whether its completion is lost.
+    fn execute_on_disk(&mut self, i: usize, req: &Request) -> (Result<Sector, Status>, bool) {
         self.stats.executed += 1;
-        let rec = &self.bios[req.user_data as usize];
-        let (stamp, submitter) = (rec.stamp, rec.submitter);
+        let stamp = self.bios[req.user_data as usize].stamp;
         let trace = self.tracing.debug.then_some(self.clock.now_ns);
         let d = &mut self.disks[i];
         let (result, executed) = d.execute(req, stamp, &mut self.buf, trace);
-        let dev = d.dev;
         if let (Some(h), Some(rec)) = (&mut self.checking.host, self.bios.get_mut(req.user_data as usize)) {
             if result.is_err() || executed.fault {
                 let refused = if executed.fault { None } else { result.err() };
@@ -127,10 +150,18 @@ impl Sim {
                 rec.host.flush_executed = true;
             }
         }
-        if executed.timed_out {
+        (result, executed.timed_out)
+    }
+
+    /// Disk `i` completes `req`, executed with `result`: the stack hears of it now,
+    /// or from the driver's timeout if its completion is lost.
+    fn device_completed(&mut self, i: usize, req: &Request, result: Result<Sector, Status>, timed_out: bool) {
+        let dev = self.disks[i].dev;
+        if timed_out {
             self.clock.late.push_back((self.clock.now_ns + crate::faults::TIMEOUT_NS, dev, *req, result));
             return;
         }
+        let submitter = self.bios[req.user_data as usize].submitter;
         self.complete_request(dev, req, result, submitter);
     }
 
@@ -142,13 +173,33 @@ impl Sim {
         result: Result<Sector, Status>,
         submitter: u32,
     ) {
+        let i = self.disk_index(dev);
+        if let (true, Some(c)) = (self.disks[i].in_order, &mut self.disks[i].checker) {
+            // Executed at its arrival: out, for the checker, until the engine hears.
+            c.on_done(req);
+        }
         if self.tracing.events.is_some() {
             // After what the stack recorded so far, before what the completion makes.
             self.take_events();
             let done = TraceAction::Complete { error: result.err() };
             self.tracing.events.as_mut().expect("tracing").push(TraceEvent::of_request(dev, done, req, submitter));
         }
+        let failed_write = result.is_err() && req.op.is_zone_write();
+        if let (true, Some(h), Some(rec)) =
+            (failed_write, &mut self.checking.host, self.bios.get(req.user_data as usize))
+        {
+            let frozen = self.stack.engine(dev).is_some_and(|e| e.frozen());
+            h.on_request_failed(&rec.host, req, frozen);
+        }
         self.stack.complete(dev, req.id, result);
+        if let (true, true, Some(h)) = (failed_write, req.flags.contains(BioFlags::PIPELINED), &mut self.checking.host)
+        {
+            let engine = self.stack.engine(dev).expect("a disk's engine");
+            let plug = engine.plug(engine.geometry().zone_no(req.sector));
+            if let (Err(e), true) = (h.on_pipelined_failure(req, plug), self.checking.checks.model) {
+                panic!("host oracle violation (seed {}): {e}", self.seed);
+            }
+        }
     }
 
     /// Moves virtual time to the next event and processes what happens then: the
@@ -175,7 +226,20 @@ impl Sim {
             let mut done = std::mem::take(&mut self.done);
             self.disks[i].model.advance(self.clock.now_ns, &mut done);
             for req in done.drain(..) {
-                self.execute(i, &req);
+                if self.disks[i].in_order {
+                    let d = &mut self.disks[i];
+                    let a = d.arrived.remove(&req.id).expect("completed before it arrived");
+                    if let Some(z) = a.pipelined_zone {
+                        // Completed before a write that arrived before it in its zone:
+                        // the engine must hold its acknowledgement.
+                        if d.arrived.values().any(|b| b.pipelined_zone == Some(z) && b.order < a.order) {
+                            self.stats.pipe_early += 1;
+                        }
+                    }
+                    self.device_completed(i, &req, a.result, a.timed_out);
+                } else {
+                    self.execute(i, &req);
+                }
             }
             self.done = done;
         }

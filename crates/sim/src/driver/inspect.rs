@@ -66,7 +66,13 @@ impl Sim {
             let dev = self.disks[i].dev;
             let e = self.stack.engine_mut(dev);
             if e.geometry().is_zoned() && e.config().policy.plugs() {
-                e.set_zoned_qd1_writes(value).expect("zoned_qd1_writes of a zoned disk");
+                if value == 0 && self.disks[i].pipelines {
+                    // Not the single issuer: back to the per-zone policy the disk
+                    // was built with, pipelining (a freeze, as any switch).
+                    e.set_policy(zblk_core::engine::IssuePolicy::Pipeline);
+                } else {
+                    e.set_zoned_qd1_writes(value).expect("zoned_qd1_writes of a zoned disk");
+                }
                 self.engines_touched = true;
             }
         }

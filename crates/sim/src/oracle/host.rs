@@ -1,10 +1,19 @@
 //! The host-side reference model of the top device: each zone's write pointer as
 //! the BIOs submitted so far leave it (the order zone write plugging keeps), when
 //! that prediction is certain, and the verdict on each BIO's completion.
+//!
+//! Under zone write pipelining (several writes of a zone on the device at once) it
+//! also holds the engine to the rules that keep acknowledged data safe: a zone's
+//! writes are acknowledged in the order they were submitted; a write that fails on
+//! the device fails every write of its zone submitted after it and not
+//! acknowledged; and the plug's write pointer goes back to the failed write's start
+//! and asks the device where it is.
 
 use super::errno::*;
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use zblk_core::bio::{Bio, Op, Request, Status};
+use zblk_core::engine::PlugView;
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{Sector, ZoneNo};
 
@@ -63,6 +72,24 @@ pub struct HostBio {
     pub flush_executed: bool,
     /// A RESET, FINISH or RESET_ALL arrived while it waited in its plug: it must fail.
     must_fail: Option<&'static str>,
+    /// Its place in submission order (valid BIOs of a zoned top device, from 1).
+    seq: u64,
+    /// A valid plugged zone write (WRITE, WRITE_ZEROES or emulated append) under
+    /// pipelining: acknowledged in zone order, failed by a failure before it.
+    pipelined: bool,
+}
+
+/// A plugged zone write in flight under pipelining, in one zone's list.
+#[derive(Clone, Debug)]
+struct InFlightWrite {
+    bio: Bio,
+    /// It lies in that zone alone: its completion waits for nothing in another zone.
+    single_zone: bool,
+    /// A write submitted before it in the zone failed on the device while it was in
+    /// flight: it must fail.
+    doomed_by: Option<Bio>,
+    /// A request of it failed on the device and the engine heard of it.
+    failed: bool,
 }
 
 impl HostBio {
@@ -98,6 +125,9 @@ pub struct HostRules {
     /// write pointers no longer make one write pointer, and only a reset or finish
     /// of the zone makes it writable as a whole again.
     pub report_is_wp: bool,
+    /// The top device is a single disk whose engine pipelines zone writes (several
+    /// writes of a zone on the device at once): the pipelining rules apply.
+    pub pipelined: bool,
 }
 
 /// The host-side model of the top device. See the module documentation.
@@ -111,6 +141,15 @@ pub struct HostOracle {
     /// Check that a successful FLUSH reached the device (on unless a test shows
     /// what catches a bug without it).
     pub check_flush: bool,
+    /// Valid BIOs submitted so far.
+    submitted: u64,
+    /// Under pipelining, per zone: its plugged writes in flight, by submission
+    /// number.
+    pipe: Vec<BTreeMap<u64, InFlightWrite>>,
+    /// Under pipelining, per zone: the submission number of the last RESET, FINISH
+    /// or RESET_ALL of it. A write failing before it fails nothing after it: the
+    /// writes behind the reset wait for it and find the zone set anew.
+    wp_set_seq: Vec<u64>,
 }
 
 impl HostOracle {
@@ -118,7 +157,16 @@ impl HostOracle {
     pub fn new(geo: &Geometry, rules: HostRules) -> HostOracle {
         let n = if geo.is_zoned() { geo.nr_zones() as usize } else { 0 };
         let zones = vec![HostZone { certain: true, ..HostZone::default() }; n];
-        HostOracle { geo: geo.clone(), rules, zones, checks: 0, check_flush: true }
+        HostOracle {
+            geo: geo.clone(),
+            rules,
+            pipe: vec![BTreeMap::new(); if rules.pipelined { n } else { 0 }],
+            wp_set_seq: vec![0; n],
+            zones,
+            checks: 0,
+            check_flush: true,
+            submitted: 0,
+        }
     }
 
     /// Whether `bio` is valid, by the block layer's rules (`submit_bio_noacct()`,
@@ -210,6 +258,11 @@ impl HostOracle {
             return rec;
         }
         rec.zones = self.zones_of(bio);
+        self.submitted += 1;
+        rec.seq = self.submitted;
+        if self.rules.pipelined {
+            self.pipe_submitted(bio, &mut rec);
+        }
         rec.pred_wps = rec.zones.iter().map(|&z| self.zones[z as usize].sub_wp).collect();
         rec.disturbs = rec.zones.iter().map(|&z| self.zones[z as usize].disturbs).collect();
         match bio.op {
@@ -228,6 +281,104 @@ impl HostOracle {
         }
         rec.gen_sum = self.gen_sum(&rec.zones);
         rec
+    }
+
+    /// Under pipelining: a plugged zone write joins its zones' lists of writes in
+    /// flight; a RESET, FINISH or RESET_ALL marks its zones.
+    fn pipe_submitted(&mut self, bio: &Bio, rec: &mut HostBio) {
+        let plugged = matches!(bio.op, Op::Write | Op::WriteZeroes)
+            || (bio.op == Op::ZoneAppend && self.geo.emulates_zone_append());
+        if matches!(bio.op, Op::ZoneReset | Op::ZoneFinish | Op::ZoneResetAll) {
+            for &z in &rec.zones {
+                self.wp_set_seq[z as usize] = rec.seq;
+            }
+        }
+        if !plugged || rec.zones.is_empty() {
+            return;
+        }
+        rec.pipelined = true;
+        let single_zone = rec.zones.len() == 1;
+        for &z in &rec.zones {
+            self.pipe[z as usize]
+                .insert(rec.seq, InFlightWrite { bio: *bio, single_zone, doomed_by: None, failed: false });
+        }
+    }
+
+    /// A request of pipelined write `rec` failed on the device (or timed out), and
+    /// the engine hears of it now: every write of the request's zone submitted after
+    /// `rec` and still in flight must fail (the engine fails those on the device
+    /// and aborts those waiting in the plug), up to a RESET, FINISH or RESET_ALL of
+    /// the zone submitted since; unless `rec` itself failed for a failure before it,
+    /// or a piece of it failed already. Not while the engine is `frozen`: a BIO submitted
+    /// meanwhile waits at the queue's door, not in its plug, and meets a zone whose
+    /// write pointer was read again.
+    pub fn on_request_failed(&mut self, rec: &HostBio, req: &Request, frozen: bool) {
+        if !rec.pipelined || frozen || !self.geo.is_zoned() || !req.op.has_range() {
+            return;
+        }
+        let z = self.geo.zone_no(req.sector).idx();
+        let Some(list) = self.pipe.get_mut(z) else { return };
+        let Some(me) = list.get_mut(&rec.seq) else { return };
+        if me.doomed_by.is_some() || me.failed {
+            // Failing for a failure before it (or again, another piece of it): what
+            // was in flight behind it was failed then; what came since waited for
+            // the write pointer to be read again.
+            return;
+        }
+        me.failed = true;
+        let until = match self.wp_set_seq[z] {
+            s if s > rec.seq => s,
+            _ => u64::MAX,
+        };
+        for w in list.range_mut(rec.seq + 1..until).map(|(_, w)| w) {
+            w.doomed_by.get_or_insert(rec.bio.expect("a recorded BIO"));
+        }
+    }
+
+    /// A pipelined write `req` of zone `z` failed and the engine has heard of it:
+    /// the zone's plug (if it still has one) must not trust a write pointer past the
+    /// failed write's start. Its `wp_offset` goes back there and the zone needs a
+    /// write pointer update, so that the device's write pointer decides where the
+    /// next write goes (a partial write may have moved it, a lost completion's write
+    /// may have landed whole).
+    pub fn on_pipelined_failure(&mut self, req: &Request, plug: Option<PlugView>) -> Result<(), String> {
+        self.checks += 1;
+        let Some(p) = plug else { return Ok(()) };
+        let start = self.geo.offset_in_zone(req.sector);
+        if p.need_wp_update && p.wp_offset <= start {
+            return Ok(());
+        }
+        Err(format!(
+            "pipelined {req:?} failed, yet the plug of zone {} trusts wp_offset {} (needs update: {}): it must go back to the failed write's start ({start}) and ask the device",
+            p.zone, p.wp_offset, p.need_wp_update
+        ))
+    }
+
+    /// Under pipelining, pipelined write `rec` completed with `result`: if it
+    /// succeeded, every write submitted before it in its zones (lying in one zone)
+    /// must have completed, and no failure before it may have doomed it. It leaves
+    /// the lists either way.
+    fn pipe_completed(&mut self, rec: &HostBio, result: Result<Sector, Status>) -> Result<(), String> {
+        let mut verdict = Ok(());
+        for &z in &rec.zones {
+            let list = &mut self.pipe[z as usize];
+            let me = list.remove(&rec.seq).expect("a pipelined write in its zone's list");
+            if result.is_err() || verdict.is_err() {
+                continue;
+            }
+            if let Some((_, before)) = list.range(..rec.seq).find(|(_, w)| w.single_zone) {
+                verdict = Err(format!(
+                    "{:?} acknowledged while {:?}, submitted before it to zone {z}, is not: under pipelining a zone's writes are acknowledged in zone order",
+                    me.bio, before.bio
+                ));
+            } else if let Some(failed) = me.doomed_by {
+                verdict = Err(format!(
+                    "{:?} acknowledged although {failed:?}, submitted before it to zone {z}, failed on the device while it was in flight: it must fail too",
+                    me.bio
+                ));
+            }
+        }
+        verdict
     }
 
     /// A WRITE or WRITE_ZEROES: each piece must start at its zone's write pointer
@@ -389,7 +540,11 @@ impl HostOracle {
         device_wp: &mut dyn FnMut(ZoneNo) -> Option<u64>,
     ) -> Result<(), String> {
         self.checks += 1;
-        let verdict = self.judge(rec, result);
+        let mut verdict = self.judge(rec, result);
+        if rec.pipelined {
+            let pipe = self.pipe_completed(rec, result);
+            verdict = verdict.and(pipe);
+        }
         if rec.pred_ok == Some(false) && result.is_ok() && !self.rules.report_is_wp {
             // Off the striped zone's write pointer, yet landed on the members' write
             // pointers: they no longer make one write pointer.

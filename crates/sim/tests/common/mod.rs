@@ -174,6 +174,24 @@ pub fn sim(policy: IssuePolicy, recovery: WpRecovery) -> Sim {
     Sim::new(&cfg).expect("device")
 }
 
+/// A memory-backed null device of 1 MiB zones (one conventional, no native append)
+/// whose completion latencies are uniform, so that completions reorder; it keeps a
+/// zone's writes in order, and its engine pipelines `depth` writes per zone (0: the
+/// queue depth). Checker and oracles on, no random faults.
+pub fn pipelined_sim(depth: u32, seed: u64) -> Sim {
+    let mut device = DeviceParams::default();
+    device
+        .apply("size=16,zone_size=1,zone_nr_conv=1,zone_append_max_sectors=0,memory_backed=1,completion_dist=uniform")
+        .expect("params");
+    let cfg = SimConfig {
+        engine: EngineConfig { policy: IssuePolicy::Pipeline, pipeline_depth: depth, ..EngineConfig::default() },
+        check: true,
+        keeps_zone_order: true,
+        ..SimConfig::new(device, seed)
+    };
+    Sim::new(&cfg).expect("a disk that keeps zone order takes pipelining")
+}
+
 pub fn zone_start(sim: &Sim, z: u32) -> Sector {
     sim.device_geometry().zone_start(ZoneNo(z))
 }
