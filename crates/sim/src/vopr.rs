@@ -188,6 +188,49 @@ pub fn violation_kind(violation: &str) -> &'static str {
     }
 }
 
+/// The simulation seed `seed` draws, and what its coverage needs of it.
+struct SeedSim {
+    sim: Sim,
+    kernel_recovery: bool,
+    /// Operations to run (a stack runs half).
+    ops: u64,
+    /// Each disk's `rotational`.
+    rotational: Vec<bool>,
+    /// The single device keeps a zone's writes in order.
+    keeps_zone_order: bool,
+}
+
+/// Builds seed `seed`'s stack or single device with `faults`.
+fn seed_sim(seed: u64, ops: u64, faults: FaultConfig, stack: bool) -> SeedSim {
+    let debug = std::env::var_os("ZBLK_SIM_TRACE").is_some();
+    if stack {
+        let mut rs = random_stack(seed);
+        rs.cfg.faults = faults;
+        if debug {
+            let _ = writeln!(std::io::stderr(), "seed {seed}: {:#?}", rs);
+        }
+        let rotational = rs.built.disks.iter().map(|(_, p)| p.rotational).collect();
+        let kernel_recovery = rs.kernel_recovery;
+        let sim = Sim::with_stack(rs.built, rs.cfg, &mut null_model);
+        return SeedSim { sim, kernel_recovery, ops: (ops / 2).max(1), rotational, keeps_zone_order: false };
+    }
+    let mut cfg = random_config(seed);
+    cfg.faults = faults;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x01a7_e4c7);
+    cfg.host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
+    if debug {
+        let _ = writeln!(std::io::stderr(), "seed {seed}: {cfg:#?}");
+    }
+    let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
+    SeedSim {
+        sim,
+        kernel_recovery: cfg.engine.wp_recovery == WpRecovery::Kernel,
+        ops,
+        rotational: vec![cfg.device.rotational],
+        keeps_zone_order: cfg.keeps_zone_order,
+    }
+}
+
 fn run_seed_inner(
     seed: u64,
     ops: u64,
@@ -199,31 +242,7 @@ fn run_seed_inner(
     let _m = MutationGuard::new(mutation);
     let faults = fault_config(seed);
     let stack = is_stack(seed);
-    let debug = std::env::var_os("ZBLK_SIM_TRACE").is_some();
-    let mut rotational = Vec::new();
-    let mut keeps_zone_order = false;
-    let (mut sim, kernel_recovery, ops) = if stack {
-        let mut rs = random_stack(seed);
-        rs.cfg.faults = faults;
-        if debug {
-            let _ = writeln!(std::io::stderr(), "seed {seed}: {:#?}", rs);
-        }
-        rotational.extend(rs.built.disks.iter().map(|(_, p)| p.rotational));
-        (Sim::with_stack(rs.built, rs.cfg, &mut null_model), rs.kernel_recovery, (ops / 2).max(1))
-    } else {
-        let mut cfg = random_config(seed);
-        cfg.faults = faults;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x01a7_e4c7);
-        cfg.host_latency_ns = if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=5_000) };
-        let recovery = cfg.engine.wp_recovery == WpRecovery::Kernel;
-        if debug {
-            let _ = writeln!(std::io::stderr(), "seed {seed}: {cfg:#?}");
-        }
-        rotational.push(cfg.device.rotational);
-        keeps_zone_order = cfg.keeps_zone_order;
-        let sim = Sim::new(&cfg).unwrap_or_else(|e| panic!("seed {seed}: bad random config: {e}"));
-        (sim, recovery, ops)
-    };
+    let SeedSim { mut sim, kernel_recovery, ops, rotational, keeps_zone_order } = seed_sim(seed, ops, faults, stack);
     sim.set_checks(checks);
     let geo = sim.device_geometry();
     let mut covered = coverage(&sim, &rotational);
