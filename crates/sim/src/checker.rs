@@ -14,7 +14,7 @@
 //!
 //! A violation panics with the seed, so that the run can be replayed.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use zblk_core::bio::{BioFlags, Op, ReqId, Request, Status};
 use zblk_core::engine::{Engine, IssuePolicy};
@@ -74,11 +74,11 @@ pub struct Checker {
     /// Zones where a plugged write failed on the device while writes of the zone
     /// were out under pipelining: the writes behind it, already on the device, fail
     /// there as unaligned, as null_blk answers them, until none is out.
-    pipe_broken: FxHashMap<ZoneNo, ()>,
+    pipe_broken: FxHashSet<ZoneNo>,
     /// Pipelined writes issued while their plug waited for a write pointer update:
     /// released before a write ahead of them failed, they waited for a tag, and
     /// fail on the device as unaligned.
-    issued_doomed: FxHashMap<ReqId, ()>,
+    issued_doomed: FxHashSet<ReqId>,
     /// Zone → the number of the last execution that reset it.
     reset_seq: Vec<u64>,
     /// Sectors whose write is durable (acknowledged before a FLUSH that completed,
@@ -113,8 +113,8 @@ impl Checker {
             durable: BTreeMap::new(),
             done_at_completion: false,
             pipe_depth: 1,
-            pipe_broken: FxHashMap::default(),
-            issued_doomed: FxHashMap::default(),
+            pipe_broken: FxHashSet::default(),
+            issued_doomed: FxHashSet::default(),
         }
     }
 
@@ -187,7 +187,7 @@ impl Checker {
     /// of it in its zone failed: its plug waits for a write pointer update (and
     /// releases nothing new meanwhile), and the device refuses it as unaligned.
     pub fn issued_after_failure(&mut self, req: &Request) {
-        self.issued_doomed.insert(req.id, ());
+        self.issued_doomed.insert(req.id);
     }
 
     /// A request against the device's advertised limits and flags: no READ or WRITE
@@ -256,13 +256,13 @@ impl Checker {
             // Under pipelining a write behind a failed one may be on its way to the
             // device already: it arrives off the write pointer and fails there,
             // unaligned, as null_blk answers it; the engine fails it anyway.
-            let doomed = self.issued_doomed.remove(&req.id).is_some();
-            let behind_failed = self.policy == IssuePolicy::Pipeline && (doomed || self.pipe_broken.contains_key(&z));
+            let doomed = self.issued_doomed.remove(&req.id);
+            let behind_failed = self.policy == IssuePolicy::Pipeline && (doomed || self.pipe_broken.contains(&z));
             if self.policy.plugs() && refused && !behind_failed {
                 self.fail(format!("device refused plugged write {req:?}: {:?}", result.unwrap_err()));
             }
             if self.policy == IssuePolicy::Pipeline && result.is_err() {
-                self.pipe_broken.insert(z, ());
+                self.pipe_broken.insert(z);
             }
         }
         if !self.done_at_completion {
@@ -313,8 +313,14 @@ impl Checker {
             }
             self.zone_writes_out -= 1;
         }
+        self.wp_mover_ended(req, "executed a zone op never submitted");
+    }
+
+    /// `req`, if it moves write pointers (a zone operation, a RESET_ALL), is no longer
+    /// counted out; `never` says what finding it not counted would mean.
+    fn wp_mover_ended(&mut self, req: &Request, never: &str) {
         if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
-            let n = self.wp_movers_out.get_mut(&z).expect("executed a zone op never submitted");
+            let n = self.wp_movers_out.get_mut(&z).unwrap_or_else(|| panic!("{never}"));
             *n -= 1;
             if *n == 0 {
                 self.wp_movers_out.remove(&z);
@@ -345,16 +351,7 @@ impl Checker {
         if self.done_at_completion {
             return;
         }
-        if let Some(z) = self.wp_mover_zone(req.op, req.sector) {
-            let n = self.wp_movers_out.get_mut(&z).expect("timed out a zone op never lost");
-            *n -= 1;
-            if *n == 0 {
-                self.wp_movers_out.remove(&z);
-            }
-        }
-        if req.op == Op::ZoneResetAll {
-            self.reset_all_out -= 1;
-        }
+        self.wp_mover_ended(req, "timed out a zone op never lost");
     }
 
     fn bump_if_conv(&mut self, at: Sector, nr_sectors: u32) {
