@@ -160,9 +160,7 @@ pub fn default_policy(img: &FileImage) -> IssuePolicy {
 
 /// Starts the runtime on an opened image with `engine` settings and `backend`.
 pub fn start(img: FileImage, engine: EngineConfig, backend: Backend) -> Result<Runtime, CliError> {
-    let path = img.path().display().to_string();
-    Runtime::start(img, RuntimeConfig { engine, backend, ..RuntimeConfig::default() })
-        .map_err(|e| CliError(format!("{path}: {e}")))
+    Target::Image(Box::new(img)).start(engine, backend)
 }
 
 /// A failed request's cause as the device knows it: for an EIO under an image, the

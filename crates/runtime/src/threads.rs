@@ -3,13 +3,14 @@
 //! batching issuer's anticipations (the engine has no clock), and the io_uring
 //! completion thread that reaps the ring and feeds completions back in batches.
 
+use crate::poll::PollWindow;
 use crate::pump::{REAPER, iobuf};
 use crate::shared::{Job, Shared, Timer};
 use crate::uring::{self, WAKE};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Expires anticipations when their time has come (earliest first).
 pub(crate) fn timer_loop(sh: Arc<Shared>, rx: Receiver<Timer>) {
@@ -66,18 +67,13 @@ pub(crate) fn completion_loop(sh: Arc<Shared>, poll: Duration) {
     let u = sh.uring.as_ref().expect("completion thread without a ring");
     let mut batch = Vec::new();
     let mut results = Vec::new();
-    let mut busy_until: Option<Instant> = None;
+    let mut window = PollWindow::new(poll);
     loop {
         batch.clear();
-        let polling = busy_until.is_some_and(|t| Instant::now() < t);
-        let r = u.reap(&mut batch, u32::from(!polling));
+        let want = window.want();
+        let r = u.reap(&mut batch, want);
         assert!(r.is_ok(), "io_uring wait failed: {r:?}");
-        if !batch.is_empty() {
-            sh.batches[usize::from(!polling)].fetch_add(1, Ordering::Relaxed);
-            if !poll.is_zero() {
-                busy_until = Some(Instant::now() + poll);
-            }
-        }
+        window.took(want, !batch.is_empty(), &sh.batches);
         let mut stop = false;
         for &(token, res, big) in &batch {
             if token == WAKE {

@@ -29,11 +29,11 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zblk_core::bio::Op;
 use zblk_core::units::SECTOR_SIZE;
 use zblk_dev::buf::AlignedBuf;
-use zblk_runtime::LocalIo;
+use zblk_runtime::{LocalIo, PollWindow};
 
 /// The `op` of a target entry on the queue's ring that reads the mailbox's eventfd.
 const OP_WAKE: u32 = 1;
@@ -71,14 +71,17 @@ thread_local! {
 
 /// Batches of completions a queue's thread took without waiting (`--poll`: found
 /// while it looked again), and after a wait in `io_uring_enter`, over every queue.
-static FOUND: AtomicU64 = AtomicU64::new(0);
-static WAITED: AtomicU64 = AtomicU64::new(0);
+static BATCHES: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// `N found while polling, M after a wait`: how often the queues' threads found
 /// their next work without being woken (with `--poll`, most of them while requests
 /// keep coming).
 pub fn poll_summary() -> String {
-    format!("{} found while polling, {} after a wait", FOUND.load(Ordering::Relaxed), WAITED.load(Ordering::Relaxed))
+    format!(
+        "{} found while polling, {} after a wait",
+        BATCHES[0].load(Ordering::Relaxed),
+        BATCHES[1].load(Ordering::Relaxed)
+    )
 }
 
 /// What a tag's request is, for its commit.
@@ -154,12 +157,9 @@ impl Queue {
     /// the thread to be woken (a wake-up from idle is the largest part of a small
     /// request's turnaround at QD 1), at the price of a CPU kept busy meanwhile.
     fn run(&mut self, q: &UblkQueue, poll: Duration) {
-        let mut busy_until: Option<Instant> = None;
+        let mut window = PollWindow::new(poll);
         loop {
-            let to_wait = match busy_until {
-                Some(t) if Instant::now() < t => 0,
-                _ => 1,
-            };
+            let to_wait = window.want();
             let handled = q.flush_and_wake_io_tasks(
                 |user_data, cqe, _| {
                     let tag = UblkIOCtx::user_data_to_tag(user_data) as u16;
@@ -170,17 +170,11 @@ impl Queue {
                         self.handle(q, tag, None);
                     }
                 },
-                to_wait,
+                to_wait as usize,
             );
             match handled {
                 Err(_) => break,
-                Ok(0) => {}
-                Ok(_) => {
-                    (if to_wait == 0 { &FOUND } else { &WAITED }).fetch_add(1, Ordering::Relaxed);
-                    if !poll.is_zero() {
-                        busy_until = Some(Instant::now() + poll);
-                    }
-                }
+                Ok(n) => window.took(to_wait, n > 0, &BATCHES),
             }
         }
     }
