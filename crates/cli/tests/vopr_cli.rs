@@ -56,6 +56,17 @@ fn a_planted_bug_fails_with_the_seed_replay_and_shrunk_trace() {
     assert!(out.lines().any(|l| l.contains("FLUSH")), "{out}");
 }
 
+#[cfg(feature = "mutations")]
+#[test]
+fn a_restart_trusting_the_writes_in_flight_fails_with_the_writes_the_power_loss_cut() {
+    let o = zblk(&["vopr", "--seed", "1", "--mutation", "restart-trusts-in-flight"]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("FAIL seed 1 ("), "{out}");
+    assert!(out.contains("idle plug of zone"), "{out}");
+    assert!(out.contains("-> (in flight at a power loss: never completed)"), "{out}");
+}
+
 #[test]
 fn bad_arguments_are_refused_clearly() {
     for (args, want) in [

@@ -54,6 +54,11 @@ pub enum Mutation {
     /// writes after it in its zone, already on the device, are acknowledged with
     /// what the device answered them (the write pointer still goes back).
     PipeFailureSpared,
+    /// At a restart after a power loss, the engine rebuilt for a disk takes, for a
+    /// zone with writes (or a reset or finish) on the device when the power failed,
+    /// the write pointer they would leave (as if every one of them had reached the
+    /// medium) instead of the one the zone report gives.
+    RestartTrustsInFlight,
     /// An image records, at a flush, a zone's write pointer past writes still in
     /// flight (the accepted write pointer instead of the completed one): a power
     /// cut then leaves a hole under the durable write pointer.
@@ -62,7 +67,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 17] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -79,6 +84,7 @@ impl Mutation {
         Mutation::PipeAckOutOfOrder,
         Mutation::PipeWpPastFailed,
         Mutation::PipeFailureSpared,
+        Mutation::RestartTrustsInFlight,
         Mutation::FlushCoversHole,
     ];
 
@@ -101,6 +107,7 @@ impl Mutation {
             Mutation::PipeAckOutOfOrder => "pipe-ack-out-of-order",
             Mutation::PipeWpPastFailed => "pipe-wp-past-failed",
             Mutation::PipeFailureSpared => "pipe-failure-spared",
+            Mutation::RestartTrustsInFlight => "restart-trusts-in-flight",
             Mutation::FlushCoversHole => "flush-covers-hole",
         }
     }

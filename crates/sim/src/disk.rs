@@ -331,11 +331,14 @@ impl SimDisk {
         r
     }
 
-    /// The power fails (nothing is in flight) and comes back: the device keeps what
-    /// is durable and the oldest `destaged` cached requests (drawn from the seed
-    /// when `None`), its open zones come back CLOSED, and the model follows. Then
-    /// the checker checks that every write made durable is there and rebuilds its
-    /// view of the content from the device. Panics on a violation.
+    /// The power fails and comes back: the device keeps what is durable and the
+    /// oldest `destaged` cached requests (drawn from the seed when `None`), its
+    /// open zones come back CLOSED, and the model follows. What was in flight is
+    /// the caller's to forget (the timing model's requests, `arrived`): a request
+    /// that had not executed never does; one that executed at its arrival is in
+    /// the cache, or on the medium without one. Then the checker checks that every
+    /// write made durable is there and rebuilds its view of the content from the
+    /// device. Panics on a violation.
     pub fn power_loss(&mut self, destaged: Option<usize>, buf: &mut Vec<u8>) {
         if let Some(mut cache) = self.cache.take() {
             let n = destaged.unwrap_or_else(|| self.faults.destaged(cache.log.len())).min(cache.log.len());

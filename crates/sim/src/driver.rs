@@ -201,6 +201,11 @@ pub struct SimStats {
     /// Pipelined writes a disk that keeps zone order completed before a write that
     /// arrived before them in their zone (the engine holds their acknowledgement).
     pub pipe_early: u64,
+    /// Power losses that cut BIOs in flight (see [`Sim::power_loss`]).
+    pub cuts_in_flight: u64,
+    /// Power losses that cut two or more pipelined writes of one zone on a disk
+    /// (executed at their arrival, not completed yet).
+    pub cuts_pipelined: u64,
 }
 
 /// A piece of a BIO's range on one disk: `(disk index, sector on the disk, length,

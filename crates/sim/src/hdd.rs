@@ -216,6 +216,14 @@ impl DeviceModel for HddModel {
         self.run_to(now_ns as f64, done);
     }
 
+    fn power_loss(&mut self, now_ns: u64) {
+        // Its commands, its cache and its head position go; what it counted stays.
+        let stats = self.stats;
+        *self = HddModel::new(self.p.clone());
+        self.stats = stats;
+        (self.now, self.link_free_at, self.media_free_at) = (now_ns as f64, now_ns as f64, now_ns as f64);
+    }
+
     fn describe(&self) -> String {
         format!(
             "simulated {} ({:.0} TB, {} rpm, {:.0}-{:.0} MB/s, write cache {})",

@@ -22,6 +22,9 @@ pub trait DeviceModel {
     /// Moves the model to `now_ns` (its [`DeviceModel::next_event_ns`]) and appends the
     /// requests that complete then, in completion order.
     fn advance(&mut self, now_ns: u64, done: &mut Vec<Request>);
+    /// The device loses power at `now_ns`: every request it holds is gone (its
+    /// model never completes it) and it comes back idle.
+    fn power_loss(&mut self, now_ns: u64);
     /// A one-line description, for reports.
     fn describe(&self) -> String;
     /// What the model did, as named counters (e.g. a disk's seeks and time spent
@@ -100,6 +103,10 @@ impl DeviceModel for NullModel {
             let Reverse((_, _, r)) = self.pending.pop().expect("peeked");
             done.push(r.0);
         }
+    }
+
+    fn power_loss(&mut self, _now_ns: u64) {
+        self.pending.clear();
     }
 
     fn describe(&self) -> String {

@@ -127,6 +127,8 @@ pub struct RandomReport {
     pub qd1_switches: u64,
     /// Power losses.
     pub power_losses: u64,
+    /// Of them, power losses that cut BIOs in flight (which never completed).
+    pub power_losses_in_flight: u64,
     /// Operations submitted, by name (WRITE_ZEROES with NOUNMAP apart).
     pub op_kinds: BTreeMap<String, u64>,
     /// What the submitter did after a failed zone write: `report`, `reset`,
@@ -164,6 +166,11 @@ pub struct RandomOps {
     /// generator drawing them, apart from the operations' so that a seed's
     /// operations are the same with or without them.
     power_loss: Option<(u32, ChaCha8Rng)>,
+    /// Whether a power loss due cuts the BIOs in flight at once (one time in two)
+    /// or waits for them: drawn apart, so that power losses come where they came.
+    cut_at_once: ChaCha8Rng,
+    /// Power losses may cut BIOs in flight (off: every one waits for them).
+    cuts_in_flight: bool,
     /// A power loss is due: submit nothing until every BIO in flight is back.
     draining: bool,
     /// What the submitter does after a failed zone write (report the zone, reset or
@@ -180,6 +187,8 @@ pub struct LoggedOp {
     pub bio: Bio,
     /// Its result, once completed.
     pub result: Option<Result<Sector, Status>>,
+    /// It was in flight at a power loss: it never completed.
+    pub lost: bool,
 }
 
 const INVALID_FLAG: u64 = 1 << 62;
@@ -204,19 +213,30 @@ impl RandomOps {
             switch_qd1: false,
             log: None,
             power_loss: None,
+            cut_at_once: ChaCha8Rng::seed_from_u64(seed ^ 0x0c07_f11e),
+            cuts_in_flight: true,
             draining: false,
             recovery: ChaCha8Rng::seed_from_u64(seed ^ 0x00ec_0e27),
         }
     }
 
     /// The power fails between two operations with probability `ppm` per million
-    /// operations (seeded from `seed`): the workload stops submitting, waits for
-    /// what is in flight, then the simulation loses power ([`Sim::power_loss`])
-    /// and the workload re-reads every write pointer before going on.
+    /// operations (seeded from `seed`): one time in two at once, with the BIOs in
+    /// flight (which never complete), else once the workload, which stops
+    /// submitting, has them all back; the simulation loses power
+    /// ([`Sim::power_loss`]) and the workload re-reads every write pointer before
+    /// going on.
     pub fn with_power_loss(mut self, ppm: u32, seed: u64) -> RandomOps {
         if ppm > 0 {
             self.power_loss = Some((ppm, ChaCha8Rng::seed_from_u64(seed ^ 0x9013_1055)));
         }
+        self
+    }
+
+    /// Every power loss waits for the BIOs in flight: none is cut (to show what
+    /// the cuts in flight catch).
+    pub fn without_cuts_in_flight(mut self) -> RandomOps {
+        self.cuts_in_flight = false;
         self
     }
 
@@ -265,7 +285,7 @@ impl RandomOps {
         };
         *self.report.op_kinds.entry(name.to_string()).or_insert(0) += 1;
         if let Some(log) = &mut self.log {
-            log.push(LoggedOp { token, bio, result: None });
+            log.push(LoggedOp { token, bio, result: None, lost: false });
         }
         sim.submit(bio, token, self.stamp);
     }
@@ -469,22 +489,40 @@ impl RandomOps {
         }
     }
 
+    /// The power fails now, with the BIOs in flight (they never complete); then
+    /// every write pointer is read again.
+    fn power_loss(&mut self, sim: &mut Sim) {
+        self.draining = false;
+        // Every BIO in flight dies with the host (marked first: a violation the
+        // power loss raises shows them so).
+        if let Some(log) = &mut self.log {
+            log.iter_mut().filter(|o| o.result.is_none()).for_each(|o| o.lost = true);
+        }
+        let lost = sim.power_loss();
+        assert_eq!(lost.len(), self.inflight as usize, "seed {}: BIOs in flight at the power loss", sim.seed());
+        self.inflight = 0;
+        self.writing.clear();
+        self.report.power_losses += 1;
+        if !lost.is_empty() {
+            self.report.power_losses_in_flight += 1;
+        }
+        for z in self.geo.nr_conv()..self.geo.nr_zones() {
+            self.resync_guess(sim, ZoneNo(z));
+        }
+    }
+
     fn fill(&mut self, sim: &mut Sim) {
         if self.draining && self.inflight == 0 {
-            self.draining = false;
-            sim.power_loss();
-            self.report.power_losses += 1;
-            for z in self.geo.nr_conv()..self.geo.nr_zones() {
-                self.resync_guess(sim, ZoneNo(z));
-            }
+            self.power_loss(sim);
         }
         while !self.draining && self.ops_left > 0 && self.inflight < self.max_inflight {
             if let Some((ppm, rng)) = &mut self.power_loss {
                 if rng.random_range(0..1_000_000) < *ppm {
-                    self.draining = true;
-                    if self.inflight == 0 {
-                        return self.fill(sim);
+                    if self.inflight == 0 || self.cuts_in_flight && self.cut_at_once.random_bool(0.5) {
+                        self.power_loss(sim);
+                        continue;
                     }
+                    self.draining = true;
                     return;
                 }
             }

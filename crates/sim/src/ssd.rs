@@ -172,6 +172,13 @@ impl DeviceModel for SsdModel {
         }
     }
 
+    fn power_loss(&mut self, now_ns: u64) {
+        let now = now_ns as f64;
+        self.pending.clear();
+        (self.read_free, self.write_free) = (now, now);
+        self.zone_free.clear();
+    }
+
     fn describe(&self) -> String {
         let zones = if self.p.zone_bytes != 0 {
             format!(
@@ -208,6 +215,19 @@ mod tests {
             user_data: 0,
             bio_offset: 0,
         }
+    }
+
+    #[test]
+    fn a_power_loss_drops_every_request() {
+        let mut m = SsdModel::new(SsdParams::zns());
+        m.submit(0, &w(1, 0, 2048));
+        m.submit(0, &w(2, 2048, 2048));
+        m.power_loss(10);
+        assert_eq!(m.next_event_ns(), None);
+        m.submit(20, &w(3, 4096, 8));
+        let mut done = Vec::new();
+        m.advance(u64::MAX, &mut done);
+        assert_eq!(done.iter().map(|r| r.id).collect::<Vec<_>>(), [ReqId::unissued(3)]);
     }
 
     #[test]

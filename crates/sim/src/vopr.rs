@@ -158,14 +158,21 @@ pub fn run_seed_logged(
     mutation: Option<Mutation>,
     log: bool,
 ) -> (SeedRun, Vec<LoggedOp>, Geometry) {
-    run_seed_inner(seed, ops, mutation, log, SimChecks::default())
+    run_seed_inner(seed, ops, mutation, log, SimChecks::default(), true)
 }
 
 /// Runs seed `seed` as [`run_seed`] does, with only the checks `checks` leaves on:
 /// to show which of the independent checks catch a planted bug when the engine's
 /// own invariants (or the host model's FLUSH check) do not.
 pub fn run_seed_checked(seed: u64, ops: u64, mutation: Option<Mutation>, checks: SimChecks) -> SeedRun {
-    run_seed_inner(seed, ops, mutation, false, checks).0
+    run_seed_inner(seed, ops, mutation, false, checks, true).0
+}
+
+/// Runs seed `seed` as [`run_seed`] does, every power loss waiting for the BIOs in
+/// flight instead of cutting them one time in two: to show which planted bugs only
+/// a power loss with BIOs in flight meets.
+pub fn run_seed_without_cuts(seed: u64, ops: u64, mutation: Option<Mutation>) -> SeedRun {
+    run_seed_inner(seed, ops, mutation, false, SimChecks::default(), false).0
 }
 
 /// Which check a violation message comes from: `durability` (a write made durable
@@ -237,6 +244,7 @@ fn run_seed_inner(
     mutation: Option<Mutation>,
     log: bool,
     checks: SimChecks,
+    cuts: bool,
 ) -> (SeedRun, Vec<LoggedOp>, Geometry) {
     quiet_hook();
     let _m = MutationGuard::new(mutation);
@@ -250,6 +258,9 @@ fn run_seed_inner(
         RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch().with_power_loss(faults.power_loss_ppm, seed);
     if log {
         w = w.with_log();
+    }
+    if !cuts {
+        w = w.without_cuts_in_flight();
     }
     QUIET.with(|q| q.set(true));
     let outcome = catch_unwind(AssertUnwindSafe(|| sim.run(&mut w)));
@@ -277,6 +288,12 @@ fn run_seed_inner(
     }
     if stats.pipe_early > 0 {
         covered.insert("pipelining: a completion held for zone order".into());
+    }
+    if stats.cuts_in_flight > 0 {
+        covered.insert("power loss with BIOs in flight".into());
+    }
+    if stats.cuts_pipelined > 0 {
+        covered.insert("power loss with pipelined writes in flight".into());
     }
     if faults != (FaultConfig { write_cache: faults.write_cache, ..FaultConfig::default() }) {
         covered.insert("faults on".into());
@@ -341,6 +358,7 @@ pub fn trace(log: &[LoggedOp], geo: &Geometry, violation: &str, max: usize) -> V
         .filter(|(_, op)| matters(op))
         .map(|(i, op)| {
             let result = match op.result {
+                None if op.lost => "(in flight at a power loss: never completed)".to_string(),
                 None => "(in flight)".to_string(),
                 Some(Ok(s)) => format!("ok at {}", s.0),
                 Some(Err(e)) => format!("{e:?} (errno {})", e.errno()),

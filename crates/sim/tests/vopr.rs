@@ -114,6 +114,8 @@ fn vopr_seeds_with_faults_find_no_violation_and_cover_everything() {
         "fault: lost completion",
         "fault: timed out before executing",
         "fault: power loss",
+        "power loss with BIOs in flight",
+        "power loss with pipelined writes in flight",
         "volatile write cache",
         "after a write error (kernel recovery): report",
         "after a write error (kernel recovery): reset",
@@ -124,6 +126,14 @@ fn vopr_seeds_with_faults_find_no_violation_and_cover_everything() {
     ];
     for m in must {
         assert!(coverage.get(m).is_some_and(|&k| k > 0), "no seed covered '{m}'");
+    }
+    // Of the first 2,000 seeds, 1,268 cut BIOs in flight at a power loss and 97
+    // two or more pipelined writes of a zone: the cuts must stay that common.
+    for (m, least) in
+        [("power loss with BIOs in flight", n / 4), ("power loss with pipelined writes in flight", n / 50)]
+    {
+        let k = coverage.get(m).copied().unwrap_or(0);
+        assert!(k >= least, "only {k} seeds of {n} covered '{m}' (at least {least})");
     }
 }
 

@@ -136,3 +136,34 @@ impl Engine {
         self.after_input();
     }
 }
+
+impl Engine {
+    /// The engine a host builds for this disk when it comes back from a power loss:
+    /// its settings (policy, queue depth, self-check), nothing in flight (the BIOs of
+    /// the engine that lost power never complete), and every zone as `zones`, a full
+    /// zone report read after the power came back, says (as [`Engine::new`] at
+    /// start-up). The device's report is the only truth: what was on its way to the
+    /// device may or may not have reached the medium.
+    pub fn restarted(&self, zones: &[ZoneInfo]) -> Engine {
+        let mut zones = zones.to_vec();
+        if crate::mutation::on(crate::mutation::Mutation::RestartTrustsInFlight) {
+            // Planted: a zone with writes (or a reset or finish) on the device at
+            // the power loss keeps the write pointer they would leave, as if all
+            // of them had landed.
+            for plug in self.q.plugs.iter().map(|(_, p)| p).filter(|p| p.busy || !p.pipe.is_empty()) {
+                let info = &mut zones[plug.zone.idx()];
+                if !matches!(info.cond, ZoneCond::ReadOnly | ZoneCond::Offline) {
+                    let cond = match plug.wp_offset {
+                        0 => ZoneCond::Empty,
+                        w if w >= info.capacity => ZoneCond::Full,
+                        _ => ZoneCond::Closed,
+                    };
+                    *info = ZoneInfo::of(&self.q.geo, plug.zone, cond, plug.wp_offset);
+                }
+            }
+        }
+        let mut engine = Engine::new(&self.q.geo, self.q.cfg, &zones);
+        engine.q.self_check = self.q.self_check;
+        engine
+    }
+}

@@ -534,6 +534,24 @@ impl Stack {
         self.pump_disk(dev);
     }
 
+    /// The host comes back from a power loss: every BIO in flight is forgotten
+    /// (none of them completes: what waited for them died with the host), the
+    /// actions not carried out yet with them, and each disk's engine is built anew
+    /// ([`Engine::restarted`]) from `zones(disk)`, the disk's full zone report read
+    /// after the power came back.
+    pub fn restart(&mut self, zones: &mut dyn FnMut(DevId) -> Vec<ZoneInfo>) {
+        self.tops.clear();
+        self.pieces.clear();
+        self.list.clear();
+        self.actions.clear();
+        for i in 0..self.devs.len() {
+            let dev = DevId(i as u32);
+            if let Driver::Disk { engine } = &mut self.devs[i].driver {
+                **engine = engine.restarted(&zones(dev));
+            }
+        }
+    }
+
     /// What disk `dev` says one of its zones looks like (see [`Engine::zone_report`]).
     pub fn zone_report(&mut self, dev: DevId, info: &ZoneInfo) {
         self.engine_mut(dev).zone_report(info);

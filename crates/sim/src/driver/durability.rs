@@ -3,9 +3,9 @@
 //! keep them while the host restarts its engines from a zone report.
 
 use super::{BioRec, Extent, Sim};
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use zblk_core::bio::BioFlags;
-use zblk_core::engine::Engine;
 use zblk_core::stack::DevId;
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
@@ -15,37 +15,41 @@ impl Sim {
     /// their caches destaged by then (drawn from the seed; see docs/vopr.md),
     /// and the host restarts: each disk's engine is built anew from a zone report,
     /// as at start-up, and the host model re-reads every write pointer. Every
-    /// write made durable must still be there. Nothing may be in flight.
-    pub fn power_loss(&mut self) {
-        self.power_loss_with(None);
+    /// write made durable must still be there.
+    ///
+    /// BIOs may be in flight: they die with the host and never complete. A request
+    /// a disk had not executed yet is lost; on a disk that keeps zone order, what
+    /// arrived executed then, into its cache if it has one, and survives as the
+    /// cache's rule says. Returns the tokens of the BIOs that will never complete:
+    /// their submitter must forget them.
+    pub fn power_loss(&mut self) -> Vec<u64> {
+        self.power_loss_with(None)
     }
 
     /// A power loss (see [`Sim::power_loss`]) at the worst moment: the caches had
     /// destaged nothing since their last durable point.
-    pub fn power_loss_losing_the_caches(&mut self) {
-        self.power_loss_with(Some(0));
+    pub fn power_loss_losing_the_caches(&mut self) -> Vec<u64> {
+        self.power_loss_with(Some(0))
     }
 
-    pub(super) fn power_loss_with(&mut self, destaged: Option<usize>) {
+    pub(super) fn power_loss_with(&mut self, destaged: Option<usize>) -> Vec<u64> {
         self.pump();
-        assert_eq!(self.stack.bios_in_flight(), 0, "seed {}: a power loss with BIOs in flight", self.seed);
-        assert!(self.completions.is_empty() && self.clock.delayed.is_empty() && self.clock.late.is_empty());
         if self.tracing.debug {
             let _ = writeln!(std::io::stderr(), "{:>12} power loss", self.clock.now_ns);
         }
         self.durability.power_losses += 1;
+        let lost = self.cut_in_flight();
         // The host restarts: its timers and what it waited for go with it.
         self.clock.timers.clear();
         self.durability.acked.clear();
-        for i in 0..self.disks.len() {
-            let d = &mut self.disks[i];
+        for d in &mut self.disks {
             d.power_loss(destaged, &mut self.buf);
-            let zones = d.mem.zones().map_or_else(Vec::new, |z| z.zones().to_vec());
-            let engine = self.stack.engine_mut(d.dev);
-            let (geo, cfg) = (engine.geometry().clone(), *engine.config());
-            *engine = Engine::new(&geo, cfg, &zones);
-            engine.set_self_check(self.checking.checks.engine_invariants);
         }
+        let (disks, disk_of) = (&self.disks, &self.disk_of);
+        self.stack.restart(&mut |dev| {
+            let d = &disks[disk_of[dev.idx()].expect("a disk")];
+            d.mem.zones().map_or_else(Vec::new, |z| z.zones().to_vec())
+        });
         self.engines_touched = true;
         if let Some(mut host) = self.checking.host.take() {
             host.restart(&mut |z| self.top_zone_wp(z));
@@ -53,6 +57,35 @@ impl Sim {
         }
         self.pump();
         self.check();
+        lost
+    }
+
+    /// The host dies with BIOs in flight: they never complete. Forgets them
+    /// everywhere the simulation tracks them (their records, the completions on
+    /// their way to the workload, the completions the driver's timeout would fail,
+    /// the requests the disks' models hold and the results of those a disk that
+    /// keeps zone order executed at arrival) and returns their tokens.
+    fn cut_in_flight(&mut self) -> Vec<u64> {
+        let mut tokens: Vec<u64> = self.completions.drain(..).map(|c| c.token).collect();
+        tokens.extend(self.clock.delayed.drain(..).map(|(_, c)| c.token));
+        tokens.extend(self.bios.drain().map(|r| r.token));
+        self.clock.late.clear();
+        let pipelined = self.disks.iter().any(|d| {
+            let mut per_zone: BTreeMap<ZoneNo, u32> = BTreeMap::new();
+            d.arrived.values().filter_map(|a| a.pipelined_zone).for_each(|z| *per_zone.entry(z).or_insert(0) += 1);
+            per_zone.values().any(|&n| n >= 2)
+        });
+        for d in &mut self.disks {
+            d.model.power_loss(self.clock.now_ns);
+            d.arrived.clear();
+        }
+        if !tokens.is_empty() {
+            self.stats.cuts_in_flight += 1;
+        }
+        if pipelined {
+            self.stats.cuts_pipelined += 1;
+        }
+        tokens
     }
 
     /// Zone `z` of the top device's write pointer offset as the host model reads it

@@ -251,3 +251,20 @@ fn the_angle_between_two_zones_depends_only_on_their_lba_distance() {
     let (p64, p128) = (phase(0, 63 * MIB), phase(0, 127 * MIB));
     assert!((p64 - p128).abs() > 0.05, "QD 64 and QD 128 meet different phases: {p64:.3} {p128:.3}");
 }
+
+#[test]
+fn a_power_loss_drops_every_command_and_the_disk_comes_back_idle() {
+    let mut m = HddModel::new(HddParams::smr_30tb());
+    for i in 0..8 {
+        m.submit(0, &req(i, Op::Write, i * MIB, MIB));
+    }
+    assert!(m.next_event_ns().is_some());
+    m.power_loss(1_000);
+    assert_eq!(m.next_event_ns(), None, "no command survives the power loss");
+    m.submit(2_000, &req(9, Op::Read, 0, 4096));
+    let mut done = Vec::new();
+    while let Some(t) = m.next_event_ns() {
+        m.advance(t, &mut done);
+    }
+    assert_eq!(done.iter().map(|r| r.id).collect::<Vec<_>>(), [ReqId::unissued(9)]);
+}
