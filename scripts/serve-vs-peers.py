@@ -61,8 +61,8 @@ TARGETS = [
      "zblk IMG, its default (pipelining) / per-zone plugging"),
 ]
 print()
-print("| ratio (medians) | job | ratio | target | met |")
-print("|---|---|---|---|---|")
+print("| ratio (medians) | job | ratio | each round | target | met |")
+print("|---|---|---|---|---|---|")
 out = []
 for a, b, jobs, target, title in TARGETS:
     if a not in devices or b not in devices:
@@ -70,10 +70,12 @@ for a, b, jobs, target, title in TARGETS:
     for j in jobs:
         x, y = med[(a, j)], med[(b, j)]
         r = x / y if x is not None and y else None
+        each = [a_ / b_ if a_ is not None and b_ else None for a_, b_ in zip(rows[(a, j)], rows[(b, j)])]
+        each_s = " / ".join("-" if e is None else f"{e:.2f}" for e in each)
         met = "" if target is None else ("yes" if r is not None and r >= target else "**no**")
         tgt = "" if target is None else f">= {target:.1f}"
-        print(f"| {title} | {j} | {'-' if r is None else f'{r:.2f}'} | {tgt} | {met} |")
-        out.append({"ratio": title, "job": j, "value": r, "target": target})
+        print(f"| {title} | {j} | {'-' if r is None else f'{r:.2f}'} | {each_s} | {tgt} | {met} |")
+        out.append({"ratio": title, "job": j, "value": r, "each": each, "target": target})
 if json_out:
     with open(json_out, "w") as f:
         json.dump({"rounds": rounds, "iops": [{"device": d, "job": j, "each": rows[(d, j)], "median": med[(d, j)]}
