@@ -183,7 +183,7 @@ fn a_device_in_memory_completes_inside_the_submission() {
 /// are done on the spot (io_uring would hand each to a worker thread), so no
 /// `LocalIo` comes out, every write completes on the calling thread before
 /// `on_local_ring` returns, each completion unplugging the next, and the data reads
-/// back.
+/// back, from the file's mapping and, in a runtime started again, with `pread`.
 #[test]
 fn transfers_of_an_image_in_memory_are_done_on_the_spot() {
     let shm = std::path::Path::new("/dev/shm");
@@ -222,6 +222,19 @@ fn transfers_of_an_image_in_memory_are_done_on_the_spot() {
                 assert!(b[k * 4096..(k + 1) * 4096].iter().all(|&x| x == k as u8 + 1), "block {k}");
             }
         }
+    }
+    rt.close().unwrap();
+    // Read back again by another runtime, outside `on_local_ring` (a `pread` of the
+    // file, not its mapping), the data is in the file where the image keeps zone 1.
+    let img = FileImage::open(&dir.path().join("img"), &ImageOptions::default()).unwrap();
+    let rt = Runtime::start(img, RuntimeConfig::default()).unwrap();
+    let (tx, rx) = channel();
+    rt.submitter().submit(Io::read(Sector(ZONE), AlignedBuf::zeroed(16384)), move |d| tx.send(d).unwrap());
+    let d = rx.recv().unwrap();
+    assert_eq!(d.result, Ok(Sector(ZONE)));
+    let Some(Buffer::Aligned(b)) = &d.buf else { panic!("the read's buffer back") };
+    for k in 0..4 {
+        assert!(b[k * 4096..(k + 1) * 4096].iter().all(|&x| x == k as u8 + 1), "block {k} read with pread");
     }
     rt.close().unwrap();
 }
