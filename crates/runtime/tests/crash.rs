@@ -419,7 +419,7 @@ fn kill_nine_at_random_points() {
         if let Err(e) = check(&image, &model(&lines), Crash::Kill) {
             panic!(
                 "kill -9 run {run}, seed {seed}: {e}\nrepairs: {:?}\nreplay: ZBLK_CRASH_SEED={seed} ZBLK_CRASH_RUNS=1 \
-                 cargo test --release --test crash kill_nine",
+                 cargo test --profile test-release --test crash kill_nine",
                 image.repairs()
             );
         }
@@ -468,7 +468,7 @@ fn power_loss_at_random_points() {
         if let Err(e) = check(&image, &zones, Crash::Power) {
             panic!(
                 "power loss run {run}, seed {seed}: {e}\nrepairs: {:?}\nreplay: ZBLK_CRASH_SEED={seed} ZBLK_CRASH_RUNS=1 \
-                 cargo test --release --test crash power_loss",
+                 cargo test --profile test-release --test crash power_loss",
                 image.repairs()
             );
         }

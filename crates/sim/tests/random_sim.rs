@@ -1,7 +1,7 @@
 //! Seeded random simulation with the checker on after every step: random devices,
 //! random engine settings, random operations with faults; and the same on random
 //! striped and linear stacks. A failure names its seed; replay one with
-//! `ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay`
+//! `ZBLK_SEED=<seed> cargo test --profile test-release -p zblk-sim --test random_sim -- --ignored --exact replay`
 //! (a device) or `... -- --ignored --exact replay_stack` (a stack): the replays are
 //! ignored in a normal run, where they would have nothing to replay.
 
@@ -60,7 +60,7 @@ fn run_seeds(first: u64, n: u64, ops: u64, run: fn(u64, u64) -> RandomReport, re
 fn random_operations_with_checker() {
     let (first, n) = seeds();
     let ops = ops();
-    let replay = "ZBLK_SEED={seed} ZBLK_OPS={ops} cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay";
+    let replay = "ZBLK_SEED={seed} ZBLK_OPS={ops} cargo test --profile test-release -p zblk-sim --test random_sim -- --ignored --exact replay";
     let Totals { outcomes, checks, .. } = run_seeds(first, n, ops, run_random, replay);
     eprintln!("{n} seeds x {ops} ops: {checks} checks; outcomes {outcomes:?}");
     // The runs must have exercised the paths they claim to: successes, refused
@@ -76,7 +76,7 @@ fn replay_seed() -> u64 {
 }
 
 #[test]
-#[ignore = "replays one seed: ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay"]
+#[ignore = "replays one seed: ZBLK_SEED=<seed> cargo test --profile test-release -p zblk-sim --test random_sim -- --ignored --exact replay"]
 fn replay() {
     let seed = replay_seed();
     eprintln!("{:#?}", zblk_sim::random::random_config(seed));
@@ -93,7 +93,7 @@ fn same_seed_same_run() {
 #[test]
 fn random_stacks_with_checker() {
     let (first, n, ops) = stack_seeds();
-    let replay = "ZBLK_SEED={seed} ZBLK_STACK_OPS={ops} cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay_stack";
+    let replay = "ZBLK_SEED={seed} ZBLK_STACK_OPS={ops} cargo test --profile test-release -p zblk-sim --test random_sim -- --ignored --exact replay_stack";
     let Totals { outcomes, checks, faults } = run_seeds(first, n, ops, run_random_stack, replay);
     eprintln!("{n} stacks x {ops} ops: {checks} checks, {faults} faults; outcomes {outcomes:?}");
     for needed in ["ok", "Unaligned", "Invalid", "NotSupported", "IoErr"] {
@@ -103,7 +103,7 @@ fn random_stacks_with_checker() {
 }
 
 #[test]
-#[ignore = "replays one seed: ZBLK_SEED=<seed> cargo test --release -p zblk-sim --test random_sim -- --ignored --exact replay_stack"]
+#[ignore = "replays one seed: ZBLK_SEED=<seed> cargo test --profile test-release -p zblk-sim --test random_sim -- --ignored --exact replay_stack"]
 fn replay_stack() {
     let seed = replay_seed();
     let r = zblk_sim::random::random_stack(seed);

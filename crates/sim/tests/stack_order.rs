@@ -145,7 +145,9 @@ fn seed() -> u64 {
 #[test]
 fn head_order_is_ascending_on_every_disk() {
     let seed = seed();
-    eprintln!("proptest seed {seed} (replay: ZBLK_PROPTEST_SEED={seed} cargo test --release --test stack_order)");
+    eprintln!(
+        "proptest seed {seed} (replay: ZBLK_PROPTEST_SEED={seed} cargo test --profile test-release --test stack_order)"
+    );
     let cfg = Config { cases: CASES, rng_seed: RngSeed::Fixed(seed), failure_persistence: None, ..Config::default() };
     let built = std::cell::Cell::new(0u32);
     TestRunner::new(cfg)
