@@ -8,7 +8,8 @@
 //! distinct, contiguous sectors whose data reads back (this test binary runs again
 //! in the guest for that: `four_threads_append_into_one_zone`); and seeded random
 //! operations through the runtime against a model of the zones
-//! (`random_operations_against_a_model`, three seeds). Built with `mutations`
+//! (`random_operations_against_a_model`, three seeds); and random reads at QD 16
+//! whose commands reach the kernel several to a system call. Built with `mutations`
 //! (as `scripts/test` builds), the four threads' test runs once more with a planted
 //! bug (an append's sector taken from the request, not from its completion) and must
 //! fail.
@@ -63,6 +64,9 @@ ZBLK_NVME_DEV=$D ZBLK_NVME_MUTATION=1 r appends_mutated $T --exact four_threads_
 for seed in 1 2 3; do
   ZBLK_NVME_DEV=$D ZBLK_NVME_SEED=$seed r random$seed $T --exact random_operations_against_a_model --ignored --nocapture
 done
+r reset_all4 $X reset $D
+r fill_rr $X write $D -o 0 -l 8M -p 0x99
+r bench_rr $X bench --image $D --name rr --rw randread --bs 4k --iodepth 16 --size 16M --io_size 16M --json
 r report_end $X report $D
 blkzone report $B > $S/blkzone_end.txt
 "#;
@@ -155,6 +159,15 @@ fn nvme_passthrough_in_the_vm() {
         let out = ok(share, &format!("random{seed}"));
         assert!(out.contains(&format!("RANDOM OK seed {seed}")), "{out}");
     }
+    // Random reads at QD 16: the completion thread hands the commands its callbacks
+    // queue to the kernel several at a time (a quarter of the depth), not one system
+    // call and one doorbell write each.
+    ok(share, "fill_rr");
+    let bench: serde_json::Value = serde_json::from_str(&ok(share, "bench_rr")).unwrap();
+    assert_eq!(bench["jobs"][0]["read"]["total_ios"], 4096, "{bench}");
+    let ring = &bench["zblk"]["ring"];
+    let (entries, calls) = (ring["entries"].as_u64().unwrap(), ring["submissions"].as_u64().unwrap());
+    assert!(entries >= 4096 && entries as f64 >= 2.5 * calls as f64, "{entries} entries in {calls} calls: {bench}");
 }
 
 /// Inside the VM (run by `nvme_passthrough_in_the_vm` with `ZBLK_NVME_DEV`): four

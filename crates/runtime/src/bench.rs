@@ -16,6 +16,7 @@
 //! stamps are for the simulator's checker).
 
 use super::{AlignedBuf, Buffer, Io, IoDone, Runtime, Submitter};
+use crate::RingStats;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -44,6 +45,9 @@ pub struct RealReport {
     pub jobs: Vec<JobResult>,
     /// Engine counters over the run.
     pub engine: EngineStats,
+    /// How the io_uring ring handed the run's entries to the kernel (`None` without
+    /// a ring).
+    pub ring: Option<RingStats>,
 }
 
 /// Runs `specs` on the runtime's device, named `image` in the report, and measures
@@ -74,6 +78,7 @@ pub fn run_jobs_appending(
     let fio = FioGen::new(specs, &geo, &zones, seed)?;
     let pool = buffers(specs, seed);
     let before = rt.engine_stats();
+    let ring_before = rt.ring_stats();
     let t0 = Instant::now();
     let run = Arc::new(BenchRun {
         sub: rt.submitter(),
@@ -109,6 +114,7 @@ pub fn run_jobs_appending(
         elapsed_ns,
         jobs,
         engine: diff_stats(&before, &after),
+        ring: rt.ring_stats().zip(ring_before).map(|(a, b)| a.since(b)),
     })
 }
 

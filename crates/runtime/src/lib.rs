@@ -71,5 +71,6 @@ pub use io::{Io, IoDone, IoFuture, Submitter};
 pub use local::LocalIo;
 pub use poll::PollWindow;
 pub use runtime::Runtime;
+pub use uring::RingStats;
 pub use zblk_dev::buf::{AlignedBuf, Buffer};
 pub use zeroout::{ZeroingFlags, ZeroingReport};

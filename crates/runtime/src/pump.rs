@@ -109,7 +109,8 @@ impl Shared {
 
     /// Starts the requests the engine issued; submits the runtime's ring once for
     /// all of them, unless this thread is plugged ([`Shared::batch`]) or is the
-    /// completion thread (whose next wait submits).
+    /// completion thread with few queued ([`Shared::submit_queued`]: its next wait
+    /// submits them).
     fn issue_all(&self, sc: &mut Scratch) {
         let mut queued = false;
         for (req, buf, plan) in sc.issues.drain(..) {
@@ -119,14 +120,12 @@ impl Shared {
                 Started::Done(r) => sc.results.push((req.id, r)),
             }
         }
-        if let (true, Some(u)) = (queued, &self.uring) {
+        if queued {
             let (depth, _) = BATCH.with(|b| b.get());
             if depth > 0 {
                 BATCH.with(|b| b.set((depth, true)));
-            } else if !REAPER.with(|r| r.get()) {
-                // (The completion thread's next wait submits what it queued.)
-                let r = u.submit();
-                assert!(r.is_ok(), "io_uring submission failed: {r:?}");
+            } else {
+                self.submit_queued();
             }
         }
     }

@@ -8,7 +8,7 @@ use crate::io::{FutState, Io, IoDone, IoFuture, Submitter};
 use crate::mapped::MappedFile;
 use crate::shared::{Core, Job, Shared, Timer};
 use crate::threads::{completion_loop, timer_loop, worker_loop};
-use crate::uring::Uring;
+use crate::uring::{RingStats, Uring};
 use crossbeam_channel::Receiver;
 use slab::Slab;
 use std::io;
@@ -185,6 +185,12 @@ impl Runtime {
     pub fn completion_batches(&self) -> (u64, u64) {
         let b = &self.sh().batches;
         (b[0].load(Ordering::Relaxed), b[1].load(Ordering::Relaxed))
+    }
+
+    /// How the io_uring ring handed its entries to the kernel so far (`None` without
+    /// a ring).
+    pub fn ring_stats(&self) -> Option<RingStats> {
+        self.sh().uring.as_ref().map(Uring::stats)
     }
 
     /// Which I/O driver runs, in words: io_uring or threads, `O_DIRECT` or buffered.

@@ -139,7 +139,8 @@ impl Shared {
     }
 
     /// Runs `f` plugged: what it queues on the ring is submitted when the outermost
-    /// batch of this thread ends.
+    /// batch of this thread ends (by the completion thread, as [`Shared::submit_queued`]
+    /// says).
     pub(crate) fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
         BATCH.with(|b| {
             let (d, pending) = b.get();
@@ -149,12 +150,21 @@ impl Shared {
         let (d, pending) = BATCH.with(|b| b.get());
         BATCH.with(|b| b.set((d - 1, pending && d > 1)));
         if d == 1 && pending {
-            if let Some(u) = &self.uring {
-                let r = u.submit();
-                assert!(r.is_ok(), "io_uring submission failed: {r:?}");
-            }
+            self.submit_queued();
         }
         r
+    }
+
+    /// Hands what this thread queued on the ring to the kernel. The completion
+    /// thread hands its entries over when enough wait ([`Uring::submit_due`]), the
+    /// rest with its next wait, which submits too.
+    pub(crate) fn submit_queued(&self) {
+        let Some(u) = &self.uring else { return };
+        if crate::pump::REAPER.with(|r| r.get()) && !u.submit_due() {
+            return;
+        }
+        let r = u.submit();
+        assert!(r.is_ok(), "io_uring submission failed: {r:?}");
     }
 
     /// The engine lock (a panic under it leaves the engine as the panic found it).

@@ -89,7 +89,9 @@ pub(crate) fn completion_loop(sh: Arc<Shared>, poll: Duration) {
             results.push((r.req.id, result));
         }
         if !results.is_empty() {
+            let n = results.len();
             sh.complete_many(&mut results);
+            u.completed(n);
         }
         if stop {
             return;

@@ -13,6 +13,7 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use zblk_core::bio::Request;
 use zblk_dev::Transfer;
 
@@ -93,6 +94,31 @@ macro_rules! with_ring {
 pub(super) struct Uring {
     ring: Ring,
     sq: Mutex<()>,
+    /// Requests pushed and not yet completed by the completion thread (wake-ups
+    /// not counted): those it is completing count, so that the depth it sees while
+    /// it runs their callbacks is the workload's.
+    inflight: AtomicUsize,
+    /// `io_uring_enter` calls that handed entries to the kernel, and the entries
+    /// they handed ([`RingStats`]).
+    handed: [AtomicU64; 2],
+}
+
+/// How the runtime's ring handed its entries to the kernel: each submission is one
+/// `io_uring_enter` system call (a wait included) that carried `entries / submissions`
+/// on average.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RingStats {
+    /// System calls that handed entries over.
+    pub submissions: u64,
+    /// Entries handed over.
+    pub entries: u64,
+}
+
+impl RingStats {
+    /// The counts from `before` to `self`.
+    pub fn since(self, before: RingStats) -> RingStats {
+        RingStats { submissions: self.submissions - before.submissions, entries: self.entries - before.entries }
+    }
 }
 
 impl std::fmt::Debug for Uring {
@@ -113,7 +139,7 @@ impl Uring {
             Ring::Plain(IoUring::builder().setup_cqsize(entries * 2).build(entries)?)
         };
         // The probe the io-uring crate's own tests do: a NOP must come back.
-        let u = Uring { ring, sq: Mutex::new(()) };
+        let u = Uring { ring, sq: Mutex::new(()), inflight: AtomicUsize::new(0), handed: Default::default() };
         u.push(opcode::Nop::new().build().user_data(WAKE));
         let mut out = Vec::new();
         u.reap(&mut out, 1)?;
@@ -146,7 +172,7 @@ impl Uring {
             // engine's queue depth, so this is rare.
             sq.sync();
             drop(sq);
-            let _ = ring.submit();
+            let _ = self.count(ring.submit());
             // SAFETY: as above.
             sq = unsafe { ring.submission_shared() };
         }
@@ -160,6 +186,7 @@ impl Uring {
         let entry = opcode::UringCmd80::new(types::Fd(r.fd), cmd_op).cmd(cmd).build();
         let token = Box::into_raw(r) as u64;
         assert_ne!(token, WAKE, "a heap pointer cannot be all ones");
+        self.inflight.fetch_add(1, Ordering::Relaxed);
         self.push_on(ring, entry.user_data(token));
     }
 
@@ -169,12 +196,60 @@ impl Uring {
         let token = Box::into_raw(r) as u64;
         assert_ne!(token, WAKE, "a heap pointer cannot be all ones");
         // The buffer stays valid until the completion thread takes the box back.
+        self.inflight.fetch_add(1, Ordering::Relaxed);
         self.push(entry.user_data(token));
+    }
+
+    /// Whether the completion thread should hand what it queued to the kernel now
+    /// rather than with its next wait. The thread queues a request for most
+    /// completions it reaps (a callback that submits the next I/O).
+    ///
+    /// Passthrough commands wait until a quarter of the ring's requests are queued
+    /// (at least one): handed over one at a time, each costs a system call and a
+    /// doorbell write (the kernel plugs a submission, and the NVMe driver rings once
+    /// for a batch, only when it carries more than two), while held until the wait,
+    /// the device runs short of commands as the rest of the batch is processed; a
+    /// quarter of the depth bounds both (four or more a call at depth 16).
+    ///
+    /// Reads and writes of the device's files go at once: measured on files on a
+    /// disk, holding them lost 2-5 % (docs/real-devices.md, "Submissions in
+    /// batches", where the passthrough reads gain half again in the guest).
+    pub fn submit_due(&self) -> bool {
+        !self.wide() || self.queued() >= (self.inflight.load(Ordering::Relaxed) / 4).max(1)
+    }
+
+    /// `n` requests taken back from the ring are complete.
+    pub fn completed(&self, n: usize) {
+        self.inflight.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Entries queued and not yet handed to the kernel.
+    fn queued(&self) -> usize {
+        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the submission queue is only touched under `sq`.
+        with_ring!(&self.ring, r => unsafe { r.submission_shared() }.len())
     }
 
     /// Hands the queued entries to the kernel.
     pub fn submit(&self) -> io::Result<()> {
-        with_ring!(&self.ring, r => r.submit().map(|_| ()))
+        self.count(with_ring!(&self.ring, r => r.submit())).map(|_| ())
+    }
+
+    /// Counts what an `io_uring_enter` handed over.
+    fn count(&self, r: io::Result<usize>) -> io::Result<usize> {
+        if let Ok(n @ 1..) = r {
+            self.handed[0].fetch_add(1, Ordering::Relaxed);
+            self.handed[1].fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// What the ring handed to the kernel so far.
+    pub fn stats(&self) -> RingStats {
+        RingStats {
+            submissions: self.handed[0].load(Ordering::Relaxed),
+            entries: self.handed[1].load(Ordering::Relaxed),
+        }
     }
 
     /// Wakes the completion thread (for shutdown).
@@ -189,7 +264,7 @@ impl Uring {
     pub fn reap(&self, out: &mut Vec<(u64, i32, u64)>, want: u32) -> io::Result<()> {
         // Entering the kernel even to wait for nothing runs the task work that posts
         // this thread's completions.
-        match with_ring!(&self.ring, r => r.submit_and_wait(want as usize)) {
+        match self.count(with_ring!(&self.ring, r => r.submit_and_wait(want as usize))) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -215,8 +290,9 @@ impl Uring {
 /// Takes back the request behind a completion's user data.
 ///
 /// # Safety
-/// `token` must come from [`Uring::push_rw`] and be taken back once.
+/// `token` must come from [`Uring::push_rw`] or [`Uring::push_cmd`] and be taken back
+/// once.
 pub(super) unsafe fn take(token: u64) -> Box<Inflight> {
-    // SAFETY: the caller guarantees the token is a live box pointer from push_rw.
+    // SAFETY: the caller guarantees the token is a live box pointer from a push.
     unsafe { Box::from_raw(token as *mut Inflight) }
 }

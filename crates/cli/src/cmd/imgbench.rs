@@ -96,6 +96,15 @@ fn text(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
         "engine: {} BIOs, {} requests, {} split, {} plugged, {} refused before the device, {} aborted, {} zone reports",
         e.bios, e.requests, e.splits, e.plugged, e.refused, e.aborted, e.reports
     );
+    if let Some(ring) = r.ring.filter(|r| r.submissions > 0) {
+        let _ = writeln!(
+            out,
+            "io_uring: {} entries handed to the kernel in {} system calls ({:.1} a call)",
+            ring.entries,
+            ring.submissions,
+            ring.entries as f64 / ring.submissions as f64
+        );
+    }
     out
 }
 
@@ -113,6 +122,7 @@ fn json_report(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
             "nr_zones": geo.nr_zones(),
             "zone_sectors": geo.zone_sectors(),
             "engine": r.engine,
+            "ring": r.ring,
         },
         "jobs": jobs,
     });
