@@ -220,7 +220,8 @@ impl Uring {
 
     /// `n` requests taken back from the ring are complete.
     pub fn completed(&self, n: usize) {
-        self.inflight.fetch_sub(n, Ordering::Relaxed);
+        let before = self.inflight.fetch_sub(n, Ordering::Relaxed);
+        assert!(before >= n, "{n} requests completed of {before} pushed");
     }
 
     /// Entries queued and not yet handed to the kernel.
