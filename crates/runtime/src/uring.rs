@@ -297,3 +297,52 @@ pub(super) unsafe fn take(token: u64) -> Box<Inflight> {
     // SAFETY: the caller guarantees the token is a live box pointer from a push.
     unsafe { Box::from_raw(token as *mut Inflight) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The completion thread's rule on a passthrough (wide) ring: what it queued
+    /// goes once a quarter of the requests in flight wait (at least one); on a plain
+    /// ring, at once. And what the ring handed over is counted per system call.
+    #[test]
+    fn passthrough_commands_go_a_quarter_of_the_depth_at_a_time() {
+        if let Err(e) = crate::io_uring_available() {
+            // As the runtime's io_uring tests (tests/common): required under
+            // ZBLK_REQUIRE_URING=1, else SKIPPED, written past the harness's capture so
+            // that the suite's summary lists it.
+            let required = std::env::var("ZBLK_REQUIRE_URING").is_ok_and(|v| v == "1");
+            assert!(!required, "io_uring is required (ZBLK_REQUIRE_URING=1) but not available: {e}");
+            use std::io::Write;
+            let _ =
+                writeln!(std::io::stderr(), "SKIPPED passthrough_commands_go_a_quarter_of_the_depth_at_a_time: {e}");
+            return;
+        }
+        let nop = || opcode::Nop::new().build().user_data(7);
+        let u = Uring::new(16, true).expect("a wide ring");
+        let start = u.stats();
+        u.inflight.store(16, Ordering::Relaxed);
+        for i in 0..4 {
+            assert!(!u.submit_due(), "{i} of 16 queued: held");
+            u.push(nop());
+        }
+        assert!(u.submit_due(), "4 of 16 queued: due");
+        u.submit().unwrap();
+        assert_eq!(u.stats().since(start), RingStats { submissions: 1, entries: 4 });
+        assert!(!u.submit_due(), "nothing queued");
+        // A shallow workload: one queued is enough.
+        u.inflight.store(3, Ordering::Relaxed);
+        u.push(nop());
+        assert!(u.submit_due(), "1 of 3 queued");
+        let mut out = Vec::new();
+        while out.len() < 5 {
+            u.reap(&mut out, 1).unwrap();
+        }
+        assert_eq!(u.stats().since(start), RingStats { submissions: 2, entries: 5 }, "the wait submitted the fifth");
+        u.completed(3);
+        // Files: at once.
+        let plain = Uring::new(16, false).expect("a plain ring");
+        plain.inflight.store(16, Ordering::Relaxed);
+        assert!(plain.submit_due());
+    }
+}
