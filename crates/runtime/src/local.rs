@@ -40,8 +40,8 @@ pub(super) enum Taken {
 /// Takes `r` for the calling thread's ring when it is inside
 /// [`Submitter::on_local_ring`] for the runtime `sh`; gives it back otherwise. A
 /// transfer of a file in memory is done there and then instead: the thread would
-/// otherwise wait for io_uring's worker to do the same copy; a read copies from the
-/// file's mapping ([`crate::mapped`]), without a system call.
+/// otherwise wait for io_uring's worker to do the same copy; it copies from or into
+/// the file's mapping ([`crate::mapped`]), without a system call.
 pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
     LOCAL.with(|l| match &mut *l.borrow_mut() {
         Some(sink) if std::ptr::eq(sink.owner, sh) && sh.memory_file => {
@@ -56,17 +56,17 @@ pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
     })
 }
 
-/// Carries out `r` on the calling thread, for a file in memory: a read that lies
-/// within the file's mapping copies from it; anything else is one `pread`/`pwrite`.
-/// Returns what a ring's completion would (bytes moved, or a negative errno).
+/// Carries out `r` on the calling thread, for a file in memory: a transfer that lies
+/// within the file's mapping copies from or into it (a write only if the mapping is
+/// writable); anything else is one `pread`/`pwrite`. Returns what a ring's completion
+/// would (bytes moved, or a negative errno).
 fn on_the_spot(sh: &Shared, r: &Inflight) -> i32 {
-    if !r.t.write
-        && let Some(m) = &sh.mapped
-    {
+    if let Some(m) = &sh.mapped {
         // SAFETY: the request's part of its BIO's buffer, which nobody else touches
         // until the request completes (as for the ring's entry).
         let buf = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
-        if m.read(r.t.offset, buf) {
+        let done = if r.t.write { m.write(r.t.offset, buf) } else { m.read(r.t.offset, buf) };
+        if done {
             return i32::try_from(r.len).expect("a request moves less than 2 GiB");
         }
     }

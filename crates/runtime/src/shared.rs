@@ -96,12 +96,11 @@ pub(crate) struct Shared {
     pub(crate) direct: Option<(RawFd, u64)>,
     pub(crate) buffered: Option<RawFd>,
     /// The data descriptors are files of a file system in memory (tmpfs, ramfs):
-    /// a transfer a thread would carry on its own ring is done there and then: a
-    /// write with `pwrite`, a read from `mapped` (or with `pread`), see
-    /// [`crate::local`].
+    /// a transfer a thread would carry on its own ring is done there and then, a
+    /// copy from or into `mapped` (or `pread`/`pwrite`), see [`crate::local`].
     pub(crate) memory_file: bool,
-    /// The file in memory, mapped read-only: reads done on the spot copy from it
-    /// ([`crate::mapped`]).
+    /// The file in memory, mapped shared (read-write if its descriptor is):
+    /// transfers done on the spot copy from or into it ([`crate::mapped`]).
     pub(crate) mapped: Option<MappedFile>,
     /// The runtime closes: BIOs submitted now complete with EIO.
     pub(crate) stopping: AtomicBool,

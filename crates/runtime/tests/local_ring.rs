@@ -239,49 +239,56 @@ fn transfers_of_an_image_in_memory_are_done_on_the_spot() {
     rt.close().unwrap();
 }
 
-/// The child of `an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word`:
-/// reads a written block of an image in /dev/shm on the spot (from the file's
-/// mapping), shortens the image's file as another process could, and reads again.
-/// Does nothing unless its parent runs it.
+/// The child of `an_image_in_memory_shortened_under_..._stops_with_a_clear_word`:
+/// writes four blocks of an image in /dev/shm and reads one on the spot (through the
+/// file's mapping), shortens the image's file as another process could, and reads
+/// the block again, or (`ZBLK_SHORTENED_OP=write`) writes the next one. Does nothing
+/// unless its parent runs it.
 #[test]
-fn child_reads_an_image_shortened_under_it() {
+fn child_moves_data_of_an_image_shortened_under_it() {
     let Some(dir) = std::env::var_os("ZBLK_SHORTENED_CHILD") else { return };
+    let write = std::env::var("ZBLK_SHORTENED_OP").is_ok_and(|op| op == "write");
     let dir = std::path::Path::new(&dir);
     let Some(rt) = start(dir, Backend::Auto) else { return };
     let sub = rt.submitter();
     let (tx, rx) = channel::<(u64, ThreadId, IoDone)>();
     let mut ios = Vec::new();
     sub.on_local_ring(&mut ios, || submit_four_writes(&sub, &tx));
-    let read = |tx: &Sender<(u64, ThreadId, IoDone)>| {
+    let io = |tx: &Sender<(u64, ThreadId, IoDone)>, write: bool| {
         let tx = tx.clone();
+        let io = if write {
+            Io::write(Sector(ZONE + 32), AlignedBuf::from_slice(&[5; 4096]))
+        } else {
+            Io::read(Sector(ZONE), AlignedBuf::zeroed(4096))
+        };
         sub.on_local_ring(&mut Vec::new(), || {
-            sub.submit(Io::read(Sector(ZONE), AlignedBuf::zeroed(4096)), move |d| {
-                tx.send((9, std::thread::current().id(), d)).unwrap()
-            })
+            sub.submit(io, move |d| tx.send((9, std::thread::current().id(), d)).unwrap())
         });
     };
-    read(&tx);
+    io(&tx, false);
     let first = rx.try_iter().last().expect("the first read completed on the spot");
     assert!(first.2.result.is_ok(), "the first read: {:?}", first.2.result);
     // Shortened to the first zone: zone 1's data is gone.
     std::fs::OpenOptions::new().write(true).open(dir.join("img")).unwrap().set_len(ZONE * 512).unwrap();
-    read(&tx);
+    io(&tx, write);
     let second = rx.try_iter().last().map(|d| d.2.result);
-    // Only reached if the read did not touch the mapping.
-    println!("CHILD-SURVIVED second read: {second:?}");
+    // Only reached if the transfer did not touch the mapping.
+    println!("CHILD-SURVIVED second transfer: {second:?}");
 }
 
-/// A read of an image in memory copies from the file's mapping; if another process
-/// shortens the file (ignoring the image's lock), the page is gone and the process
-/// gets SIGBUS: the runtime says what happened and exits with status 1, rather than
-/// dying of a bare "Bus error".
+/// A read or a write of an image in memory copies from or into the file's mapping;
+/// if another process shortens the file (ignoring the image's lock), the page is gone
+/// and the process gets SIGBUS: the runtime says what happened and exits with status
+/// 1, rather than dying of a bare "Bus error". (A write done with `pwrite` would
+/// instead lengthen the file again and succeed: the write's half of the test fails
+/// if writes do not go through the mapping.)
 #[test]
-fn an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word() {
+fn an_image_in_memory_shortened_under_a_transfer_stops_with_a_clear_word() {
     let shm = std::path::Path::new("/dev/shm");
     if !rustix::fs::statfs(shm).is_ok_and(|st| st.f_type as u64 == 0x0102_1994) {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word: /dev/shm is not a tmpfs"
+            "SKIPPED an_image_in_memory_shortened_under_a_transfer_stops_with_a_clear_word: /dev/shm is not a tmpfs"
         );
         return;
     }
@@ -289,14 +296,18 @@ fn an_image_in_memory_shortened_under_a_read_stops_with_a_clear_word() {
         let _ = writeln!(std::io::stderr(), "SKIPPED an_image_in_memory_shortened_...: io_uring is not available");
         return;
     }
-    let dir = tempfile::tempdir_in(shm).unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_reads_an_image_shortened_under_it", "--nocapture", "--test-threads=1"])
-        .env("ZBLK_SHORTENED_CHILD", dir.path())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(1), "exit status {:?}\nstdout: {stdout}\nstderr: {stderr}", out.status);
-    assert!(stderr.contains("the image's file was shortened while zblk had it mapped"), "stderr: {stderr}");
-    assert!(!stdout.contains("CHILD-SURVIVED"), "stdout: {stdout}");
+    for op in ["read", "write"] {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_moves_data_of_an_image_shortened_under_it", "--nocapture", "--test-threads=1"])
+            .env("ZBLK_SHORTENED_CHILD", dir.path())
+            .env("ZBLK_SHORTENED_OP", op)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let what = format!("{op}: exit status {:?}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        assert!(stderr.contains("the image's file was shortened while zblk had it mapped"), "{what}");
+        assert!(!stdout.contains("CHILD-SURVIVED"), "{what}");
+    }
 }
