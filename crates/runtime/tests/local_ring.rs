@@ -279,9 +279,10 @@ fn child_moves_data_of_an_image_shortened_under_it() {
 /// A read or a write of an image in memory copies from or into the file's mapping;
 /// if another process shortens the file (ignoring the image's lock), the page is gone
 /// and the process gets SIGBUS: the runtime says what happened and exits with status
-/// 1, rather than dying of a bare "Bus error". (A write done with `pwrite` would
-/// instead lengthen the file again and succeed: the write's half of the test fails
-/// if writes do not go through the mapping.)
+/// 1, rather than dying of a bare "Bus error". A write finds the file's end moved
+/// before it copies (its check for holes) and stops with the same word. (A write done
+/// with `pwrite` would instead lengthen the file again and succeed: the write's half
+/// of the test fails if writes do not go through the mapping.)
 #[test]
 fn an_image_in_memory_shortened_under_a_transfer_stops_with_a_clear_word() {
     let shm = std::path::Path::new("/dev/shm");
@@ -310,4 +311,58 @@ fn an_image_in_memory_shortened_under_a_transfer_stops_with_a_clear_word() {
         assert!(stderr.contains("the image's file was shortened while zblk had it mapped"), "{what}");
         assert!(!stdout.contains("CHILD-SURVIVED"), "{what}");
     }
+}
+
+/// The child of `a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error`: its
+/// directory is a small tmpfs holding a sparse image; fills the file system, then
+/// writes four blocks of the image on the spot, and prints what each got.
+#[test]
+fn child_writes_an_image_on_a_full_file_system() {
+    let Some(dir) = std::env::var_os("ZBLK_FULL_CHILD") else { return };
+    let dir = std::path::Path::new(&dir);
+    let Some(rt) = start(dir, Backend::Auto) else { return };
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    while filler.write_all(&[7; 65536]).is_ok() {}
+    let sub = rt.submitter();
+    let (tx, rx) = channel::<(u64, ThreadId, IoDone)>();
+    sub.on_local_ring(&mut Vec::new(), || submit_four_writes(&sub, &tx));
+    let results: Vec<_> = rx.try_iter().map(|(i, _, d)| (i, d.result)).collect();
+    println!("CHILD-DONE {results:?}");
+}
+
+/// A write of an image in memory into a hole of its file (a sparse image, never
+/// written there) on a file system that is full fails with an error, as `pwrite`
+/// says ENOSPC, instead of killing the server with SIGBUS in the mapping's page
+/// fault: writes with a hole in their way do not go through the mapping.
+#[test]
+fn a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error() {
+    let dir = disk_dir();
+    let m = dir.path().join("m");
+    std::fs::create_dir(&m).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+        .arg(&m)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error: cannot mount a tmpfs (needs root)"
+        );
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_writes_an_image_on_a_full_file_system", "--nocapture", "--test-threads=1"])
+        .env("ZBLK_FULL_CHILD", &m)
+        .output();
+    let _ = std::process::Command::new("umount").arg(&m).status();
+    let out = out.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let what = format!("exit status {:?}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    assert!(out.status.success(), "{what}");
+    let done = stdout.lines().find(|l| l.contains("CHILD-DONE")).unwrap_or_else(|| panic!("{what}"));
+    // The first write finds no page and fails; the others fail behind it.
+    assert!(done.contains("(0, Err("), "the first write failed: {what}");
+    assert!(!done.contains("Ok("), "no write succeeded: {what}");
 }
