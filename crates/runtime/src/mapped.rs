@@ -30,6 +30,9 @@ const SLOTS: usize = 16;
 
 static RANGES: [(AtomicUsize, AtomicUsize); SLOTS] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; SLOTS];
 
+/// The page the mapping's checks and copies go by: the memory device's page.
+const PAGE: usize = zblk_dev::pages::PAGE_BYTES;
+
 /// The SIGBUS action before zblk's, for faults outside its mappings.
 static PREVIOUS: OnceLock<Option<libc::sigaction>> = OnceLock::new();
 
@@ -118,9 +121,7 @@ impl MappedFile {
         unsafe { copy_by_pages(src.as_ptr(), dst, src.len()) };
         true
     }
-}
 
-impl MappedFile {
     /// Whether the file has pages in memory for all of bytes `offset..offset + len`
     /// (`dst` their place in the mapping). A write into a hole (never written, or
     /// punched by a discard) through the mapping takes a new page in its page fault,
@@ -133,7 +134,6 @@ impl MappedFile {
     /// apart, and the write stops the process as a fault in the mapping would (see the
     /// module's doc).
     fn allocated(&self, offset: u64, dst: *mut u8, len: usize) -> bool {
-        const PAGE: usize = 4096;
         let first = dst as usize & !(PAGE - 1);
         let pages = (dst as usize + len - first).div_ceil(PAGE);
         let mut small = [0u8; 64];
@@ -171,7 +171,6 @@ impl MappedFile {
 ///
 /// `src..src + len` readable, `dst..dst + len` writable, the two apart.
 unsafe fn copy_by_pages(src: *const u8, dst: *mut u8, len: usize) {
-    const PAGE: usize = 4096;
     let mut done = 0;
     while done < len {
         let n = PAGE.min(len - done);
