@@ -18,6 +18,7 @@ use crate::file::zeroing::FileZeroing;
 use crate::{BlockDevice, IoBuf};
 use std::io;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use zblk_core::bio::{Request, Status};
 use zblk_core::geometry::Geometry;
@@ -69,6 +70,11 @@ pub struct DataFds<'a> {
     /// device bounces them through an aligned buffer: its page cache must not reorder
     /// writes to a sequential zone).
     pub buffered: Option<BorrowedFd<'a>>,
+    /// How many times the device has deallocated a range of the file behind the
+    /// descriptors (punched a hole) so far, raised before each punch; `None` for a
+    /// device that never does. A driver that writes through a mapping of the file
+    /// knows from it when a page it found allocated may have become a hole again.
+    pub holes_punched: Option<&'a AtomicU64>,
 }
 
 /// How a device carries out a WRITE_ZEROES: what [`Device::zeroing`] says and the

@@ -107,6 +107,9 @@ pub struct FileImage {
     /// The errno of the file system's last failed operation under a request (0:
     /// none): what the EIO the request completes with stood for.
     last_errno: std::sync::atomic::AtomicI32,
+    /// Ranges of the file deallocated so far ([`FileImage::punch_hole`]), for a
+    /// driver writing through a mapping of the file ([`DataFds::holes_punched`]).
+    holes_punched: std::sync::atomic::AtomicU64,
     /// The descriptor the open locked, held for the image's lifetime (its lock says
     /// the image is in use); every other descriptor on the image was opened from it.
     file: File,

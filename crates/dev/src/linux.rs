@@ -279,7 +279,7 @@ impl Device for LinuxZoned {
     }
 
     fn data_fds(&self) -> DataFds<'_> {
-        DataFds { direct: Some((self.ctl.file().as_fd(), self.align)), buffered: None }
+        DataFds { direct: Some((self.ctl.file().as_fd(), self.align)), buffered: None, holes_punched: None }
     }
 
     fn prepare(&self, req: &Request) -> Result<Plan, Status> {

@@ -65,7 +65,11 @@ fn on_the_spot(sh: &Shared, r: &Inflight) -> i32 {
         // SAFETY: the request's part of its BIO's buffer, which nobody else touches
         // until the request completes (as for the ring's entry).
         let buf = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
-        let done = if r.t.write { m.write(r.t.offset, buf) } else { m.read(r.t.offset, buf) };
+        let done = if r.t.write {
+            m.write(r.t.offset, buf, sh.device.data_fds().holes_punched)
+        } else {
+            m.read(r.t.offset, buf)
+        };
         if done {
             return i32::try_from(r.len).expect("a request moves less than 2 GiB");
         }

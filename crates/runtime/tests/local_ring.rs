@@ -36,6 +36,10 @@ fn image(dir: &std::path::Path) -> FileImage {
 }
 
 fn start(dir: &std::path::Path, backend: Backend) -> Option<Runtime> {
+    start_with(image(dir), backend)
+}
+
+fn start_with(dev: FileImage, backend: Backend) -> Option<Runtime> {
     if let Err(e) = zblk_runtime::io_uring_available() {
         // The local ring is io_uring itself: without it there is nothing to test.
         // Written past the test harness's capture, so that the suite's summary lists it.
@@ -43,7 +47,7 @@ fn start(dir: &std::path::Path, backend: Backend) -> Option<Runtime> {
         return None;
     }
     let engine = EngineConfig { policy: IssuePolicy::Zwp, ..EngineConfig::default() };
-    Some(Runtime::start(image(dir), RuntimeConfig { engine, backend, ..RuntimeConfig::default() }).unwrap())
+    Some(Runtime::start(dev, RuntimeConfig { engine, backend, ..RuntimeConfig::default() }).unwrap())
 }
 
 /// Four 4 KiB writes of zone 1 submitted at once (block `i` filled with `i + 1`),
@@ -330,37 +334,32 @@ fn child_writes_an_image_on_a_full_file_system() {
     println!("CHILD-DONE {results:?}");
 }
 
-/// A write of an image in memory into a hole of its file (a sparse image, never
-/// written there) on a file system that is full fails with an error, as `pwrite`
-/// says ENOSPC, instead of killing the server with SIGBUS in the mapping's page
-/// fault: writes with a hole in their way do not go through the mapping.
-#[test]
-fn a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error() {
+/// Runs the child test `child` with `env` naming a tmpfs of `size` mounted for it
+/// (SKIPPED, `None`, where io_uring is missing or no tmpfs can be mounted): its exit
+/// status and output, and the line it printed with `CHILD-DONE`, checked for a
+/// successful exit first.
+fn child_on_small_tmpfs(test: &str, child: &str, env: &str, size: &str) -> Option<String> {
     if zblk_runtime::io_uring_available().is_err() {
         // The child would skip and print nothing to check.
-        let _ =
-            writeln!(std::io::stderr(), "SKIPPED a_write_of_an_image_on_a_full_tmpfs_...: io_uring is not available");
-        return;
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: io_uring is not available");
+        return None;
     }
     let dir = disk_dir();
     let m = dir.path().join("m");
     std::fs::create_dir(&m).unwrap();
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
         .arg(&m)
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error: cannot mount a tmpfs (needs root)"
-        );
-        return;
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: cannot mount a tmpfs (needs root)");
+        return None;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_writes_an_image_on_a_full_file_system", "--nocapture", "--test-threads=1"])
-        .env("ZBLK_FULL_CHILD", &m)
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(env, &m)
         .output();
     let _ = std::process::Command::new("umount").arg(&m).status();
     let out = out.unwrap();
@@ -368,7 +367,75 @@ fn a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error() {
     let what = format!("exit status {:?}\nstdout: {stdout}\nstderr: {stderr}", out.status);
     assert!(out.status.success(), "{what}");
     let done = stdout.lines().find(|l| l.contains("CHILD-DONE")).unwrap_or_else(|| panic!("{what}"));
+    Some(format!("{done}\n{what}"))
+}
+
+/// A write of an image in memory into a hole of its file (a sparse image, never
+/// written there) on a file system that is full fails with an error, as `pwrite`
+/// says ENOSPC, instead of killing the server with SIGBUS in the mapping's page
+/// fault: writes with a hole in their way do not go through the mapping.
+#[test]
+fn a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error() {
+    let test = "a_write_of_an_image_on_a_full_tmpfs_fails_with_an_error";
+    let child = "child_writes_an_image_on_a_full_file_system";
+    let Some(done) = child_on_small_tmpfs(test, child, "ZBLK_FULL_CHILD", "1M") else { return };
+    let line = done.lines().next().unwrap();
     // The first write finds no page and fails; the others fail behind it.
-    assert!(done.contains("(0, Err("), "the first write failed: {what}");
-    assert!(!done.contains("Ok("), "no write succeeded: {what}");
+    assert!(line.contains("(0, Err("), "the first write failed: {done}");
+    assert!(!line.contains("Ok("), "no write succeeded: {done}");
+}
+
+/// The child of `a_write_into_a_range_the_image_punched_on_a_full_tmpfs_fails_with_an_error`:
+/// an image of conventional zones (but one) in a small tmpfs, written whole (so that
+/// the mapping knows its pages allocated); writes a block 4 MiB in through the mapping,
+/// discards it (the image punches it out), fills the file system, writes the block
+/// again, and prints what each step got.
+#[test]
+fn child_writes_a_punched_range_on_a_full_file_system() {
+    let Some(dir) = std::env::var_os("ZBLK_PUNCHED_CHILD") else { return };
+    let p = std::path::Path::new(&dir).join("img");
+    let geometry = zblk_core::geometry::GeometryParams {
+        capacity_bytes: 8 << 20,
+        zone_size_bytes: 1 << 20,
+        nr_conv: 7,
+        ..Default::default()
+    };
+    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
+    let dev = FileImage::open(&p, &ImageOptions::default()).unwrap();
+    let Some(rt) = start_with(dev, Backend::Auto) else { return };
+    let sub = rt.submitter();
+    let wait = |rx: std::sync::mpsc::Receiver<_>| rx.recv_timeout(std::time::Duration::from_secs(20)).unwrap();
+    let write = |sector: u64, len: usize, tag: u8| {
+        let (tx, rx) = channel();
+        let data = AlignedBuf::from_slice(&vec![tag; len]);
+        let io = Io::write(Sector(sector), data);
+        sub.on_local_ring(&mut Vec::new(), || sub.submit(io, move |d| tx.send(d.result).unwrap()));
+        wait(rx)
+    };
+    // Every page of the data written: the mapping allocates (and knows) its chunks.
+    let whole: Vec<_> = (0..7).map(|z| write(z * ZONE, 1 << 20, 9)).collect();
+    println!("whole {whole:?}");
+    let block = 4 * ZONE;
+    println!("first write {:?}", write(block, 4096, 1));
+    let (tx, rx) = channel();
+    sub.submit(Io::discard(Sector(block), 8), move |d| tx.send(d.result).unwrap());
+    println!("discard {:?}", wait(rx));
+    let mut filler = std::fs::File::create(std::path::Path::new(&dir).join("filler")).unwrap();
+    while filler.write_all(&[7; 65536]).is_ok() {}
+    println!("CHILD-DONE {:?}", write(block, 4096, 2));
+}
+
+/// The same for a hole the image itself punched (a discard) under a part of the file
+/// the mapping had found allocated: the write after it, on a full file system, fails
+/// with an error. A mapping that remembered the pages past the punch would write
+/// through them and die of SIGBUS.
+#[test]
+fn a_write_into_a_range_the_image_punched_on_a_full_tmpfs_fails_with_an_error() {
+    let test = "a_write_into_a_range_the_image_punched_on_a_full_tmpfs_fails_with_an_error";
+    let child = "child_writes_a_punched_range_on_a_full_file_system";
+    let Some(done) = child_on_small_tmpfs(test, child, "ZBLK_PUNCHED_CHILD", "12M") else { return };
+    let step = |name: &str| done.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("{name}: {done}"));
+    assert!(!step("whole").contains("Err"), "the image written whole: {done}");
+    assert!(step("first write").contains("Ok(") && step("discard").contains("Ok("), "{done}");
+    assert!(done.lines().next().unwrap().contains("CHILD-DONE Err("), "the write into the hole failed: {done}");
 }

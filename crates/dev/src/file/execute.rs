@@ -27,6 +27,16 @@ impl FileImage {
         Status::IoErr
     }
 
+    /// Deallocates `[offset, offset + len)` of the file (see
+    /// [`Media::punch_hole`](super::media::Media::punch_hole)), counted first in
+    /// [`DataFds::holes_punched`]: a driver writing through a mapping of the file that
+    /// saw the count before the punch treats the pages as allocated no longer than a
+    /// `mincore` of them before the punch would have.
+    pub(super) fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.holes_punched.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.media.punch_hole(offset, len)
+    }
+
     /// Carries out a transfer synchronously (the thread-pool driver's path for every
     /// read and write, and every driver's for buffers it cannot hand to the kernel)
     /// and finishes it.
@@ -44,7 +54,7 @@ impl FileImage {
                 self.media.write_at(data, t.offset)
             }
             // A write without data: the range reads back as zeroes.
-            (true, _) => self.media.punch_hole(t.offset, len),
+            (true, _) => self.punch_hole(t.offset, len),
             // A read nobody wants the data of.
             (false, _) => Ok(()),
         };
@@ -77,7 +87,7 @@ impl FileImage {
             Op::WriteZeroes => self.with_commits(req, || self.execute_write_zeroes(req)),
             Op::Discard => {
                 check_discard(&self.geo, req)?;
-                io(self.media.punch_hole(self.file_offset(req.sector), u64::from(req.nr_sectors) << SECTOR_SHIFT))?;
+                io(self.punch_hole(self.file_offset(req.sector), u64::from(req.nr_sectors) << SECTOR_SHIFT))?;
                 Ok(req.sector)
             }
             Op::Flush => io(self.commit_io()).map(|()| req.sector),
@@ -103,6 +113,8 @@ impl FileImage {
     /// refuses (EOPNOTSUPP) is dropped for the next one, for good. Returns the method
     /// that did it.
     fn zero_file(&self, offset: u64, len: u64, nounmap: bool) -> io::Result<FileZeroing> {
+        // A fallocate method may deallocate the range as a punch does.
+        self.holes_punched.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         loop {
             let m = self.zeroing_for(nounmap);
             match self.media.zero_range(m, offset, len) {
@@ -132,7 +144,7 @@ impl FileImage {
                 // Before the finish is recorded anywhere: a crash after the punch and
                 // before the commit leaves zeroes past the write pointer, harmless.
                 let start = self.geo.zone_start(z) + wp;
-                io(self.media.punch_hole(self.file_offset(start), (self.geo.zone_len(z) - wp) << SECTOR_SHIFT))?;
+                io(self.punch_hole(self.file_offset(start), (self.geo.zone_len(z) - wp) << SECTOR_SHIFT))?;
             }
         }
         let mut st = self.lock_state();
@@ -188,7 +200,7 @@ impl Device for FileImage {
         // ways goes stale, see `FileMedia::goes_direct`).
         // SAFETY: as above.
         let buffered = if direct.is_some() { None } else { Some(unsafe { BorrowedFd::borrow_raw(self.buffered_fd) }) };
-        DataFds { direct, buffered }
+        DataFds { direct, buffered, holes_punched: Some(&self.holes_punched) }
     }
 
     fn prepare(&self, req: &Request) -> Result<Plan, Status> {

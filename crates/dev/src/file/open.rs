@@ -114,6 +114,7 @@ impl FileImage {
             zeroing_probe: probe,
             repairs: rec.repairs,
             last_errno: std::sync::atomic::AtomicI32::new(0),
+            holes_punched: std::sync::atomic::AtomicU64::new(0),
             file,
         };
         if !opts.read_only {
@@ -164,7 +165,7 @@ impl FileImage {
                 }
                 let start = self.geo.zone_start(z) + e.wp_offset;
                 let len = self.geo.zone_len(z) - e.wp_offset.min(self.geo.zone_len(z));
-                self.media.punch_hole(self.file_offset(start), len << SECTOR_SHIFT)?;
+                self.punch_hole(self.file_offset(start), len << SECTOR_SHIFT)?;
             }
         }
         // Invalidate, rewrite, validate: a process killed half-way leaves an invalid

@@ -172,7 +172,7 @@ impl FileImage {
             // Punched before the state lock is let go: once it is, the rolled-back
             // write pointer lets a new write (an append, say) into this range, and a
             // later punch would zero it after its acknowledgement.
-            let _ = self.media.punch_hole(self.file_offset(at), len << SECTOR_SHIFT);
+            let _ = self.punch_hole(self.file_offset(at), len << SECTOR_SHIFT);
         }
         drop(guard);
         result
@@ -189,7 +189,7 @@ impl FileImage {
         // host acknowledges in zone order): they go, and read as zeroes.
         let zstart = self.geo.zone_start(z);
         for &(s, e, _) in above.iter().filter(|&&(s, _, acked)| !acked && s >= off) {
-            let _ = self.media.punch_hole(self.file_offset(zstart + s), (e - s) << SECTOR_SHIFT);
+            let _ = self.punch_hole(self.file_offset(zstart + s), (e - s) << SECTOR_SHIFT);
         }
         above.retain(|&(s, _, acked)| acked || s < off);
         // `>=`: a write in flight that starts where the write pointer goes back to
@@ -210,7 +210,7 @@ impl FileImage {
             // rest reads as zeroes, as after a FINISH.
             if info.cond == ZoneCond::Full && off > 0 && active_full {
                 let tail = self.geo.zone_start(z) + off;
-                let _ = self.media.punch_hole(self.file_offset(tail), (self.geo.zone_len(z) - off) << SECTOR_SHIFT);
+                let _ = self.punch_hole(self.file_offset(tail), (self.geo.zone_len(z) - off) << SECTOR_SHIFT);
                 return;
             }
             info.wp = info.start + off;
