@@ -281,9 +281,11 @@ fn install() -> Option<libc::sigaction> {
 }
 
 /// What the handler says before exiting (async-signal-safe: one `write`).
-const SHORTENED: &[u8] = b"zblk: the image's file was shortened while zblk had it mapped (another process \
-truncated it, ignoring the image's lock): the data past its new end is gone; stopping (exit status 1). \
-Check the image with `zblk check` before using it again.\n";
+/// Another process that punches a hole into a part of the file zblk allocated, on a
+/// full file system, gets the same: the write into the hole faults.
+const SHORTENED: &[u8] = b"zblk: the image's file was shortened while zblk had it mapped, or a hole was \
+punched in it while its file system was full (another process changed it, ignoring the image's lock): data \
+in it is gone; stopping (exit status 1). Check the image with `zblk check` before using it again.\n";
 
 /// Says that the image's file was shortened under its mapping and exits with status
 /// 1, from the SIGBUS handler or from a write that finds the file's end moved.
