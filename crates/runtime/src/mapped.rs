@@ -56,7 +56,7 @@ pub(crate) struct MappedFile {
     epoch: AtomicU64,
     /// Held to allocate or forget chunks (a write that finds its chunks known takes
     /// no lock); false once the file system said it cannot allocate ahead (ramfs).
-    learning: Mutex<bool>,
+    allocating: Mutex<bool>,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -94,7 +94,7 @@ impl MappedFile {
             .position(|(s, _)| s.compare_exchange(0, start, Ordering::AcqRel, Ordering::Acquire).is_ok())?;
         RANGES[slot].1.store(end, Ordering::Release);
         let known = (0..map.len().div_ceil(CHUNK).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
-        Some(MappedFile { map, fd, writable, slot, known, epoch: AtomicU64::new(0), learning: Mutex::new(true) })
+        Some(MappedFile { map, fd, writable, slot, known, epoch: AtomicU64::new(0), allocating: Mutex::new(true) })
     }
 
     /// The address of bytes `offset..offset + len` of the file in the mapping, or
@@ -165,7 +165,7 @@ impl MappedFile {
         if self.epoch.load(Ordering::Acquire) == now && chunks.clone().all(|c| self.is_known(c)) {
             return true;
         }
-        let mut can_allocate = self.learning.lock().unwrap_or_else(|p| p.into_inner());
+        let mut can_allocate = self.allocating.lock().unwrap_or_else(|p| p.into_inner());
         if self.epoch.load(Ordering::Acquire) != now {
             self.known.iter().for_each(|w| w.store(0, Ordering::Release));
             self.epoch.store(now, Ordering::Release);
