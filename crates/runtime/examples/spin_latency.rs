@@ -16,6 +16,7 @@ use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
 use zblk_runtime::{Io, Runtime, RuntimeConfig};
+
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "/var/tmp".to_string());
     let path = std::path::Path::new(&dir).join("zblk-spin.img");

@@ -330,9 +330,6 @@ pub(super) unsafe fn take(token: u64) -> Box<Inflight> {
 mod tests {
     use super::*;
 
-    /// The completion thread's rule on a passthrough (wide) ring: what it queued
-    /// goes once a quarter of the requests in flight wait (at least one); on a plain
-    /// ring, at once. And what the ring handed over is counted per system call.
     /// Whether io_uring can be tested here. As the runtime's io_uring tests
     /// (tests/common): required under ZBLK_REQUIRE_URING=1, else `test` says SKIPPED,
     /// written past the harness's capture so that the suite's summary lists it.
@@ -345,6 +342,9 @@ mod tests {
         false
     }
 
+    /// The completion thread's rule on a passthrough (wide) ring: what it queued
+    /// goes once a quarter of the requests in flight wait (at least one); on a plain
+    /// ring, at once. And what the ring handed over is counted per system call.
     #[test]
     fn passthrough_commands_go_a_quarter_of_the_depth_at_a_time() {
         if !uring_or_skip("passthrough_commands_go_a_quarter_of_the_depth_at_a_time") {
