@@ -118,10 +118,18 @@ fn bench_on_an_image_is_not_simulated() {
     let out = ok(&["bench", "--image", &p, "--rw", "randwrite", "--bs", "4k", "--iodepth", "8", "--io_size", "2M"]);
     assert!(!out.to_lowercase().contains("simulated"), "{out}");
     assert!(out.contains("write: IOPS="), "{out}");
+    // What the I/O cost the process, as fio's cpu line, and per I/O.
+    let cpu = out.lines().find(|l| l.starts_with("cpu (the whole process")).unwrap_or_else(|| panic!("{out}"));
+    assert!(cpu.contains("usr=") && cpu.contains("sys=") && cpu.ends_with("us of CPU per I/O"), "{cpu}");
     let out = ok(&["bench", "--image", &p, "--rw", "read", "--bs", "64k", "--iodepth", "4", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["zblk"]["simulated"], false);
     assert!(v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap() > 0, "{v}");
+    let (c, ios) = (&v["zblk"]["cpu"], v["jobs"][0]["read"]["total_ios"].as_f64().unwrap());
+    let used = (c["user_ns"].as_u64().unwrap() + c["sys_ns"].as_u64().unwrap()) as f64;
+    assert!(used > 0.0 && c["context_switches"].as_u64().is_some(), "{v}");
+    let per_io = v["zblk"]["cpu_ns_per_io"].as_f64().unwrap();
+    assert!((per_io * ios - used).abs() <= 1.0 + used * 1e-9, "{per_io} ns x {ios} I/Os against {used} ns: {v}");
 }
 
 /// `bench --image --poll`: the runtime's completion thread finds the completions of

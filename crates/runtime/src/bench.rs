@@ -48,6 +48,43 @@ pub struct RealReport {
     /// How the io_uring ring handed the run's entries to the kernel (`None` without
     /// a ring).
     pub ring: Option<RingStats>,
+    /// The CPU the whole process used over the run (every thread's).
+    pub cpu: CpuUse,
+}
+
+/// CPU time and context switches of the whole process (`getrusage(RUSAGE_SELF)`):
+/// every thread's, the submitting, completion and worker threads alike, where fio
+/// reports each job thread's. What an I/O costs the machine, beside what it gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CpuUse {
+    /// Time in user space, nanoseconds.
+    pub user_ns: u64,
+    /// Time in the kernel, nanoseconds.
+    pub sys_ns: u64,
+    /// Context switches, voluntary and not.
+    pub context_switches: u64,
+}
+
+impl CpuUse {
+    /// What the process has used so far.
+    pub fn now() -> CpuUse {
+        // SAFETY: getrusage fills the struct it is given, which is plain data.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; RUSAGE_SELF cannot fail with a valid pointer.
+        let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        assert_eq!(r, 0, "getrusage(RUSAGE_SELF) failed: {}", std::io::Error::last_os_error());
+        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+        CpuUse { user_ns: ns(u.ru_utime), sys_ns: ns(u.ru_stime), context_switches: (u.ru_nvcsw + u.ru_nivcsw) as u64 }
+    }
+
+    /// What was used from `before` to `self`.
+    pub fn since(self, before: CpuUse) -> CpuUse {
+        CpuUse {
+            user_ns: self.user_ns.saturating_sub(before.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(before.sys_ns),
+            context_switches: self.context_switches.saturating_sub(before.context_switches),
+        }
+    }
 }
 
 /// Runs `specs` on the runtime's device, named `image` in the report, and measures
@@ -79,6 +116,7 @@ pub fn run_jobs_appending(
     let pool = buffers(specs, seed);
     let before = rt.engine_stats();
     let ring_before = rt.ring_stats();
+    let cpu_before = CpuUse::now();
     let t0 = Instant::now();
     let run = Arc::new(BenchRun {
         sub: rt.submitter(),
@@ -103,6 +141,7 @@ pub fn run_jobs_appending(
         st = run.finished.wait(st).unwrap_or_else(|p| p.into_inner());
     }
     let elapsed_ns = t0.elapsed().as_nanos() as u64;
+    let cpu = CpuUse::now().since(cpu_before);
     let jobs = st.fio.results(group);
     drop(st);
     let after = rt.engine_stats();
@@ -115,6 +154,7 @@ pub fn run_jobs_appending(
         jobs,
         engine: diff_stats(&before, &after),
         ring: rt.ring_stats().zip(ring_before).map(|(a, b)| a.since(b)),
+        cpu,
     })
 }
 

@@ -105,7 +105,23 @@ fn text(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
             ring.entries as f64 / ring.submissions as f64
         );
     }
+    let (c, wall) = (&r.cpu, r.elapsed_ns.max(1) as f64);
+    let per_io = cpu_ns_per_io(r).map_or(String::new(), |ns| format!(", {:.2} us of CPU per I/O", ns / 1e3));
+    let _ = writeln!(
+        out,
+        "cpu (the whole process, every thread): usr={:.2}%, sys={:.2}% of one CPU, ctx={}{per_io}",
+        c.user_ns as f64 * 100.0 / wall,
+        c.sys_ns as f64 * 100.0 / wall,
+        c.context_switches
+    );
     out
+}
+
+/// The process's CPU time over the run per I/O done (reads and writes), or
+/// `None` when none was.
+fn cpu_ns_per_io(r: &RealReport) -> Option<f64> {
+    let ios: u64 = r.jobs.iter().map(|j| j.read.ios + j.write.ios).sum();
+    (ios > 0).then(|| (r.cpu.user_ns + r.cpu.sys_ns) as f64 / ios as f64)
 }
 
 fn json_report(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
@@ -123,6 +139,8 @@ fn json_report(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
             "zone_sectors": geo.zone_sectors(),
             "engine": r.engine,
             "ring": r.ring,
+            "cpu": r.cpu,
+            "cpu_ns_per_io": cpu_ns_per_io(r),
         },
         "jobs": jobs,
     });
