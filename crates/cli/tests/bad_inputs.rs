@@ -198,7 +198,7 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ("zero-length-check", ": > e.img; $Z check e.img", Some(8), "empty file"),
     (
         "kill-during-write",
-        "( head -c 8M /dev/zero; sleep 3 ) | $Z write a.img -o 4M -l 16M -i - & sleep 1.5; kill -9 $!; wait; $Z check -y a.img >/dev/null; $Z check a.img && $Z report a.img -c 3 | tail -1 | grep -q 'wptr 0x002000 .*zcond:14(fu)'",
+        "( head -c 8M /dev/zero; : > sent; sleep 3 ) | $Z write a.img -o 4M -l 16M -i - & until [ -e sent ]; do sleep 0.05; done; sleep 1; kill -9 $!; wait; $Z check -y a.img >/dev/null; $Z check a.img && $Z report a.img -c 3 | tail -1 | grep -q 'wptr 0x002000 .*zcond:14(fu)'",
         Some(0),
         "",
     ),
