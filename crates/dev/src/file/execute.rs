@@ -33,8 +33,14 @@ impl FileImage {
     /// saw the count before the punch treats the pages as allocated no longer than a
     /// `mincore` of them before the punch would have.
     pub(super) fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.holes_punched.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.may_deallocate();
         self.media.punch_hole(offset, len)
+    }
+
+    /// Counts, before it happens, an operation that may deallocate part of the file
+    /// ([`DataFds::holes_punched`]).
+    fn may_deallocate(&self) {
+        self.holes_punched.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Carries out a transfer synchronously (the thread-pool driver's path for every
@@ -114,7 +120,7 @@ impl FileImage {
     /// that did it.
     fn zero_file(&self, offset: u64, len: u64, nounmap: bool) -> io::Result<FileZeroing> {
         // A fallocate method may deallocate the range as a punch does.
-        self.holes_punched.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.may_deallocate();
         loop {
             let m = self.zeroing_for(nounmap);
             match self.media.zero_range(m, offset, len) {
