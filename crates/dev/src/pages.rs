@@ -24,6 +24,16 @@ pub const CHUNK_PAGES: usize = 512;
 
 type Page = [u8; PAGE_BYTES];
 
+/// What [`PageStore::slices`] gives for bytes never written.
+static ZEROES: [u8; 16 * PAGE_BYTES] = [0; 16 * PAGE_BYTES];
+
+/// Calls `f` with `len` bytes of zeroes, in slices of a static run of them.
+pub fn zeroes(len: usize, mut f: impl FnMut(&[u8])) {
+    for at in (0..len).step_by(ZEROES.len()) {
+        f(&ZEROES[..ZEROES.len().min(len - at)]);
+    }
+}
+
 /// Bytes of a chunk: 2 MiB, the size of a transparent huge page.
 const CHUNK_BYTES: usize = CHUNK_PAGES * PAGE_BYTES;
 
@@ -124,10 +134,6 @@ impl PageStore {
         self.map.pages().map(|p| (Sector(p * SECTORS_PER_PAGE), SECTORS_PER_PAGE))
     }
 
-    fn slot(&self, s: u32) -> &Page {
-        &self.chunks[s as usize / CHUNK_PAGES][s as usize % CHUNK_PAGES]
-    }
-
     fn slot_mut(&mut self, s: u32) -> &mut Page {
         &mut self.chunks[s as usize / CHUNK_PAGES][s as usize % CHUNK_PAGES]
     }
@@ -172,13 +178,42 @@ impl PageStore {
     /// written.
     pub fn read(&self, sector: Sector, buf: &mut [u8]) {
         let mut done = 0;
-        PageStore::pieces(sector, buf.len(), |page, off, n| {
-            match self.map.get(page) {
-                Some(s) => buf[done..done + n].copy_from_slice(&self.slot(s)[off..off + n]),
-                None => buf[done..done + n].fill(0),
-            }
-            done += n;
+        self.slices(sector, buf.len(), |part| {
+            buf[done..done + part.len()].copy_from_slice(part);
+            done += part.len();
         });
+    }
+
+    /// Calls `f` with the `len` bytes from `sector`, in order, as slices of the store:
+    /// of its pages (pages next to each other in a chunk, as pages written in order
+    /// are, in one slice) and of a static run of zeroes where nothing was written.
+    /// For a reader that copies them on itself (a served device hands them to the
+    /// kernel as one vectored write) instead of through a buffer of its own.
+    pub fn slices(&self, sector: Sector, len: usize, mut f: impl FnMut(&[u8])) {
+        // The run not yet given to `f`: bytes [from, to) of chunk `c`, or `to - from`
+        // zeroes for `c == usize::MAX`.
+        let (mut c, mut from, mut to) = (usize::MAX, 0, 0);
+        let mut flush = |c: usize, from: usize, to: usize| {
+            if c != usize::MAX {
+                f(&self.chunks[c].as_flattened()[from..to]);
+            } else {
+                zeroes(to - from, &mut f);
+            }
+        };
+        PageStore::pieces(sector, len, |page, off, n| {
+            let (pc, pfrom) = match self.map.get(page) {
+                Some(s) => (s as usize / CHUNK_PAGES, s as usize % CHUNK_PAGES * PAGE_BYTES + off),
+                None => (usize::MAX, to),
+            };
+            if pc != c || pfrom != to {
+                flush(c, from, to);
+                (c, from) = (pc, pfrom);
+            }
+            to = pfrom + n;
+        });
+        if from < to {
+            flush(c, from, to);
+        }
     }
 
     /// Stores `data` at `sector`, allocating the pages it touches.

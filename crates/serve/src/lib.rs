@@ -18,7 +18,7 @@ pub mod served;
 pub mod ublk;
 
 pub use paced::{DataStore, PacedInfo, PacedSim, SimBuilder};
-pub use served::{DataLimit, Done, DoneFn, Replay, Reply, Req, RuntimeServed, Served};
+pub use served::{CopyOut, DataLimit, Done, DoneFn, PagesOut, Replay, Reply, Req, RuntimeServed, Served};
 
 use zblk_core::geometry::Geometry;
 

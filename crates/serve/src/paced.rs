@@ -20,7 +20,7 @@
 //! enough they become small beside the model's, and what the kernel measures, scaled
 //! back by N, is what the model does under the kernel.
 
-use crate::served::{Done, DoneFn, Reply, Req, Served, encode_zone, outcome, report_count};
+use crate::served::{CopyOut, Done, DoneFn, Reply, Req, Served, encode_zone, outcome, report_count};
 use crate::{BLK_ZONE_BYTES, ServeError, say};
 use slab::Slab;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -175,7 +175,7 @@ impl Served for PacedSim {
             let buf = match req {
                 Req::Io { buf, .. } | Req::Report { buf, .. } => buf,
             };
-            done(Reply { result: Err(libc::EIO), buf, copy_out: 0 });
+            done(Reply { result: Err(libc::EIO), buf, copy_out: CopyOut::Nothing });
         }
     }
 }
@@ -323,7 +323,7 @@ impl Pacer {
                     encode_zone(z, &mut buf[i * BLK_ZONE_BYTES..(i + 1) * BLK_ZONE_BYTES]);
                 }
                 let n = count * BLK_ZONE_BYTES;
-                return done(Reply { result: Ok(Done::Bytes(n as i32)), buf, copy_out: n });
+                return done(Reply { result: Ok(Done::Bytes(n as i32)), buf, copy_out: CopyOut::Buf(n) });
             }
             Req::Io { op, sector, nr_sectors, flags, buf } => (op, sector, nr_sectors, flags, buf),
         };
@@ -336,7 +336,7 @@ impl Pacer {
                     self.store.bytes()
                 ));
             }
-            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: 0 });
+            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
         }
         if writes {
             self.writing += len as u64;
@@ -469,14 +469,14 @@ mod tests {
         let a = call(&p, io(Op::ZoneAppend, 0, &[6u8; 4096]));
         assert_eq!(a.result, Ok(Done::Appended(4096, 16)));
         let r = call(&p, io(Op::Read, 0, &[0u8; 16384]));
-        assert_eq!((r.result, r.copy_out), (Ok(Done::Bytes(16384)), 16384));
+        assert_eq!((r.result, r.copy_out.buf_bytes()), (Ok(Done::Bytes(16384)), 16384));
         assert!(r.buf[..8192].iter().all(|&x| x == 5) && r.buf[8192..12288].iter().all(|&x| x == 6));
         assert!(r.buf[12288..].iter().all(|&x| x == 0));
         // Off the write pointer: the model's device refuses it, as a drive would.
         let bad = call(&p, io(Op::Write, 0, &[1u8; 4096]));
         assert_eq!(bad.result, Err(libc::EIO));
         let rep = call(&p, Req::Report { first: 0, nr_zones: 2, buf: AlignedBuf::zeroed(4096) });
-        assert_eq!(rep.copy_out, 2 * BLK_ZONE_BYTES);
+        assert_eq!(rep.copy_out.buf_bytes(), 2 * BLK_ZONE_BYTES);
         assert_eq!(u64::from_ne_bytes(rep.buf[16..24].try_into().unwrap()), 24, "zone 0's write pointer");
         let z = call(&p, io(Op::ZoneReset, 0, &[]));
         assert_eq!(z.result, Ok(Done::Bytes(0)));

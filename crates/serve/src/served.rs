@@ -62,8 +62,92 @@ pub struct Reply {
     pub result: Result<Done, i32>,
     /// The request's buffer back.
     pub buf: AlignedBuf,
-    /// How many bytes of `buf` go to the kernel (a read's data, a zone report).
-    pub copy_out: usize,
+    /// What goes to the kernel's request.
+    pub copy_out: CopyOut,
+}
+
+/// What of a served request goes back to the kernel's request.
+pub enum CopyOut {
+    /// Nothing (a write, a request without data, a failure).
+    Nothing,
+    /// The first bytes of the reply's buffer: a read's data, a zone report.
+    Buf(usize),
+    /// A completed read's data, straight from the memory device's pages: one copy
+    /// (into the kernel's request) instead of two.
+    Pages(PagesOut),
+}
+
+impl CopyOut {
+    /// The bytes of the buffer that go out (0 unless [`CopyOut::Buf`]).
+    pub fn buf_bytes(&self) -> usize {
+        if let CopyOut::Buf(n) = self { *n } else { 0 }
+    }
+}
+
+impl std::fmt::Debug for CopyOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CopyOut::Nothing => write!(f, "Nothing"),
+            CopyOut::Buf(n) => write!(f, "Buf({n})"),
+            CopyOut::Pages(p) => write!(f, "Pages({} bytes at sector {})", p.len, p.sector.0),
+        }
+    }
+}
+
+/// A read that completed through the engine without a buffer
+/// ([`Io::read_unbuffered`]), whose data the memory device's pages hold.
+pub struct PagesOut {
+    dev: Arc<Locked<MemDevice>>,
+    sector: Sector,
+    len: usize,
+}
+
+/// Most `iovec`s one vectored system call takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
+impl PagesOut {
+    /// Bytes of the read.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the read has no bytes (never: a read has a sector at least).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Hands the read's bytes to `write` as `iovec`s over the device's pages (and
+    /// runs of zeroes), under the device's lock, at most [`IOV_MAX`] of them a call:
+    /// `write(offset of the first byte in the read, iovecs)` returns how many bytes
+    /// it took, or an errno; fewer than given is EIO. `iov` is scratch space, kept
+    /// by the caller so that a read allocates nothing; it holds no pointer after.
+    pub fn write_out(
+        &self,
+        iov: &mut Vec<libc::iovec>,
+        mut write: impl FnMut(u64, &[libc::iovec]) -> Result<usize, i32>,
+    ) -> Result<(), i32> {
+        let dev = self.dev.lock();
+        iov.clear();
+        dev.read_slices(self.sector, self.len, |p| {
+            iov.push(libc::iovec { iov_base: p.as_ptr().cast_mut().cast(), iov_len: p.len() })
+        });
+        let mut at = 0u64;
+        let mut result = Ok(());
+        for group in iov.chunks(IOV_MAX) {
+            let want: usize = group.iter().map(|v| v.iov_len).sum();
+            match write(at, group) {
+                Ok(n) if n == want => at += want as u64,
+                Ok(_) => result = Err(libc::EIO),
+                Err(e) => result = Err(e),
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        // (The pointers are the locked device's: none outlives the lock.)
+        iov.clear();
+        result
+    }
 }
 
 /// What a served request returns to the kernel.
@@ -203,13 +287,26 @@ pub struct RuntimeServed {
     geo: Geometry,
     limit: Option<DataLimit>,
     replay: Option<Replay>,
+    /// The memory device behind the runtime, whose reads go to the kernel straight
+    /// from its pages.
+    pages: Option<Arc<Locked<MemDevice>>>,
 }
 
 impl RuntimeServed {
     /// Serves through `sub` a device of geometry `geo`, its written data bounded by
     /// `limit` (a memory device).
     pub fn new(sub: Submitter, geo: Geometry, limit: Option<DataLimit>) -> RuntimeServed {
-        RuntimeServed { sub, geo, limit, replay: None }
+        RuntimeServed { sub, geo, limit, replay: None, pages: None }
+    }
+
+    /// The same, the device behind `sub` being `dev`, the memory device: a read goes
+    /// through the engine without a buffer ([`Io::read_unbuffered`]) and, once it
+    /// completed, its data goes to the kernel from the device's pages
+    /// ([`CopyOut::Pages`]), instead of being copied into the request's buffer
+    /// first and from there.
+    pub fn reading_from(mut self, dev: Arc<Locked<MemDevice>>) -> RuntimeServed {
+        self.pages = Some(dev);
+        self
     }
 
     /// The same, serving a device recovered from a server that died: the writes
@@ -251,7 +348,7 @@ impl RuntimeServed {
                 ));
             }
             let result = if same { Ok(Done::Bytes(len as i32)) } else { Err(Status::Unaligned.errno()) };
-            done(Reply { result, buf, copy_out: 0 });
+            done(Reply { result, buf, copy_out: CopyOut::Nothing });
         });
     }
 
@@ -268,7 +365,7 @@ impl RuntimeServed {
                 }
             }
         }
-        let copy_out = if result.is_ok() { count * BLK_ZONE_BYTES } else { 0 };
+        let copy_out = if result.is_ok() { CopyOut::Buf(count * BLK_ZONE_BYTES) } else { CopyOut::Nothing };
         done(Reply { result, buf, copy_out });
     }
 }
@@ -289,10 +386,20 @@ impl Served for RuntimeServed {
             Req::Io { op, sector, nr_sectors, flags, buf } => (op, sector, nr_sectors, flags, buf),
         };
         if matches!(op, Op::Write | Op::ZoneAppend) && self.limit.as_ref().is_some_and(|l| l.refuses(op, sector, len)) {
-            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: 0 });
+            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
         }
         if self.replayed(op, sector, nr_sectors) {
             return self.acknowledge_replayed(sector, len, buf, done);
+        }
+        if let (Op::Read, Some(dev)) = (op, &self.pages) {
+            let dev = Arc::clone(dev);
+            return self.sub.submit(Io::read_unbuffered(sector, nr_sectors), move |d: IoDone| {
+                let (result, copy_out) = match outcome(op, len, d.result) {
+                    (Ok(done), _) => (Ok(done), CopyOut::Pages(PagesOut { dev, sector, len })),
+                    failed => failed,
+                };
+                done(Reply { result, buf, copy_out });
+            });
         }
         // The buffer travels with a data I/O; the others leave it here until done.
         let (io, spare) = match op {
@@ -316,15 +423,16 @@ impl Served for RuntimeServed {
     }
 }
 
-/// The kernel's view of a finished I/O of `len` bytes.
-pub fn outcome(op: Op, len: usize, r: Result<Sector, Status>) -> (Result<Done, i32>, usize) {
+/// The kernel's view of a finished I/O of `len` bytes (a read's data in the
+/// request's buffer).
+pub fn outcome(op: Op, len: usize, r: Result<Sector, Status>) -> (Result<Done, i32>, CopyOut) {
     match r {
-        Err(s) => (Err(s.errno()), 0),
+        Err(s) => (Err(s.errno()), CopyOut::Nothing),
         Ok(at) => match op {
-            Op::ZoneAppend => (Ok(Done::Appended(len as i32, at.0)), 0),
-            Op::Read => (Ok(Done::Bytes(len as i32)), len),
-            Op::Write => (Ok(Done::Bytes(len as i32)), 0),
-            _ => (Ok(Done::Bytes(0)), 0),
+            Op::ZoneAppend => (Ok(Done::Appended(len as i32, at.0)), CopyOut::Nothing),
+            Op::Read => (Ok(Done::Bytes(len as i32)), CopyOut::Buf(len)),
+            Op::Write => (Ok(Done::Bytes(len as i32)), CopyOut::Nothing),
+            _ => (Ok(Done::Bytes(0)), CopyOut::Nothing),
         },
     }
 }

@@ -345,8 +345,9 @@ mod with_ublk {
         let engine = EngineConfig { policy, ..EngineConfig::default() };
         let rt = Runtime::start(dev.clone(), RuntimeConfig { engine, ..RuntimeConfig::default() })
             .map_err(|e| CliError(format!("--dev: {e}")))?;
-        let limit = (!a.no_data).then(|| DataLimit::new(dev, a.data_limit));
-        let served: Arc<dyn Served> = Arc::new(RuntimeServed::new(rt.submitter(), geo, limit));
+        let limit = (!a.no_data).then(|| DataLimit::new(dev.clone(), a.data_limit));
+        // Reads go to the kernel from the device's pages, not through a buffer.
+        let served: Arc<dyn Served> = Arc::new(RuntimeServed::new(rt.submitter(), geo, limit).reading_from(dev));
         let mut extra = data_fields(a, policy);
         extra.insert("paced".into(), "none: the memory device (completion_nsec=0)".into());
         Ok(Device {

@@ -20,8 +20,8 @@
 //! its request is in flight: the runtime moves an image's data through its `O_DIRECT`
 //! descriptor straight from and to it.
 
-use super::request::{copy_from_kernel, copy_report_to_kernel, copy_to_kernel, decode};
-use crate::served::{Done, Reply, Req, Served};
+use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
+use crate::served::{CopyOut, Done, Reply, Req, Served};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkIORes};
 use slab::Slab;
@@ -109,6 +109,9 @@ struct Queue {
     /// The eventfd read's target: leaked on purpose, as the ring may still complete
     /// the read after the queue's thread has stopped serving.
     counter: *mut u64,
+    /// Scratch space for the `iovec`s of a read copied out of the memory device's
+    /// pages (kept, so that no read allocates them).
+    iov: Vec<libc::iovec>,
 }
 
 /// Serves queue `qid` of `dev` until the device stops.
@@ -133,6 +136,7 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, pol
         fresh: Vec::new(),
         ready: Vec::new(),
         counter: Box::leak(Box::new(0u64)),
+        iov: Vec::new(),
     };
     let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None)))
     {
@@ -272,10 +276,13 @@ impl Queue {
     fn commit(&mut self, q: &UblkQueue, tag: u16, reply: Reply) {
         let Reply { result, mut buf, copy_out } = reply;
         let pos = UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0);
-        let res = match (result, self.kinds[tag as usize]) {
-            (Ok(_), Kind::Report) => copy_report_to_kernel(self.cdev, pos, &mut buf, copy_out),
-            (Ok(d), Kind::Data) if copy_out > 0 => copy_to_kernel(self.cdev, pos, &buf[..copy_out]).map(|_| d),
-            (r, _) => r,
+        let res = match (result, self.kinds[tag as usize], copy_out) {
+            (Ok(_), Kind::Report, out) => copy_report_to_kernel(self.cdev, pos, &mut buf, out.buf_bytes()),
+            (Ok(d), Kind::Data, CopyOut::Buf(n)) if n > 0 => copy_to_kernel(self.cdev, pos, &buf[..n]).map(|_| d),
+            (Ok(d), Kind::Data, CopyOut::Pages(p)) => {
+                copy_pages_to_kernel(self.cdev, pos, &p, &mut self.iov).map(|_| d)
+            }
+            (r, _, _) => r,
         };
         self.finish(q, tag, buf, res);
     }

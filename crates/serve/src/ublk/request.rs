@@ -2,7 +2,7 @@
 //! [`Req`], the data copied through `/dev/ublkcN` (user copy), and the count of what
 //! the kernel sent.
 
-use crate::served::{Done, Req};
+use crate::served::{Done, PagesOut, Req};
 use libublk::sys;
 use std::sync::atomic::{AtomicU64, Ordering};
 use zblk_core::bio::{BioFlags, Op};
@@ -120,6 +120,18 @@ pub(super) fn copy_to_kernel(cdev: i32, pos: u64, data: &[u8]) -> Result<(), i32
         return Err(errno());
     }
     if n as usize != data.len() { Err(libc::EIO) } else { Ok(()) }
+}
+
+/// Copies a read's data into the kernel's request straight from the memory device's
+/// pages: vectored writes to the request's bytes (user copy takes them at any offset
+/// of the request), one for up to 1,024 slices of pages.
+pub(super) fn copy_pages_to_kernel(cdev: i32, pos: u64, p: &PagesOut, iov: &mut Vec<libc::iovec>) -> Result<(), i32> {
+    p.write_out(iov, |at, group| {
+        // SAFETY: the iovecs point into the memory device's pages, locked while
+        // `write_out` runs; cdev as in copy_to_kernel.
+        let n = unsafe { libc::pwritev(cdev, group.as_ptr(), group.len() as i32, (pos + at) as libc::off_t) };
+        if n < 0 { Err(errno()) } else { Ok(n as usize) }
+    })
 }
 
 /// Copies a write's data out of the kernel's request.
