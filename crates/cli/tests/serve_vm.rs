@@ -112,6 +112,17 @@ fio --name=pol --filename=$D --direct=1 --zonemode=zbd --rw=randwrite --bs=4k --
   --offset=64M --size=64M --io_size=4M --verify=crc32c --output-format=json > $S/fio-pol.json 2> $S/fio-pol.err
 c1=$(cpu); t1=$(date +%s%N); sleep 3; c2=$(cpu); t2=$(date +%s%N)
 echo "$c0 $c1 $c2 $t0 $t1 $t2 $(getconf CLK_TCK)" > $S/pol-cpu.txt
+python3 -c "
+import mmap, os, sys
+fd, page, data = os.open(sys.argv[1], os.O_WRONLY | os.O_DIRECT), mmap.mmap(-1, 4096), os.urandom(64 * 4096)
+open('/tmp/pages', 'wb').write(data)
+for i in range(64):
+    for z in (81920, 83968):
+        page[:] = data[i * 4096:(i + 1) * 4096]
+        os.pwrite(fd, page, (z + i) * 4096)
+" $D
+dd if=$D bs=256k skip=1280 count=1 iflag=direct status=none > /tmp/pages.back; echo $? > $S/pol-pages.rc
+cmp -s /tmp/pages /tmp/pages.back && echo same > $S/pol-pages.txt || echo differ > $S/pol-pages.txt
 stop TERM pol
 $X serve --dev nullb:zone_size=3,size=96 > $S/bad.out 2> $S/bad.err; echo $? > $S/bad.rc
 $X serve --dev nullb:zone_size=8,size=64,completion_nsec=0 > /dev/full 2> $S/full.err & P=$!; i=0
@@ -203,6 +214,10 @@ stop TERM smr
     // without sleeping (its summary counts both); once they stop it sleeps again: 3 s
     // without I/O cost it next to no CPU time (the first 100 ms of them polling).
     check_fio(&file("fio-pol.json"), "pol", &file("fio-pol.err"));
+    // A read of 64 pages the memory device holds apart (two zones written a page each
+    // in turn): one vectored write of 64 slices of its pages into the kernel's request.
+    assert_eq!(rc("pol-pages"), 0, "reading 256 KiB back from the memory device");
+    assert_eq!(file("pol-pages.txt").trim(), "same", "the memory device's pages read back in another order");
     assert_eq!(rc("pol"), 0, "serve --poll after SIGTERM: {}", file("pol.err"));
     let pol = file("pol.err");
     let count = |what: &str| -> u64 {
