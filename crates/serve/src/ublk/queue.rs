@@ -18,7 +18,8 @@
 //! Each tag has a page-aligned buffer of the largest request (the device's
 //! `max_io_buf_bytes`), lent to the device while
 //! its request is in flight: the runtime moves an image's data through its `O_DIRECT`
-//! descriptor straight from and to it.
+//! descriptor straight from and to it. A read of the memory device leaves it unused:
+//! its data goes to the kernel from the device's pages ([`CopyOut::Pages`]).
 
 use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
 use crate::served::{CopyOut, Done, Reply, Req, Served};
