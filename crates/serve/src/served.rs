@@ -117,7 +117,7 @@ impl PagesOut {
     }
 
     /// Hands the read's bytes to `write` as `iovec`s over the device's pages (and
-    /// runs of zeroes), under the device's lock, at most [`IOV_MAX`] of them a call:
+    /// runs of zeroes), under the device's lock, at most 1,024 of them a call (`IOV_MAX`):
     /// `write(offset of the first byte in the read, iovecs)` returns how many bytes
     /// it took, or an errno; fewer than given is EIO. `iov` is scratch space, kept
     /// by the caller so that a read allocates nothing; it holds no pointer after.

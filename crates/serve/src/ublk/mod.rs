@@ -32,7 +32,7 @@ pub struct ServeConfig {
     /// What becomes of the device if the server dies.
     pub recovery: Recovery,
     /// After a request, how long a queue's thread keeps looking for the next one
-    /// before it sleeps (zero: it sleeps at once). See [`queue`]'s polling.
+    /// before it sleeps (zero: it sleeps at once). See docs/serve.md, "Polling".
     pub poll: std::time::Duration,
 }
 
