@@ -76,7 +76,43 @@ for a, b, jobs, target, title in TARGETS:
         tgt = "" if target is None else f">= {target:.1f}"
         print(f"| {title} | {j} | {'-' if r is None else f'{r:.2f}'} | {each_s} | {tgt} | {met} |")
         out.append({"ratio": title, "job": j, "value": r, "each": each, "target": target})
+
+
+def cpu(r, dev, job, rw):
+    """The server's (user, system) CPU time per I/O of the job, in microseconds, from
+    its clock ticks (10 ms) before and after; None without a server or a result."""
+    try:
+        text = open(f"{share}/r{r}-{dev}-{job}.json").read()
+        ios = json.loads(text[text.index("{"):])["jobs"][0][rw]["total_ios"]
+        (u0, s0), (u1, s1) = [[int(x) for x in line.split()]
+                              for line in open(f"{share}/r{r}-{dev}-{job}.cpu").read().splitlines()]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return ((u1 - u0) * 10000 / ios, (s1 - s0) * 10000 / ios) if ios > 0 else None
+
+
+cpus = {(d, j): [cpu(r, d, j, rw) for r in range(1, rounds + 1)] for d in devices for j, rw, _ in JOBS}
+served = [d for d in devices if any(x is not None for j, _, _ in JOBS for x in cpus[(d, j)])]
+cpu_out = []
+if served:
+    print()
+    print("Server CPU per I/O, user + system, in microseconds (median of the rounds' user and system times):")
+    print()
+    print("| server | " + " | ".join(title for _, _, title in JOBS) + " |")
+    print("|---|" + "---|" * len(JOBS))
+    for d in served:
+        cells = []
+        for j, _, _ in JOBS:
+            got = [x for x in cpus[(d, j)] if x is not None]
+            if not got:
+                cells.append("-")
+                continue
+            u, sy = statistics.median(x[0] for x in got), statistics.median(x[1] for x in got)
+            cells.append(f"{u:.1f} + {sy:.1f}")
+            cpu_out.append({"device": d, "job": j, "user_us": u, "system_us": sy, "each": cpus[(d, j)]})
+        print(f"| {NAMES[d]} | " + " | ".join(cells) + " |")
 if json_out:
     with open(json_out, "w") as f:
         json.dump({"rounds": rounds, "iops": [{"device": d, "job": j, "each": rows[(d, j)], "median": med[(d, j)]}
-                                              for d in devices for j, _, _ in JOBS], "ratios": out}, f, indent=1)
+                                              for d in devices for j, _, _ in JOBS], "ratios": out,
+                   "server_cpu_per_io": cpu_out}, f, indent=1)
