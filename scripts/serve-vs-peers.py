@@ -3,8 +3,27 @@
 then each round), and the ratios zblk is held to. Usage: serve-vs-peers.py DIR ROUNDS
 "DEVICES" [JSON_OUT]."""
 import json
+import os
+import signal
 import statistics
 import sys
+
+# A reader that stops early (`| head`) ends the script quietly, as it would `cat`.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+def unwritable(kind, value, tb):
+    """Results that cannot be written (a full disk) end the script with one line and
+    status 1, not a traceback."""
+    if issubclass(kind, OSError):
+        print(f"serve-vs-peers: cannot write the results: {value}", file=sys.stderr)
+        # What is left in the standard output's buffer cannot go anywhere either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    else:
+        sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = unwritable
 
 share, rounds, devices = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 json_out = sys.argv[4] if len(sys.argv) > 4 else ""
@@ -35,10 +54,15 @@ def fmt(x):
     return "failed" if x is None else f"{x:,.0f}"
 
 
-print("IOPS in the emulated guest (QEMU TCG, one boot; median of %d rounds, then each round)" % rounds)
-print()
-print("| device | " + " | ".join(title for _, _, title in JOBS) + " |")
-print("|---|" + "---|" * len(JOBS))
+def table_head(title, first):
+    """A table's title, then its header: `first`, then a column per job."""
+    print(title)
+    print()
+    print(f"| {first} | " + " | ".join(t for _, _, t in JOBS) + " |")
+    print("|---|" + "---|" * len(JOBS))
+
+
+table_head(f"IOPS in the emulated guest (QEMU TCG, one boot; median of {rounds} rounds, then each round)", "device")
 for d in devices:
     cells = []
     for j, _, _ in JOBS:
@@ -96,10 +120,8 @@ served = [d for d in devices if any(x is not None for j, _, _ in JOBS for x in c
 cpu_out = []
 if served:
     print()
-    print("Server CPU per I/O, user + system, in microseconds (median of the rounds' user and system times):")
-    print()
-    print("| server | " + " | ".join(title for _, _, title in JOBS) + " |")
-    print("|---|" + "---|" * len(JOBS))
+    table_head("Server CPU per I/O, user + system, in microseconds (median of the rounds' user and system times):",
+               "server")
     for d in served:
         cells = []
         for j, _, _ in JOBS:
