@@ -106,16 +106,6 @@ pub struct PagesOut {
 const IOV_MAX: usize = 1024;
 
 impl PagesOut {
-    /// Bytes of the read.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the read has no bytes (never: a read has a sector at least).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Hands the read's bytes to `write` as `iovec`s over the device's pages (and
     /// runs of zeroes), under the device's lock, at most 1,024 of them a call (`IOV_MAX`):
     /// `write(offset of the first byte in the read, iovecs)` returns how many bytes
