@@ -77,12 +77,17 @@ pub trait BlockDevice {
 /// The device-side check every device makes of a data request's range: not empty,
 /// inside the device, aligned to the logical block size; EINVAL otherwise.
 pub(crate) fn check_range(geo: &Geometry, req: &Request) -> Result<(), Status> {
-    let n = u64::from(req.nr_sectors);
+    check_span(geo, req.sector, req.nr_sectors)
+}
+
+/// [`check_range`] of `nr_sectors` at `sector`.
+pub(crate) fn check_span(geo: &Geometry, sector: Sector, nr_sectors: u32) -> Result<(), Status> {
+    let n = u64::from(nr_sectors);
     let rule = if n == 0 {
         Rule::LengthZero
-    } else if req.sector.0.checked_add(n).is_none_or(|end| end > geo.nr_sectors()) {
+    } else if sector.0.checked_add(n).is_none_or(|end| end > geo.nr_sectors()) {
         Rule::BeyondEnd
-    } else if !geo.is_block_aligned(req.sector, n) {
+    } else if !geo.is_block_aligned(sector, n) {
         Rule::NotBlockAligned
     } else {
         return Ok(());

@@ -3,7 +3,9 @@
 //! `memory_backed=0`, for benchmarks), with or without native zone append (the
 //! geometry's `max_append_sectors`).
 
-use super::{BlockDevice, DeviceZeroing, IoBuf, check_append, check_discard, check_range, check_write_zeroes};
+use super::{
+    BlockDevice, DeviceZeroing, IoBuf, check_append, check_discard, check_range, check_span, check_write_zeroes,
+};
 use crate::pages::PageStore;
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::Geometry;
@@ -94,12 +96,20 @@ impl MemDevice {
         Ok(at)
     }
 
+    /// The device's checks of a read of `nr_sectors` at `sector` (its range, the
+    /// condition of the zones it crosses), without reading: for a server that hands
+    /// the read's data out itself ([`MemDevice::read_slices`]). `Ok` holds how many
+    /// of its sectors are before a write pointer (on a zoned device).
+    pub fn check_read(&self, sector: Sector, nr_sectors: u32) -> Result<Option<u64>, Status> {
+        check_span(&self.geo, sector, nr_sectors)?;
+        match &self.zones {
+            Some(z) => Ok(Some(z.read(sector, nr_sectors)?)),
+            None => Ok(None),
+        }
+    }
+
     fn read(&mut self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        check_range(&self.geo, req)?;
-        let valid = match &self.zones {
-            Some(z) => Some(z.read(req.sector, req.nr_sectors)?),
-            None => None,
-        };
+        let valid = self.check_read(req.sector, req.nr_sectors)?;
         if let IoBuf::Read(out) = buf {
             assert_eq!(out.len() as u64, u64::from(req.nr_sectors) * SECTOR_SIZE, "read buffer size");
             if self.memory_backed {
@@ -122,9 +132,9 @@ impl MemDevice {
     /// of the stored pages and of zeroes (where nothing was written, past a
     /// sequential zone's write pointer, everywhere on a device that keeps no data):
     /// what [`BlockDevice::execute`] would copy into a read's buffer. For a server
-    /// that hands a read's data on itself once the read has completed through the
-    /// engine, whose checks (range, zone conditions) this does not repeat, instead of
-    /// having it copied into a buffer first.
+    /// that hands a read's data on itself, instead of having it copied into a buffer
+    /// first, once the read passed [`MemDevice::check_read`], whose checks this does
+    /// not repeat.
     pub fn read_slices(&self, sector: Sector, len: usize, mut f: impl FnMut(&[u8])) {
         let bytes = |n: u64| (n * SECTOR_SIZE) as usize;
         let end = sector + len as u64 / SECTOR_SIZE;

@@ -38,16 +38,6 @@ impl Io {
         Io::with_buf(Op::Read, sector, buf.into())
     }
 
-    /// A read of `nr_sectors` at `sector` that moves no data: the engine orders it
-    /// and the device checks it (range, zone condition) as any read, and nobody's
-    /// buffer receives it. For a caller that takes the data itself once the read has
-    /// completed: a server of the memory device hands it to the kernel straight from
-    /// the device's pages ([`zblk_dev::MemDevice::read_slices`]) instead of through a
-    /// buffer, one copy fewer.
-    pub fn read_unbuffered(sector: Sector, nr_sectors: u32) -> Io {
-        Io { op: Op::Read, sector, nr_sectors, flags: BioFlags::NONE, buf: None }
-    }
-
     /// Write `buf` at `sector`.
     pub fn write(sector: Sector, buf: impl Into<Buffer>) -> Io {
         Io::with_buf(Op::Write, sector, buf.into())

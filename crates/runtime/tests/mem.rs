@@ -396,25 +396,3 @@ fn pipelining_is_refused_on_a_device_that_may_reorder() {
         Ok(_) => panic!("pipelining started on a device that may reorder"),
     }
 }
-
-#[test]
-fn a_read_without_a_buffer_is_checked_as_a_read_and_moves_nothing() {
-    // What a server of the memory device submits before it copies the data from the
-    // device's pages itself.
-    let dev = device(0, 0, 0);
-    let rt = start(&dev, Backend::Auto);
-    rt.write_at(zone(1), &[1u8; 4096]).unwrap();
-    let run = |io: Io| {
-        let (tx, rx) = channel();
-        rt.submit(io, move |d| tx.send(d).unwrap());
-        rx.recv().unwrap()
-    };
-    let d = run(Io::read_unbuffered(zone(1), 16));
-    assert_eq!(d.result, Ok(zone(1)), "past the write pointer too, as a read");
-    assert!(d.buf.is_none());
-    assert_eq!(run(Io::read_unbuffered(Sector(16 * ZONE - 8), 16)).result, Err(Status::Invalid), "past the end");
-    assert_eq!(run(Io::read_unbuffered(zone(1), 0)).result, Err(Status::Invalid), "no sectors");
-    dev.lock().zones_mut().unwrap().set_failed(ZoneNo(3), ZoneCond::Offline);
-    assert_eq!(run(Io::read_unbuffered(zone(3), 8)).result, Err(Status::ZoneOffline));
-    rt.close().unwrap();
-}

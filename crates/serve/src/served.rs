@@ -94,8 +94,8 @@ impl std::fmt::Debug for CopyOut {
     }
 }
 
-/// A read that completed through the engine without a buffer
-/// ([`Io::read_unbuffered`]), whose data the memory device's pages hold.
+/// A read of the memory device that passed its checks, whose data the device's
+/// pages hold ([`RuntimeServed::reading_from`]).
 pub struct PagesOut {
     dev: Arc<Locked<MemDevice>>,
     sector: Sector,
@@ -289,11 +289,11 @@ impl RuntimeServed {
         RuntimeServed { sub, geo, limit, replay: None, pages: None }
     }
 
-    /// The same, the device behind `sub` being `dev`, the memory device: a read goes
-    /// through the engine without a buffer ([`Io::read_unbuffered`]) and, once it
-    /// completed, its data goes to the kernel from the device's pages
-    /// ([`CopyOut::Pages`]), instead of being copied into the request's buffer
-    /// first and from there.
+    /// The same, the device behind `sub` being `dev`, the memory device: a read does
+    /// not go through the engine, which would only check it and pass it on; it is
+    /// checked here as the engine and the device check it and its data goes to the
+    /// kernel from the device's pages ([`CopyOut::Pages`]), instead of being copied
+    /// into the request's buffer first and from there.
     pub fn reading_from(mut self, dev: Arc<Locked<MemDevice>>) -> RuntimeServed {
         self.pages = Some(dev);
         self
@@ -342,6 +342,26 @@ impl RuntimeServed {
         });
     }
 
+    /// A read of the memory device, without the engine: the engine would only check
+    /// it and pass it on (zone write plugging leaves reads alone, as the kernel's
+    /// does), and the device, which works in memory, would complete it at once. So
+    /// the read gets the device's checks here ([`MemDevice::check_read`]: its length,
+    /// range and alignment, which are all the engine checks of a read, and the
+    /// condition of its zones), and its data goes to the kernel from the device's
+    /// pages when it is committed.
+    fn read_pages(&self, dev: &Arc<Locked<MemDevice>>, sector: Sector, nr_sectors: u32, buf: AlignedBuf) -> Reply {
+        let checked = dev.lock().check_read(sector, nr_sectors);
+        let len = nr_sectors as usize * SECTOR_SIZE as usize;
+        match checked {
+            Ok(_) => Reply {
+                result: Ok(Done::Bytes(len as i32)),
+                buf,
+                copy_out: CopyOut::Pages(PagesOut { dev: Arc::clone(dev), sector, len }),
+            },
+            Err(s) => Reply { result: Err(s.errno()), buf, copy_out: CopyOut::Nothing },
+        }
+    }
+
     fn report(&self, first: u32, nr_zones: usize, mut buf: AlignedBuf, done: DoneFn) {
         let count = report_count(&self.geo, first, nr_zones, buf.len());
         let mut result = Ok(Done::Bytes((count * BLK_ZONE_BYTES) as i32));
@@ -382,14 +402,7 @@ impl Served for RuntimeServed {
             return self.acknowledge_replayed(sector, len, buf, done);
         }
         if let (Op::Read, Some(dev)) = (op, &self.pages) {
-            let dev = Arc::clone(dev);
-            return self.sub.submit(Io::read_unbuffered(sector, nr_sectors), move |d: IoDone| {
-                let (result, copy_out) = match outcome(op, len, d.result) {
-                    (Ok(done), _) => (Ok(done), CopyOut::Pages(PagesOut { dev, sector, len })),
-                    failed => failed,
-                };
-                done(Reply { result, buf, copy_out });
-            });
+            return done(self.read_pages(dev, sector, nr_sectors, buf));
         }
         // The buffer travels with a data I/O; the others leave it here until done.
         let (io, spare) = match op {
