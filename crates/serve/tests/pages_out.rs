@@ -104,6 +104,8 @@ fn a_read_checked_without_the_engine_ends_as_one_through_it() {
     // after each, random reads (past the end, of no sectors, across zones, of failed
     // zones) both ways: the same result, and the same bytes when it succeeds. Seeded:
     // the seed is in every failure's message.
+    use rand::rngs::ChaCha8Rng;
+    use rand::{RngExt, SeedableRng};
     use zblk_core::units::ZoneNo;
     use zblk_core::zone::ZoneCond;
     let geo = Geometry::new(&GeometryParams {
@@ -116,13 +118,8 @@ fn a_read_checked_without_the_engine_ends_as_one_through_it() {
     .unwrap();
     let (mut compared, mut failed) = (0, std::collections::BTreeMap::new());
     for seed in 1..=12u64 {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rnd = move |n: u64| rng.random_range(0..n);
         let dev = Arc::new(Locked::new(MemDevice::new(&geo, true), "memory", false));
         let rt = Runtime::start(dev.clone(), RuntimeConfig::default()).unwrap();
         let plain = RuntimeServed::new(rt.submitter(), geo.clone(), None);
