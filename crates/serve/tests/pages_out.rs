@@ -151,7 +151,12 @@ fn a_read_checked_without_the_engine_ends_as_one_through_it() {
                 let at = if rnd(6) == 0 { geo.nr_sectors() - rnd(64) } else { rnd(geo.nr_sectors()) };
                 let len = nr as usize * 512;
                 let want = call(&plain, io(Op::Read, at, &vec![0u8; len]));
-                let got = call(&served, io(Op::Read, at, &vec![0u8; len]));
+                // Half through `submit`, half as a queue asks first (`serve_now`).
+                let read = io(Op::Read, at, &vec![0u8; len]);
+                let got = match rnd(2) {
+                    0 => call(&served, read),
+                    _ => served.serve_now(read).expect("a read of the memory device is answered at once"),
+                };
                 let what = format!("seed {seed}, step {step}: {nr} sectors at {at}");
                 assert_eq!(got.result, want.result, "{what}");
                 if let Err(errno) = want.result {
@@ -171,4 +176,36 @@ fn a_read_checked_without_the_engine_ends_as_one_through_it() {
     // Failures of both kinds: out of range or of no sectors (EINVAL), offline zones.
     eprintln!("{compared} reads compared, failures by errno: {failed:?}");
     assert!(compared > 2_000 && failed.len() == 2 && failed.values().all(|&n| n > 50), "{compared}, {failed:?}");
+}
+
+#[test]
+fn only_a_read_of_the_memory_device_is_answered_at_once() {
+    let geo = Geometry::new(&GeometryParams {
+        capacity_bytes: 64 << 20,
+        zone_size_bytes: 8 << 20,
+        nr_conv: 1,
+        ..GeometryParams::default()
+    })
+    .unwrap();
+    let dev = Arc::new(Locked::new(MemDevice::new(&geo, true), "memory", false));
+    let rt = Runtime::start(dev.clone(), RuntimeConfig::default()).unwrap();
+    let plain = RuntimeServed::new(rt.submitter(), geo.clone(), None);
+    let served = RuntimeServed::new(rt.submitter(), geo.clone(), None).reading_from(dev.clone());
+    // Everything else is given back as it came, for `submit`: nothing was done.
+    let back = |s: &RuntimeServed, req: Req| match s.serve_now(req) {
+        Err(Req::Io { op, sector, nr_sectors, buf, .. }) => (op, sector.0, nr_sectors, buf[0]),
+        other => panic!("answered at once: {other:?}"),
+    };
+    assert_eq!(back(&served, io(Op::Write, ZONE, &[7u8; 4096])), (Op::Write, ZONE, 8, 7));
+    assert_eq!(back(&served, io(Op::ZoneReset, ZONE, &[3u8; 512])), (Op::ZoneReset, ZONE, 1, 3));
+    assert_eq!(back(&plain, io(Op::Read, 0, &[5u8; 4096])), (Op::Read, 0, 8, 5));
+    assert_eq!(dev.lock().zones().unwrap().zone(zblk_core::units::ZoneNo(1)).wp.0, ZONE, "no write was done");
+    assert!(served.serve_now(Req::Report { first: 0, nr_zones: 1, buf: AlignedBuf::zeroed(64) }).is_err());
+    // A read is, and its pages hold what a write through `submit` left there.
+    assert_eq!(call(&served, io(Op::Write, ZONE, &[7u8; 4096])).result, Ok(Done::Bytes(4096)));
+    let r = served.serve_now(io(Op::Read, ZONE, &[0u8; 4096])).expect("answered at once");
+    let (res, out, _) = handed_out(&r, false);
+    assert_eq!((r.result, res, out), (Ok(Done::Bytes(4096)), Ok(()), vec![7u8; 4096]));
+    drop((plain, served));
+    rt.close().unwrap();
 }

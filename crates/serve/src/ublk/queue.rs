@@ -22,7 +22,7 @@
 //! its data goes to the kernel from the device's pages ([`CopyOut::Pages`]).
 
 use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
-use crate::served::{CopyOut, Done, Reply, Req, Served};
+use crate::served::{CopyOut, Done, DoneFn, Reply, Req, Served};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkIORes};
 use slab::Slab;
@@ -242,20 +242,25 @@ impl Queue {
             }
         }
         self.kinds[tag as usize] = if matches!(req, Req::Report { .. }) { Kind::Report } else { Kind::Data };
+        // A request the device answers at once (a read of the memory device) is
+        // committed here: no boxed completion, no trip through `READY`.
+        let req = match self.served.serve_now(req) {
+            Ok(reply) => return self.commit(q, tag, reply),
+            Err(req) => req,
+        };
         let mb = Arc::clone(&self.mailbox);
-        let served = Arc::clone(&self.served);
-        self.on_ring(move || {
-            served.submit(
-                req,
-                Box::new(move |r| {
-                    if HOME.with(|h| std::ptr::eq(h.get(), Arc::as_ptr(&mb))) {
-                        READY.with(|v| v.borrow_mut().push((tag, r)));
-                    } else {
-                        mb.post(tag, r);
-                    }
-                }),
-            )
+        let done: DoneFn = Box::new(move |r| {
+            if HOME.with(|h| std::ptr::eq(h.get(), Arc::as_ptr(&mb))) {
+                READY.with(|v| v.borrow_mut().push((tag, r)));
+            } else {
+                mb.post(tag, r);
+            }
         });
+        let served = &self.served;
+        match served.runtime() {
+            Some(sub) => sub.on_local_ring(&mut self.fresh, || served.submit(req, done)),
+            None => served.submit(req, done),
+        }
     }
 
     /// Queues the transfers the runtime handed over on the ring.
