@@ -98,9 +98,9 @@ pub(super) struct Uring {
     /// not counted): those it is completing count, so that the depth it sees while
     /// it runs their callbacks is the workload's.
     inflight: AtomicUsize,
-    /// `io_uring_enter` calls that handed entries to the kernel, and the entries
-    /// they handed ([`RingStats`]).
-    handed: [AtomicU64; 2],
+    /// `io_uring_enter` calls that handed entries to the kernel, the entries they
+    /// handed, and every call, waits included ([`RingStats`]).
+    handed: [AtomicU64; 3],
     /// Set up with `IORING_SETUP_COOP_TASKRUN` (see [`build`]).
     coop: bool,
 }
@@ -123,7 +123,10 @@ pub(super) struct Uring {
 fn build<S: squeue::EntryMarker, C: cqueue::EntryMarker>(entries: u32) -> io::Result<(IoUring<S, C>, bool)> {
     let mut plain = IoUring::builder();
     plain.setup_cqsize(entries * 2);
-    match plain.clone().setup_coop_taskrun().build(entries) {
+    // With the cooperative task work, the kernel says in the ring's flags when it
+    // holds some for the ring's task (`IORING_SETUP_TASKRUN_FLAG`): [`Uring::reap`]
+    // then enters the kernel even with completions already posted.
+    match plain.clone().setup_coop_taskrun().setup_taskrun_flag().build(entries) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((plain.build(entries)?, false)),
         r => r.map(|ring| (ring, true)),
     }
@@ -131,19 +134,25 @@ fn build<S: squeue::EntryMarker, C: cqueue::EntryMarker>(entries: u32) -> io::Re
 
 /// How the runtime's ring handed its entries to the kernel: each submission is one
 /// `io_uring_enter` system call (a wait included) that carried `entries / submissions`
-/// on average.
+/// on average; `calls` counts every `io_uring_enter`, those that only waited too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RingStats {
     /// System calls that handed entries over.
     pub submissions: u64,
     /// Entries handed over.
     pub entries: u64,
+    /// `io_uring_enter` calls in all: submissions, and waits that handed nothing.
+    pub calls: u64,
 }
 
 impl RingStats {
     /// The counts from `before` to `self`.
     pub fn since(self, before: RingStats) -> RingStats {
-        RingStats { submissions: self.submissions - before.submissions, entries: self.entries - before.entries }
+        RingStats {
+            submissions: self.submissions - before.submissions,
+            entries: self.entries - before.entries,
+            calls: self.calls - before.calls,
+        }
     }
 }
 
@@ -266,6 +275,7 @@ impl Uring {
 
     /// Counts what an `io_uring_enter` handed over.
     fn count(&self, r: io::Result<usize>) -> io::Result<usize> {
+        self.handed[2].fetch_add(1, Ordering::Relaxed);
         if let Ok(n @ 1..) = r {
             self.handed[0].fetch_add(1, Ordering::Relaxed);
             self.handed[1].fetch_add(n as u64, Ordering::Relaxed);
@@ -278,6 +288,7 @@ impl Uring {
         RingStats {
             submissions: self.handed[0].load(Ordering::Relaxed),
             entries: self.handed[1].load(Ordering::Relaxed),
+            calls: self.handed[2].load(Ordering::Relaxed),
         }
     }
 
@@ -292,11 +303,18 @@ impl Uring {
     /// last 0 on a plain ring). Only the completion thread calls this.
     pub fn reap(&self, out: &mut Vec<(u64, i32, u64)>, want: u32) -> io::Result<()> {
         // Entering the kernel even to wait for nothing runs the task work that posts
-        // this thread's completions.
-        match self.count(with_ring!(&self.ring, r => r.submit_and_wait(want as usize))) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        // this thread's completions. Not when completions are posted already and the
+        // kernel holds no task work for the ring, nothing is queued and nothing
+        // overflowed: a read or write of a file in memory completes inside the call
+        // that submits it, so the completion thread, which submits its callbacks'
+        // next writes itself, would otherwise make two calls per write (one to
+        // submit, one to find what the first posted) where one does.
+        if !self.posted() {
+            match self.count(with_ring!(&self.ring, r => r.submit_and_wait(want as usize))) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
         // SAFETY: only the completion thread reads the completion queue.
         match &self.ring {
@@ -313,6 +331,22 @@ impl Uring {
             }
         }
         Ok(())
+    }
+}
+
+impl Uring {
+    /// Whether [`Uring::reap`] can take completions without entering the kernel:
+    /// some are posted, none is held as task work (flagged only with the cooperative
+    /// task work; without it the kernel interrupts the thread to post them), no
+    /// entry is queued and the completion queue has not overflowed.
+    fn posted(&self) -> bool {
+        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        with_ring!(&self.ring, r => {
+            // SAFETY: only the completion thread reads the completion queue; the
+            // submission queue is only touched under `sq`.
+            let (sq, cq) = unsafe { (r.submission_shared(), r.completion_shared()) };
+            !cq.is_empty() && sq.is_empty() && !sq.taskrun() && !sq.cq_overflow()
+        })
     }
 }
 
@@ -360,7 +394,7 @@ mod tests {
         }
         assert!(u.submit_due(), "4 of 16 queued: due");
         u.submit().unwrap();
-        assert_eq!(u.stats().since(start), RingStats { submissions: 1, entries: 4 });
+        assert_eq!(u.stats().since(start), RingStats { submissions: 1, entries: 4, calls: 1 });
         assert!(!u.submit_due(), "nothing queued");
         // A shallow workload: one queued is enough.
         u.inflight.store(3, Ordering::Relaxed);
@@ -370,12 +404,49 @@ mod tests {
         while out.len() < 5 {
             u.reap(&mut out, 1).unwrap();
         }
-        assert_eq!(u.stats().since(start), RingStats { submissions: 2, entries: 5 }, "the wait submitted the fifth");
+        let s = u.stats().since(start);
+        assert_eq!((s.submissions, s.entries), (2, 5), "the wait submitted the fifth");
         u.completed(3);
         // Files: at once.
         let plain = Uring::new(16, false).expect("a plain ring");
         plain.inflight.store(16, Ordering::Relaxed);
         assert!(plain.submit_due());
+    }
+
+    /// A completion already posted is taken without entering the kernel again (a
+    /// NOP, like a write to a file in memory, completes inside the call that
+    /// submits it); with none posted, or an entry queued, the kernel is entered.
+    #[test]
+    fn completions_already_posted_are_reaped_without_a_system_call() {
+        if !uring_or_skip("completions_already_posted_are_reaped_without_a_system_call") {
+            return;
+        }
+        let nop = || opcode::Nop::new().build().user_data(7);
+        for wide in [false, true] {
+            let u = Uring::new(16, wide).expect("a ring");
+            let mut out = Vec::new();
+            u.push(nop());
+            u.submit().unwrap();
+            let start = u.stats();
+            u.reap(&mut out, 1).unwrap();
+            assert_eq!(out.len(), 1, "wide {wide}: the NOP came back");
+            assert_eq!(u.stats().since(start).calls, 0, "wide {wide}: posted, taken without a call");
+            // Nothing posted: a look (want 0) enters the kernel, to run task work.
+            u.reap(&mut out, 0).unwrap();
+            assert_eq!(u.stats().since(start).calls, 1, "wide {wide}: nothing posted, one call");
+            // Posted, but an entry queued behind it: this reap's call submits it
+            // (held back, it would wait until nothing is posted).
+            u.push(nop());
+            u.submit().unwrap();
+            u.push(nop());
+            out.clear();
+            u.reap(&mut out, 1).unwrap();
+            let s = u.stats().since(start);
+            assert_eq!((s.calls, s.submissions, s.entries), (3, 2, 2), "wide {wide}: the queued entry went");
+            while out.len() < 2 {
+                u.reap(&mut out, 1).unwrap();
+            }
+        }
     }
 
     /// Both kinds of ring run their task work cooperatively wherever the kernel has
