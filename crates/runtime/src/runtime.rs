@@ -124,6 +124,10 @@ impl Runtime {
         };
         let data_fd = direct.map(|(fd, _)| fd).or(buffered);
         let memory_file = in_memory(data_fd);
+        let uring = uring.map(|mut u| {
+            u.take_posted(memory_file);
+            u
+        });
         let (tx, rx) = crossbeam_channel::unbounded();
         let (timers, timer_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
