@@ -49,13 +49,22 @@ fn handed_out(r: &Reply, short: bool) -> HandedOut {
     (res, out, calls)
 }
 
-#[test]
-fn a_read_hands_out_the_devices_pages_as_a_read_into_a_buffer_returns_them() {
+/// A 64 MiB memory device of 8 MiB zones (the first conventional) under a runtime,
+/// served two ways: `plain` reads through the engine, `served` from the pages.
+struct Setup {
+    geo: Geometry,
+    dev: Arc<Locked<MemDevice>>,
+    rt: Runtime,
+    plain: RuntimeServed,
+    served: RuntimeServed,
+}
+
+fn setup(max_sectors: u32) -> Setup {
     let geo = Geometry::new(&GeometryParams {
         capacity_bytes: 64 << 20,
         zone_size_bytes: 8 << 20,
         nr_conv: 1,
-        max_sectors: 16384,
+        max_sectors,
         ..GeometryParams::default()
     })
     .unwrap();
@@ -63,6 +72,12 @@ fn a_read_hands_out_the_devices_pages_as_a_read_into_a_buffer_returns_them() {
     let rt = Runtime::start(dev.clone(), RuntimeConfig::default()).unwrap();
     let plain = RuntimeServed::new(rt.submitter(), geo.clone(), None);
     let served = RuntimeServed::new(rt.submitter(), geo.clone(), None).reading_from(dev.clone());
+    Setup { geo, dev, rt, plain, served }
+}
+
+#[test]
+fn a_read_hands_out_the_devices_pages_as_a_read_into_a_buffer_returns_them() {
+    let Setup { geo, rt, plain, served, .. } = setup(16384);
     // The conventional zone's 4 MiB written a page at a time from the last page to the
     // first: no two pages next to each other in memory, 1,024 slices and more.
     for page in (0..1024u64).rev() {
@@ -108,22 +123,11 @@ fn a_read_checked_without_the_engine_ends_as_one_through_it() {
     use rand::{RngExt, SeedableRng};
     use zblk_core::units::ZoneNo;
     use zblk_core::zone::ZoneCond;
-    let geo = Geometry::new(&GeometryParams {
-        capacity_bytes: 64 << 20,
-        zone_size_bytes: 8 << 20,
-        nr_conv: 1,
-        max_sectors: 256,
-        ..GeometryParams::default()
-    })
-    .unwrap();
     let (mut compared, mut failed) = (0, std::collections::BTreeMap::new());
     for seed in 1..=12u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut rnd = move |n: u64| rng.random_range(0..n);
-        let dev = Arc::new(Locked::new(MemDevice::new(&geo, true), "memory", false));
-        let rt = Runtime::start(dev.clone(), RuntimeConfig::default()).unwrap();
-        let plain = RuntimeServed::new(rt.submitter(), geo.clone(), None);
-        let served = RuntimeServed::new(rt.submitter(), geo.clone(), None).reading_from(dev.clone());
+        let Setup { geo, dev, rt, plain, served } = setup(256);
         for step in 0..80u64 {
             let z = rnd(8);
             let start = z * ZONE;
@@ -180,17 +184,7 @@ fn a_read_checked_without_the_engine_ends_as_one_through_it() {
 
 #[test]
 fn only_a_read_of_the_memory_device_is_answered_at_once() {
-    let geo = Geometry::new(&GeometryParams {
-        capacity_bytes: 64 << 20,
-        zone_size_bytes: 8 << 20,
-        nr_conv: 1,
-        ..GeometryParams::default()
-    })
-    .unwrap();
-    let dev = Arc::new(Locked::new(MemDevice::new(&geo, true), "memory", false));
-    let rt = Runtime::start(dev.clone(), RuntimeConfig::default()).unwrap();
-    let plain = RuntimeServed::new(rt.submitter(), geo.clone(), None);
-    let served = RuntimeServed::new(rt.submitter(), geo.clone(), None).reading_from(dev.clone());
+    let Setup { dev, rt, plain, served, .. } = setup(256);
     // Everything else is given back as it came, for `submit`: nothing was done.
     let back = |s: &RuntimeServed, req: Req| match s.serve_now(req) {
         Err(Req::Io { op, sector, nr_sectors, buf, .. }) => (op, sector.0, nr_sectors, buf[0]),
