@@ -356,9 +356,7 @@ impl Uring {
         }
         Ok(())
     }
-}
 
-impl Uring {
     /// Whether [`Uring::reap`] can take completions without entering the kernel:
     /// some are posted, none is held as task work (flagged only with the cooperative
     /// task work; without it the kernel interrupts the thread to post them), no

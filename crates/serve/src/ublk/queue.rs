@@ -115,6 +115,15 @@ struct Queue {
     iov: Vec<libc::iovec>,
 }
 
+/// Runs `f` with the transfers `served`'s runtime issues meanwhile on this thread
+/// taken into `fresh`, for the queue's ring (directly when it has no runtime).
+fn on_ring(served: &dyn Served, fresh: &mut Vec<LocalIo>, f: impl FnOnce()) {
+    match served.runtime() {
+        Some(sub) => sub.on_local_ring(fresh, f),
+        None => f(),
+    }
+}
+
 /// Serves queue `qid` of `dev` until the device stops.
 pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, poll: Duration) {
     // SAFETY: eventfd takes no pointer; a negative result is checked.
@@ -217,10 +226,7 @@ impl Queue {
 
     /// Runs `f` with the runtime's transfers taken for this ring.
     fn on_ring(&mut self, f: impl FnOnce()) {
-        match self.served.runtime() {
-            Some(sub) => sub.on_local_ring(&mut self.fresh, f),
-            None => f(),
-        }
+        on_ring(&*self.served, &mut self.fresh, f);
     }
 
     /// A new request on `tag`: its data copied in, handed to the device.
@@ -256,11 +262,8 @@ impl Queue {
                 mb.post(tag, r);
             }
         });
-        let served = &self.served;
-        match served.runtime() {
-            Some(sub) => sub.on_local_ring(&mut self.fresh, || served.submit(req, done)),
-            None => served.submit(req, done),
-        }
+        // (Not `self.on_ring`: the closure borrows the served device, a field apart.)
+        on_ring(&*self.served, &mut self.fresh, || self.served.submit(req, done));
     }
 
     /// Queues the transfers the runtime handed over on the ring.
