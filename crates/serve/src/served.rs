@@ -414,6 +414,10 @@ impl Served for RuntimeServed {
     }
 
     fn submit(&self, req: Req, done: DoneFn) {
+        let req = match self.serve_now(req) {
+            Ok(reply) => return done(reply),
+            Err(req) => req,
+        };
         let len = req.data_len();
         let (op, sector, nr_sectors, flags, buf) = match req {
             Req::Report { first, nr_zones, buf } => return self.report(first, nr_zones, buf, done),
@@ -424,9 +428,6 @@ impl Served for RuntimeServed {
         }
         if self.replayed(op, sector, nr_sectors) {
             return self.acknowledge_replayed(sector, len, buf, done);
-        }
-        if let (Op::Read, Some(dev)) = (op, &self.pages) {
-            return done(self.read_pages(dev, sector, nr_sectors, buf));
         }
         // The buffer travels with a data I/O; the others leave it here until done.
         let (io, spare) = match op {
