@@ -113,7 +113,7 @@ pub fn run_jobs_appending(
         Vec::new()
     };
     let fio = FioGen::new(specs, &geo, &zones, seed)?;
-    let pool = buffers(specs, seed);
+    let pool = buffers(rt, specs, seed);
     let before = rt.engine_stats();
     let ring_before = rt.ring_stats();
     let cpu_before = CpuUse::now();
@@ -159,16 +159,15 @@ pub fn run_jobs_appending(
 }
 
 /// One buffer per I/O the jobs keep in flight, of their block size, filled with
-/// random bytes once, as fio does.
-fn buffers(specs: &[JobSpec], seed: u64) -> Vec<AlignedBuf> {
+/// random bytes once, as fio does; the runtime's (registered with its ring: fio's
+/// `fixedbufs`, which zblk always takes where the kernel lets it).
+fn buffers(rt: &Runtime, specs: &[JobSpec], seed: u64) -> Vec<AlignedBuf> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xb0f_fe25);
-    let mut pool = Vec::new();
-    for s in specs {
-        for _ in 0..s.iodepth * s.numjobs {
-            let mut b = AlignedBuf::zeroed(s.bs_bytes as usize);
-            rng.fill(&mut b[..]);
-            pool.push(b);
-        }
+    let sizes: Vec<usize> =
+        specs.iter().flat_map(|s| std::iter::repeat_n(s.bs_bytes as usize, (s.iodepth * s.numjobs) as usize)).collect();
+    let mut pool = rt.buffers(&sizes);
+    for b in &mut pool {
+        rng.fill(&mut b[..]);
     }
     pool
 }

@@ -103,7 +103,9 @@ impl LocalIo {
     /// The read or write to queue on the thread's ring (set its user data). The entry
     /// points into the BIO's buffer, valid until the transfer is completed.
     pub fn entry(&self) -> io_uring::squeue::Entry {
-        self.inflight.as_ref().expect("a pending transfer").entry()
+        // (Not with the runtime's registered region: that is registered with the
+        // runtime's ring, not this one.)
+        self.inflight.as_ref().expect("a pending transfer").entry(None).0
     }
 
     /// Gives back the result of the entry (the completion's `res`: bytes moved, or a

@@ -22,6 +22,7 @@ use zblk_core::engine::{Engine, EngineStats};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneInfo;
+use zblk_dev::buf::{AlignedBuf, Region};
 use zblk_dev::{Device, DeviceError};
 
 /// The I/O driver in words: io_uring or threads, and how data moves (`direct`: the
@@ -189,6 +190,22 @@ impl Runtime {
     pub fn completion_batches(&self) -> (u64, u64) {
         let b = &self.sh().batches;
         (b[0].load(Ordering::Relaxed), b[1].load(Ordering::Relaxed))
+    }
+
+    /// Buffers of `sizes` bytes for this runtime's I/O (zeroed, aligned for
+    /// `O_DIRECT`), cut from one region that the runtime's io_uring ring registers,
+    /// when it has one and has registered no other region: the kernel then pins the
+    /// region's pages once, where a transfer from or to a buffer of its own pins them
+    /// on every request (`get_user_pages` on each `O_DIRECT` read or write). The
+    /// buffers are plain aligned buffers otherwise, and usable as any other
+    /// ([`RingStats::fixed`] counts the transfers that used the registration). Take
+    /// them once, for the buffers a workload keeps reusing (fio's `fixedbufs`).
+    pub fn buffers(&self, sizes: &[usize]) -> Vec<AlignedBuf> {
+        let (region, bufs) = Region::carve(sizes);
+        if let Some(u) = &self.sh().uring {
+            u.register(&region);
+        }
+        bufs
     }
 
     /// How the io_uring ring handed its entries to the kernel so far (`None` without

@@ -12,10 +12,11 @@
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use zblk_core::bio::Request;
 use zblk_dev::Transfer;
+use zblk_dev::buf::Region;
 
 /// The `user_data` of the entry that wakes the completion thread.
 pub(super) const WAKE: u64 = u64::MAX;
@@ -36,14 +37,20 @@ pub(super) struct Inflight {
 
 impl Inflight {
     /// The read or write that moves the request's data (its user data is the ring
-    /// owner's to set).
-    pub fn entry(&self) -> io_uring::squeue::Entry {
+    /// owner's to set). With `fixed`, the region registered as the ring's buffer 0:
+    /// a transfer whose buffer lies in it goes as `READ_FIXED`/`WRITE_FIXED`, which
+    /// use the pages the registration pinned instead of pinning them again (the
+    /// second value says so).
+    pub fn entry(&self, fixed: Option<&Region>) -> (io_uring::squeue::Entry, bool) {
         let (fd, ptr, len, off) = (types::Fd(self.fd), self.ptr, self.len as u32, self.t.offset);
-        if self.t.write {
-            opcode::Write::new(fd, ptr, len).offset(off).build()
-        } else {
-            opcode::Read::new(fd, ptr, len).offset(off).build()
-        }
+        let registered = fixed.is_some_and(|r| r.offset_of(ptr, self.len).is_some());
+        let entry = match (self.t.write, registered) {
+            (true, false) => opcode::Write::new(fd, ptr, len).offset(off).build(),
+            (false, false) => opcode::Read::new(fd, ptr, len).offset(off).build(),
+            (true, true) => opcode::WriteFixed::new(fd, ptr, len, 0).offset(off).build(),
+            (false, true) => opcode::ReadFixed::new(fd, ptr, len, 0).offset(off).build(),
+        };
+        (entry, registered)
     }
 }
 
@@ -99,8 +106,12 @@ pub(super) struct Uring {
     /// it runs their callbacks is the workload's.
     inflight: AtomicUsize,
     /// `io_uring_enter` calls that handed entries to the kernel, the entries they
-    /// handed, and every call, waits included ([`RingStats`]).
-    handed: [AtomicU64; 3],
+    /// handed, every call, waits included, and the transfers pushed with the
+    /// registered buffer ([`RingStats`]).
+    handed: [AtomicU64; 4],
+    /// The region registered as the ring's buffer 0 ([`Uring::register`]), kept as
+    /// long as the ring.
+    fixed: OnceLock<Arc<Region>>,
     /// Set up with `IORING_SETUP_COOP_TASKRUN` (see [`build`]).
     coop: bool,
     /// [`Uring::reap`] takes completions already posted without a system call
@@ -146,6 +157,9 @@ pub struct RingStats {
     pub entries: u64,
     /// `io_uring_enter` calls in all: submissions, and waits that handed nothing.
     pub calls: u64,
+    /// Reads and writes whose buffer was in the ring's registered region
+    /// ([`crate::Runtime::buffers`]): sent as `READ_FIXED`/`WRITE_FIXED`.
+    pub fixed: u64,
 }
 
 impl RingStats {
@@ -155,6 +169,7 @@ impl RingStats {
             submissions: self.submissions - before.submissions,
             entries: self.entries - before.entries,
             calls: self.calls - before.calls,
+            fixed: self.fixed - before.fixed,
         }
     }
 }
@@ -184,6 +199,7 @@ impl Uring {
             sq: Mutex::new(()),
             inflight: AtomicUsize::new(0),
             handed: Default::default(),
+            fixed: OnceLock::new(),
             coop,
             take_posted: false,
         };
@@ -250,9 +266,33 @@ impl Uring {
         self.push_on(ring, entry.user_data(token));
     }
 
+    /// Registers `region` as the ring's buffer 0 (`IORING_REGISTER_BUFFERS`): the
+    /// kernel pins its pages once, and the transfers from and to its buffers go as
+    /// `READ_FIXED`/`WRITE_FIXED` from then on. One region per ring: false if one is
+    /// registered already, or if the kernel refuses (a region over 1 GiB, or over the
+    /// locked-memory limit of a process without `CAP_IPC_LOCK`): its buffers then
+    /// move as any others do.
+    pub fn register(&self, region: &Arc<Region>) -> bool {
+        if region.is_empty() || self.fixed.get().is_some() {
+            return false;
+        }
+        let iov = libc::iovec { iov_base: region.addr().cast(), iov_len: region.len() };
+        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        if self.fixed.get().is_some() {
+            return false;
+        }
+        // SAFETY: the region stays allocated, at the same address, as long as the
+        // ring: `fixed` keeps it, and a ring's registration ends with the ring.
+        let r = with_ring!(&self.ring, u => unsafe { u.submitter().register_buffers(std::slice::from_ref(&iov)) });
+        r.is_ok() && self.fixed.set(region.clone()).is_ok()
+    }
+
     /// Queues a read or write for `r` (boxed; its pointer is the entry's user data).
     pub fn push_rw(&self, r: Box<Inflight>) {
-        let entry = r.entry();
+        let (entry, fixed) = r.entry(self.fixed.get().map(|a| &**a));
+        if fixed {
+            self.handed[3].fetch_add(1, Ordering::Relaxed);
+        }
         let token = Box::into_raw(r) as u64;
         assert_ne!(token, WAKE, "a heap pointer cannot be all ones");
         // The buffer stays valid until the completion thread takes the box back.
@@ -312,6 +352,7 @@ impl Uring {
             submissions: self.handed[0].load(Ordering::Relaxed),
             entries: self.handed[1].load(Ordering::Relaxed),
             calls: self.handed[2].load(Ordering::Relaxed),
+            fixed: self.handed[3].load(Ordering::Relaxed),
         }
     }
 
@@ -416,7 +457,7 @@ mod tests {
         }
         assert!(u.submit_due(), "4 of 16 queued: due");
         u.submit().unwrap();
-        assert_eq!(u.stats().since(start), RingStats { submissions: 1, entries: 4, calls: 1 });
+        assert_eq!(u.stats().since(start), RingStats { submissions: 1, entries: 4, calls: 1, fixed: 0 });
         assert!(!u.submit_due(), "nothing queued");
         // A shallow workload: one queued is enough.
         u.inflight.store(3, Ordering::Relaxed);

@@ -69,6 +69,10 @@ fn random_zbd_writers_fill_reset_and_never_fail() {
         assert_eq!(j.write.io_bytes, 64 * MIB, "{backend:?}");
         assert!(j.zone_resets > 0, "{backend:?}: 64 MiB on a 32 MiB device without a reset");
         assert_eq!(r.engine.write_errors, 0, "{backend:?}");
+        // With a ring, every write's data went from the registered buffers.
+        if let Some(ring) = r.ring {
+            assert!(ring.fixed >= 1024, "{backend:?}: {ring:?}");
+        }
         // Every zone holds whole 64 KiB writes from its start.
         for z in rt.report_zones().expect("zone report") {
             assert_eq!(z.wp.since(z.start) % 128, 0, "{backend:?}: {z:?}");

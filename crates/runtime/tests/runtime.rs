@@ -12,7 +12,7 @@ use zblk_core::geometry::GeometryParams;
 use zblk_core::units::Sector;
 use zblk_core::zone::ZoneCond;
 use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
-use zblk_runtime::{AlignedBuf, Backend, Io, Runtime, RuntimeConfig};
+use zblk_runtime::{AlignedBuf, Backend, Buffer, Io, Runtime, RuntimeConfig};
 
 const ZONE: u64 = 2048; // sectors (1 MiB)
 
@@ -113,4 +113,51 @@ fn threads_emulated_append() {
 #[test]
 fn threads_native_append() {
     exercise(Backend::Threads, 256);
+}
+
+/// Writes `buf` at `at` and reads `len` bytes back from there into `into`, through
+/// the asynchronous API: the write's and the read's buffers as they came back.
+fn write_then_read(rt: &Runtime, at: Sector, buf: AlignedBuf, into: AlignedBuf) -> (Buffer, Buffer) {
+    let w = block_on(rt.submit_async(Io::write(at, buf)));
+    assert_eq!(w.result, Ok(at));
+    let r = block_on(rt.submit_async(Io::read(at, into)));
+    assert_eq!(r.result, Ok(at));
+    (w.buf.expect("the write's buffer back"), r.buf.expect("the read's buffer back"))
+}
+
+/// The runtime's buffers ([`Runtime::buffers`]) are one region registered with its
+/// ring: a write from one and a read into another go as `WRITE_FIXED` and
+/// `READ_FIXED` (counted) and move each buffer's own bytes, where the region's other
+/// buffers lie beside it; a buffer of its own goes as a plain transfer; a second
+/// region is not registered (its buffers move as plain ones do).
+#[test]
+fn the_runtimes_buffers_move_through_its_registered_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = create(dir.path(), 0);
+    let Some(rt) = start(&p, Backend::IoUring) else { return };
+    let mut bufs = rt.buffers(&[4096, 8192, 8192]);
+    for (i, b) in bufs.iter_mut().enumerate() {
+        for (j, x) in b.iter_mut().enumerate() {
+            *x = (i * 31 + j / 512) as u8;
+        }
+    }
+    let [small, mid, last] = <[AlignedBuf; 3]>::try_from(bufs).unwrap();
+    let expected = mid.to_vec();
+    let before = rt.ring_stats().expect("a ring");
+    // The middle buffer written at zone 1's start, read back into the last.
+    let (wrote, read) = write_then_read(&rt, Sector(ZONE), mid, last);
+    assert_eq!(wrote.as_slice(), &expected[..]);
+    assert!(read.as_slice() == &expected[..], "the read into the registered region got other bytes");
+    assert_eq!(rt.ring_stats().unwrap().since(before).fixed, 2);
+    // The first one, then a read of it into a buffer of its own: one more.
+    let (_, read) = write_then_read(&rt, Sector(ZONE + 16), small, AlignedBuf::zeroed(4096));
+    assert!(read.as_slice().iter().enumerate().all(|(j, &x)| x == (j / 512) as u8));
+    assert_eq!(rt.ring_stats().unwrap().since(before).fixed, 3);
+    // A second region: plain transfers, the same bytes.
+    let [other] = <[AlignedBuf; 1]>::try_from(rt.buffers(&[4096])).unwrap();
+    let (_, read) = write_then_read(&rt, Sector(ZONE + 24), other, AlignedBuf::zeroed(4096));
+    assert!(read.as_slice().iter().all(|&x| x == 0));
+    let s = rt.ring_stats().unwrap().since(before);
+    assert_eq!((s.fixed, s.entries), (3, 6), "{s:?}");
+    rt.close().unwrap();
 }

@@ -99,11 +99,13 @@ fn text(r: &RealReport, geo: &zblk_core::geometry::Geometry) -> String {
     if let Some(ring) = r.ring.filter(|r| r.submissions > 0) {
         let _ = writeln!(
             out,
-            "io_uring: {} entries handed to the kernel in {} system calls ({:.1} a call); {} calls in all, waits included",
+            "io_uring: {} entries handed to the kernel in {} system calls ({:.1} a call); {} calls in all, waits included; \
+             {} transfers with registered buffers",
             ring.entries,
             ring.submissions,
             ring.entries as f64 / ring.submissions as f64,
-            ring.calls
+            ring.calls,
+            ring.fixed
         );
     }
     let (c, wall) = (&r.cpu, r.elapsed_ns.max(1) as f64);
