@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The table of scripts/serve-vs-peers: IOPS per device and job (median of the rounds,
 then each round), and the ratios zblk is held to. Usage: serve-vs-peers.py DIR ROUNDS
-"DEVICES" [JSON_OUT]."""
+"DEVICES" [JSON_OUT ["JOBS"]] (JOBS: those run, of w4k w512 w128k r4k; all by default)."""
 import json
 import os
 import signal
@@ -29,6 +29,8 @@ share, rounds, devices = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 json_out = sys.argv[4] if len(sys.argv) > 4 else ""
 JOBS = [("w4k", "write", "4K randwrite psync QD1"), ("w512", "write", "512B randwrite psync QD1"),
         ("w128k", "write", "128K randwrite uring QD16 8 open"), ("r4k", "read", "4K randread uring QD16")]
+if len(sys.argv) > 5:
+    JOBS = [job for job in JOBS if job[0] in sys.argv[5].split()]
 NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev nullb (memory)",
          "zblk-img": "zblk serve IMG (tmpfs)", "zblk-img-zwp": "zblk serve IMG (tmpfs) --policy zwp",
          "zblk-mem-poll": "zblk serve --dev nullb --poll 1000", "zblk-img-poll": "zblk serve IMG (tmpfs) --poll 1000",
@@ -92,6 +94,8 @@ for a, b, jobs, target, title in TARGETS:
     if a not in devices or b not in devices:
         continue
     for j in jobs:
+        if (a, j) not in med:
+            continue
         x, y = med[(a, j)], med[(b, j)]
         r = x / y if x is not None and y else None
         each = [a_ / b_ if a_ is not None and b_ else None for a_, b_ in zip(rows[(a, j)], rows[(b, j)])]
