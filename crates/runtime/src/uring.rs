@@ -277,6 +277,8 @@ impl Uring {
             return false;
         }
         let iov = libc::iovec { iov_base: region.addr().cast(), iov_len: region.len() };
+        // (Under the submission lock: of two threads registering at once, the second
+        // finds the first's region.)
         let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
         if self.fixed.get().is_some() {
             return false;
