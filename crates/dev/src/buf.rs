@@ -20,7 +20,8 @@ pub struct AlignedBuf {
     region: Option<Arc<Region>>,
 }
 
-// SAFETY: an AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+// SAFETY: an AlignedBuf owns its allocation, or its part of a region, exclusively,
+// like a Vec<u8> (the region it keeps is Send and Sync itself).
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared references only give out `&[u8]`.
 unsafe impl Sync for AlignedBuf {}

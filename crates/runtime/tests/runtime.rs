@@ -115,8 +115,8 @@ fn threads_native_append() {
     exercise(Backend::Threads, 256);
 }
 
-/// Writes `buf` at `at` and reads `len` bytes back from there into `into`, through
-/// the asynchronous API: the write's and the read's buffers as they came back.
+/// Writes `buf` at `at` and reads `into.len()` bytes back from there into `into`,
+/// through the asynchronous API: the write's and the read's buffers as they came back.
 fn write_then_read(rt: &Runtime, at: Sector, buf: AlignedBuf, into: AlignedBuf) -> (Buffer, Buffer) {
     let w = block_on(rt.submit_async(Io::write(at, buf)));
     assert_eq!(w.result, Ok(at));
