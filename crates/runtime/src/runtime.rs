@@ -194,15 +194,23 @@ impl Runtime {
 
     /// Buffers of `sizes` bytes for this runtime's I/O (zeroed, aligned for
     /// `O_DIRECT`), cut from one region that the runtime's io_uring ring registers,
-    /// when it has one and has registered no other region: the kernel then pins the
-    /// region's pages once, where a transfer from or to a buffer of its own pins them
-    /// on every request (`get_user_pages` on each `O_DIRECT` read or write). The
-    /// buffers are plain aligned buffers otherwise, and usable as any other
-    /// ([`RingStats::fixed`] counts the transfers that used the registration). Take
-    /// them once, for the buffers a workload keeps reusing (fio's `fixedbufs`).
+    /// when it has one, moves the device's data with `O_DIRECT` and has registered no
+    /// other region: the kernel then pins the region's pages once, where a transfer
+    /// from or to a buffer of its own pins them on every request (`get_user_pages` on
+    /// each `O_DIRECT` read or write). The buffers are plain aligned buffers
+    /// otherwise, and usable as any other ([`RingStats::fixed`] counts the transfers
+    /// that used the registration). Take them once, for the buffers a workload keeps
+    /// reusing (fio's `fixedbufs`).
+    ///
+    /// A buffered file (an image in tmpfs, which the kernel does not let zblk open
+    /// for direct I/O) has nothing to pin: its transfers copy through the page cache,
+    /// and from a registered buffer that copy was the slower one (1 MiB writes to an
+    /// image in /dev/shm: 5.4-5.9 GB/s from registered buffers, 6.5-7.0 from the same
+    /// buffers unregistered; docs/real-io.md, run 16), so such a runtime registers
+    /// nothing.
     pub fn buffers(&self, sizes: &[usize]) -> Vec<AlignedBuf> {
         let (region, bufs) = Region::carve(sizes);
-        if let Some(u) = &self.sh().uring {
+        if let (Some(u), true) = (&self.sh().uring, self.direct_io()) {
             u.register(&region);
         }
         bufs
@@ -222,6 +230,12 @@ impl Runtime {
     /// Whether io_uring is in use.
     pub fn uses_io_uring(&self) -> bool {
         self.sh().uring.is_some()
+    }
+
+    /// Whether the device's data moves with `O_DIRECT` (its aligned transfers at
+    /// least), where registered buffers save the kernel pinning pages.
+    pub fn direct_io(&self) -> bool {
+        self.sh().direct.is_some()
     }
 
     /// The device.

@@ -24,6 +24,13 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     }
 }
 
+/// A test that cannot run here says so past the test harness's capture, so that
+/// `scripts/test` lists it.
+pub fn skipped(test: &str, why: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
 /// A test of the io_uring driver where the kernel does not allow io_uring: it fails
 /// when `ZBLK_REQUIRE_URING=1` (`scripts/test` and CI set it, as they require the
 /// VM: a test that did not run must not pass), and says SKIPPED otherwise.
