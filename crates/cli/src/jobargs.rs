@@ -11,9 +11,10 @@ use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 /// Job options use fio's names (`--rw`, `--bs`, `--iodepth`, `--numjobs`, `--size`,
 /// `--io_size`, `--runtime`, `--offset`, `--zonemode`, `--max_open_zones`).
 /// With `--image IMG` the jobs run for real on a zoned image (wall-clock time), from
-/// buffers registered with the io_uring ring (as fio's `--fixedbufs`; the report
-/// counts the transfers that used them); otherwise on a simulated device (virtual
-/// time, labelled as such).
+/// buffers registered with the io_uring ring where the image takes `O_DIRECT` (as
+/// fio's `--fixedbufs`; the report counts the transfers that used them; an image in
+/// tmpfs moves through the page cache and gets plain buffers); otherwise on a
+/// simulated device (virtual time, labelled as such).
 #[derive(Args, Debug)]
 #[command(after_help = devspec_help())]
 pub struct BenchArgs {
