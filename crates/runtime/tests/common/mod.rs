@@ -37,9 +37,7 @@ pub fn skipped(test: &str, why: impl std::fmt::Display) {
 pub fn io_uring_missing(test: &str, why: impl std::fmt::Display) {
     let required = std::env::var("ZBLK_REQUIRE_URING").is_ok_and(|v| v == "1");
     assert!(!required, "{test}: io_uring is required (ZBLK_REQUIRE_URING=1) but not available: {why}");
-    use std::io::Write;
-    // Past the test harness's capture, so that scripts/test lists it.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: io_uring is not available: {why}");
+    skipped(test, format_args!("io_uring is not available: {why}"));
 }
 
 /// Opens the image at `path` after a killed process: its I/O may still hold the
