@@ -226,6 +226,15 @@ struct RunState {
     last_ns: u64,
 }
 
+impl RunState {
+    /// The generator's time at `ns` (read before the lock was taken), never going
+    /// back: another thread may have handed it a later time meanwhile.
+    fn advance(&mut self, ns: u64) -> u64 {
+        self.last_ns = self.last_ns.max(ns);
+        self.last_ns
+    }
+}
+
 /// An I/O ready to go, with what its completion hands back to the generator.
 struct Ready {
     io: Io,
@@ -252,9 +261,7 @@ impl BenchRun {
             return;
         }
         loop {
-            // (The generator's time never goes back.)
-            st.last_ns = st.last_ns.max(now.take().unwrap_or_else(|| run.now_ns()));
-            let now = st.last_ns;
+            let now = st.advance(now.take().unwrap_or_else(|| run.now_ns()));
             let ready = run.collect(&mut st, now);
             if ready.is_empty() {
                 return;
@@ -328,8 +335,7 @@ impl BenchRun {
                     st.pool.push(b);
                 }
             }
-            st.last_ns = st.last_ns.max(now);
-            let now = st.last_ns;
+            let now = st.advance(now);
             st.fio.on_complete(now, c);
             now
         };
