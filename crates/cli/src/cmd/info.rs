@@ -110,7 +110,7 @@ fn image_doc(a: &InfoArgs, img: &FileImage) -> serde_json::Value {
         },
         "io": {
             "io_uring": io_uring.as_ref().map_or_else(|e| format!("not available: {e}"), |()| "available".to_string()),
-            "o_direct": direct.map_or_else(|| "not allowed by the file system".to_string(), |a| format!("aligned to {a} bytes")),
+            "o_direct": direct.map_or_else(|| "not used (the file system refuses it, or its alignment exceeds a logical block)".to_string(), |a| format!("aligned to {a} bytes")),
         },
     })
 }
