@@ -205,11 +205,10 @@ impl Runtime {
     /// A buffered file (an image in tmpfs: `statx` gives no direct I/O alignment
     /// there, so zblk assumes 4 KiB, more than the image's 512-byte blocks, and opens
     /// it buffered; tmpfs's own `O_DIRECT` copies through the page cache anyway) has
-    /// nothing to pin: its transfers copy through the page cache,
-    /// and from a registered buffer that copy was the slower one (1 MiB writes to an
-    /// image in /dev/shm: 5.4-5.9 GB/s from registered buffers, 6.5-7.0 from the same
-    /// buffers unregistered; docs/real-io.md, run 16), so such a runtime registers
-    /// nothing.
+    /// nothing to pin: its transfers copy through the page cache, and from a
+    /// registered buffer that copy was the slower one (1 MiB writes to an image in
+    /// /dev/shm: 5.4-5.9 GB/s from registered buffers, 6.5-7.0 from the same buffers
+    /// unregistered; docs/real-io.md, run 16), so such a runtime registers nothing.
     pub fn buffers(&self, sizes: &[usize]) -> Vec<AlignedBuf> {
         let (region, bufs) = Region::carve(sizes);
         if let (Some(u), true) = (&self.sh().uring, self.direct_io()) {
