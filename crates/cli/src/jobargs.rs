@@ -47,7 +47,7 @@ pub struct BenchArgs {
     /// I/Os in flight per job.
     #[arg(long, default_value_t = 1)]
     pub iodepth: u32,
-    /// Number of copies of the job.
+    /// Number of copies of the job (at most 256).
     #[arg(long, default_value_t = 1)]
     pub numjobs: u32,
     /// Start of the region the job works on.

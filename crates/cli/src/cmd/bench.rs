@@ -5,6 +5,9 @@ use crate::out::{out, outln};
 use crate::{CliError, devspec, fio_out};
 use zblk_sim::{FaultConfig, SimConfig};
 
+/// The most copies of a job a simulated bench runs.
+const MAX_SIMULATED_JOBS: u32 = 256;
+
 /// Runs `zblk bench` on a simulated device (`zblk bench --image` is `imgbench`).
 pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     if a.ioengine.is_some() {
@@ -17,6 +20,11 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         return Err(CliError::msg(
             "--poll is for --image (a simulated device runs in virtual time: nothing waits to be woken)",
         ));
+    }
+    // Each job keeps its own latency histograms (about half a MiB): fio caps its jobs
+    // too. The same cap as with --image.
+    if a.numjobs > MAX_SIMULATED_JOBS {
+        return Err(CliError(format!("--numjobs is at most {MAX_SIMULATED_JOBS} (got {})", a.numjobs)));
     }
     let spec = devspec::parse(&a.dev)?;
     let device = spec.params.clone();
