@@ -119,6 +119,19 @@ fn bad_input_is_refused_with_a_message_and_no_panic() {
     }
 }
 
+/// corebench's progress: runs counted on a terminal, nothing on standard error
+/// through a pipe.
+#[test]
+fn corebench_progress_shows_on_a_terminal_only() {
+    let args = ["corebench", "--bios", "2000", "--rounds", "2", "--shapes", "queued,append"];
+    let o = zblk(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "nothing on a pipe");
+    let Some(seen) = common::on_terminal("corebench_progress_shows_on_a_terminal_only", &args) else { return };
+    assert!(seen.contains("/8 runs"), "{seen}");
+    assert!(seen.contains("core cost: the engine alone"), "{seen}");
+}
+
 #[test]
 fn corebench_reports_both_policies() {
     let o = zblk(&["corebench", "--bios", "20000", "--rounds", "1", "--json"]);

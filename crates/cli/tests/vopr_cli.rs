@@ -20,6 +20,22 @@ fn two_hundred_seeds_pass_and_print_the_summary() {
     assert!(!out.contains("FAIL"), "{out}");
 }
 
+/// A progress bar on a terminal (seeds done of those asked, then cleared before the
+/// summary), and nothing on standard error through a pipe.
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    let o = zblk(&["vopr", "--seeds", "20", "--jobs", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "nothing on a pipe");
+    let Some(seen) =
+        common::on_terminal("progress_shows_on_a_terminal_only", &["vopr", "--seeds", "20", "--jobs", "1"])
+    else {
+        return;
+    };
+    assert!(seen.contains("/20 seeds"), "{seen}");
+    assert!(seen.contains("vopr (simulated devices): 20 seeds, "), "{seen}");
+}
+
 #[test]
 fn json_summary_and_replay() {
     let o = zblk(&["vopr", "--seeds", "8", "--first-seed", "40", "--json", "--jobs", "1"]);

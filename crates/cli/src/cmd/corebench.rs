@@ -4,6 +4,7 @@
 use crate::CliError;
 use crate::out::outln;
 use clap::Args;
+use std::io::IsTerminal;
 use std::time::Instant;
 use zblk_core::corebench::{CoreBenchSpec, Shape, run_corebench};
 use zblk_core::engine::IssuePolicy;
@@ -53,6 +54,43 @@ struct ShapeResult {
     plugged: u64,
 }
 
+/// Runs `shape` `a.rounds` times with its ordered policy and with passthrough, the
+/// best run of each kept; `bar` moves after each run.
+fn measure(shape: Shape, a: &CorebenchArgs, bar: Option<&indicatif::ProgressBar>) -> Result<ShapeResult, CliError> {
+    let spec = shape.spec(a.bios);
+    let policies = [shape.ordered_policy(), IssuePolicy::Passthrough];
+    let mut best = [f64::MAX; 2];
+    let mut plugged = 0;
+    for _ in 0..a.rounds {
+        for (i, policy) in policies.iter().enumerate() {
+            let t = Instant::now();
+            let r = run_corebench(&spec, *policy);
+            let secs = t.elapsed().as_secs_f64();
+            if r.errors != 0 {
+                return Err(CliError(format!("{} {} run had {} failed BIOs", shape.name(), policy.name(), r.errors)));
+            }
+            if *policy != IssuePolicy::Passthrough {
+                plugged = r.engine.plugged;
+            }
+            best[i] = best[i].min(secs);
+            if let Some(b) = bar {
+                b.set_message(format!("{} {}", shape.name(), policy.name()));
+                b.inc(1);
+            }
+        }
+    }
+    let rate = |secs: f64| a.bios as f64 / secs;
+    Ok(ShapeResult {
+        shape: shape.name(),
+        spec,
+        policy: policies[0].name(),
+        zwp_bios_per_s: rate(best[0]),
+        passthrough_bios_per_s: rate(best[1]),
+        plugging_over_passthrough: best[0] / best[1],
+        plugged,
+    })
+}
+
 /// Runs `zblk corebench`.
 pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
     if a.bios == 0 || a.rounds == 0 {
@@ -67,41 +105,20 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // Progress on stderr, only on a terminal, moved between runs (never inside one).
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(shapes.len() as u64 * u64::from(a.rounds) * 2);
+        let style = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs ({elapsed}, eta {eta}) {msg}")
+            .expect("valid template");
+        b.set_style(style);
+        b
+    });
     let mut results = Vec::new();
     for shape in shapes {
-        let spec = shape.spec(a.bios);
-        let policies = [shape.ordered_policy(), IssuePolicy::Passthrough];
-        let mut best = [f64::MAX; 2];
-        let mut plugged = 0;
-        for _ in 0..a.rounds {
-            for (i, policy) in policies.iter().enumerate() {
-                let t = Instant::now();
-                let r = run_corebench(&spec, *policy);
-                let secs = t.elapsed().as_secs_f64();
-                if r.errors != 0 {
-                    return Err(CliError(format!(
-                        "{} {} run had {} failed BIOs",
-                        shape.name(),
-                        policy.name(),
-                        r.errors
-                    )));
-                }
-                if *policy != IssuePolicy::Passthrough {
-                    plugged = r.engine.plugged;
-                }
-                best[i] = best[i].min(secs);
-            }
-        }
-        let rate = |secs: f64| a.bios as f64 / secs;
-        results.push(ShapeResult {
-            shape: shape.name(),
-            spec,
-            policy: policies[0].name(),
-            zwp_bios_per_s: rate(best[0]),
-            passthrough_bios_per_s: rate(best[1]),
-            plugging_over_passthrough: best[0] / best[1],
-            plugged,
-        });
+        results.push(measure(shape, a, bar.as_ref())?);
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     if a.json {
         let doc = serde_json::json!({ "rounds": a.rounds, "bios": a.bios, "shapes": results });

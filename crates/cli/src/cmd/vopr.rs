@@ -5,6 +5,8 @@
 use crate::out::outln;
 use crate::{CliError, parse};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -136,10 +138,12 @@ pub fn run(a: &VoprArgs) -> Result<(), CliError> {
 /// Runs seeds from `--first-seed` on `--jobs` threads until `limit` seeds or
 /// `--time` have passed; each failure is said as it is found (unless `--json`).
 fn run_seeds(a: &VoprArgs, mutation: Option<Mutation>, limit: Option<u64>) -> Summary {
-    let deadline = a.time.map(|ns| Instant::now() + Duration::from_nanos(ns));
+    let started = Instant::now();
+    let deadline = a.time.map(|ns| started + Duration::from_nanos(ns));
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
     let next = AtomicU64::new(0);
     let summary = Mutex::new(Summary { simulated: true, ..Summary::default() });
+    let bar = progress_bar(limit, a.time);
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| {
@@ -162,14 +166,48 @@ fn run_seeds(a: &VoprArgs, mutation: Option<Mutation>, limit: Option<u64>) -> Su
                             v.lines().next().unwrap_or(""),
                             replay_command(&r, a.ops, a.mutation.as_deref())
                         );
-                        outln!("{line}");
+                        match &bar {
+                            // Above the bar, not through it.
+                            Some(b) => b.suspend(|| outln!("{line}")),
+                            None => outln!("{line}"),
+                        }
                     }
-                    add_seed(&mut summary.lock().expect("summary lock"), r);
+                    let mut sum = summary.lock().expect("summary lock");
+                    add_seed(&mut sum, r);
+                    if let Some(b) = &bar {
+                        b.set_message(format!("{} seeds, {} violations", sum.seeds, sum.violations));
+                        b.set_position(match limit {
+                            Some(_) => sum.seeds,
+                            None => started.elapsed().as_secs(),
+                        });
+                    }
                 }
             });
         }
     });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     summary.into_inner().expect("summary lock")
+}
+
+/// Progress on stderr while seeds run, only on a terminal: seeds done of `limit`, or
+/// seconds of `--time` (whichever bounds the run), with the seeds and violations so far.
+fn progress_bar(limit: Option<u64>, time_ns: Option<u64>) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let (len, unit) = match (limit, time_ns) {
+        (Some(n), _) => (n, "seeds"),
+        (None, Some(ns)) => (ns.div_ceil(1_000_000_000), "s"),
+        (None, None) => return None,
+    };
+    let bar = ProgressBar::new(len.max(1));
+    let style =
+        ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{msg}}"))
+            .expect("valid template");
+    bar.set_style(style);
+    Some(bar)
 }
 
 /// Counts one seed's run into the summary.

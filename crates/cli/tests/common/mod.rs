@@ -11,6 +11,21 @@ pub fn zblk(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zblk")).args(args).output().expect("run zblk")
 }
 
+/// Runs `zblk` with `args` on a terminal: under util-linux `script`, which gives it a
+/// pseudo-terminal for standard input, output and error; returns what the terminal
+/// showed. None (and a SKIPPED line for `test`) where `script` cannot run.
+pub fn on_terminal(test: &str, args: &[&str]) -> Option<String> {
+    let cmd = std::iter::once(env!("CARGO_BIN_EXE_zblk")).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    match Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(std::process::Stdio::null()).output() {
+        Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
+        r => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: `script` gave no terminal: {r:?}");
+            None
+        }
+    }
+}
+
 /// Its standard output.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
