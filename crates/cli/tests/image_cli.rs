@@ -132,6 +132,26 @@ fn bench_on_an_image_is_not_simulated() {
     assert!((per_io * ios - used).abs() <= 1.0 + used * 1e-9, "{per_io} ns x {ios} I/Os against {used} ns: {v}");
 }
 
+/// A real bench's progress on a terminal: the run's milliseconds and its bandwidth,
+/// updated while it runs; through a pipe nothing but the line naming the I/O path.
+#[test]
+fn bench_on_an_image_shows_progress_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.img").display().to_string();
+    ok(&["create", &p, "--size", "64", "--zone_size", "4"]);
+    let args = ["bench", "--image", &p, "--rw", "write", "--bs", "4k", "--runtime", "1s"];
+    let o = common::zblk(&args);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert_eq!(common::stderr(&o).lines().count(), 1, "{}", common::stderr(&o));
+    ok(&["reset", &p]);
+    let Some(seen) = common::on_terminal("bench_on_an_image_shows_progress_on_a_terminal_only", &args) else {
+        return;
+    };
+    assert!(seen.contains("/1000 ms ("), "{seen}");
+    assert!(seen.contains(" MiB/s"), "{seen}");
+    assert!(seen.contains("write: IOPS="), "{seen}");
+}
+
 /// `bench --image --poll`: the runtime's completion thread finds the completions of
 /// a QD 1 stream while it polls, and the run says how many; without `--poll` it
 /// says nothing of it. The image is on the disk the build is on (an image in

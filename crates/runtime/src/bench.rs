@@ -20,7 +20,7 @@ use crate::RingStats;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use zblk_core::bio::Op;
 use zblk_core::engine::EngineStats;
 use zblk_core::geometry::Geometry;
@@ -106,6 +106,24 @@ pub fn run_jobs_appending(
     group: bool,
     append: bool,
 ) -> Result<RealReport, JobError> {
+    run_jobs_watched(rt, image, specs, seed, group, append, &mut |_, _| {})
+}
+
+/// How often [`run_jobs_watched`] reports progress.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// [`run_jobs_appending`], calling `watch(elapsed, bytes)` about every
+/// [`WATCH_INTERVAL`] while the jobs run, with the bytes read and written by the I/Os
+/// completed so far (from the thread that waits for the run: never an I/O thread).
+pub fn run_jobs_watched(
+    rt: &Runtime,
+    image: &str,
+    specs: &[JobSpec],
+    seed: u64,
+    group: bool,
+    append: bool,
+    watch: &mut dyn FnMut(Duration, u64),
+) -> Result<RealReport, JobError> {
     let geo = rt.geometry().clone();
     let zones = if geo.is_zoned() {
         rt.report_zones().map_err(|e| JobError { option: "zonemode", message: format!("zone report failed: {e}") })?
@@ -139,7 +157,14 @@ pub fn run_jobs_appending(
     BenchRun::pump(&run, None);
     let mut st = run.lock();
     while !st.finished {
-        st = run.finished.wait(st).unwrap_or_else(|p| p.into_inner());
+        st = run.finished.wait_timeout(st, WATCH_INTERVAL).unwrap_or_else(|p| p.into_inner()).0;
+        if !st.finished {
+            let done = st.fio.done_bytes();
+            // The watcher runs without the run's lock, which completions take.
+            drop(st);
+            watch(t0.elapsed(), done);
+            st = run.lock();
+        }
     }
     let elapsed_ns = t0.elapsed().as_nanos() as u64;
     let cpu = CpuUse::now().since(cpu_before);

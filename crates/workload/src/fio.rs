@@ -343,6 +343,11 @@ impl FioGen {
             && self.jobs.iter().all(|j| j.stopped && j.inflight == 0 && j.fsynced)
     }
 
+    /// Bytes read and written by the I/Os completed so far, every job (for progress).
+    pub fn done_bytes(&self) -> u64 {
+        self.jobs.iter().map(|j| j.tally.read.bytes() + j.tally.write.bytes()).sum()
+    }
+
     /// BIOs submitted and not completed.
     pub fn inflight(&self) -> u32 {
         self.jobs.iter().map(|j| j.inflight).sum()

@@ -34,6 +34,11 @@ impl Default for DirStats {
 }
 
 impl DirStats {
+    /// Bytes of the I/Os completed so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Records one completed I/O of `bytes` with completion latency `lat_ns`.
     pub fn record(&mut self, bytes: u64, lat_ns: u64) {
         self.ios += 1;

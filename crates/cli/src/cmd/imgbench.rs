@@ -7,10 +7,59 @@ use crate::out::{self, errln, out, outln};
 use crate::{CliError, fio_out, image};
 use serde_json::json;
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 use std::path::Path;
 use zblk_core::engine::EngineConfig;
-use zblk_runtime::bench::{RealReport, run_jobs_appending};
+use zblk_runtime::bench::{RealReport, run_jobs_watched};
 use zblk_runtime::{Backend, RuntimeConfig};
+
+/// Progress on stderr while a real bench runs, only on a terminal: the run's time (or
+/// its bytes, when it is not time based) and the bandwidth since the last update.
+struct Watch {
+    bar: Option<indicatif::ProgressBar>,
+    time_based: bool,
+    last: (std::time::Duration, u64),
+}
+
+impl Watch {
+    fn start(job: &zblk_workload::job::JobSpec, geo: &zblk_core::geometry::Geometry) -> Watch {
+        let mut w = Watch { bar: None, time_based: job.runtime_ns.is_some(), last: Default::default() };
+        if !std::io::stderr().is_terminal() {
+            return w;
+        }
+        let (len, template) = match job.runtime_ns {
+            Some(ns) => (ns / 1_000_000, "{bar:40} {pos}/{len} ms ({elapsed}, eta {eta}) {msg}"),
+            None => {
+                let per_job = job.io_size_bytes.unwrap_or(job.region_bytes(geo));
+                (
+                    per_job.saturating_mul(u64::from(job.numjobs)),
+                    "{bar:40} {bytes}/{total_bytes} ({elapsed}, eta {eta}) {msg}",
+                )
+            }
+        };
+        let bar = indicatif::ProgressBar::new(len.max(1));
+        bar.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template"));
+        w.bar = Some(bar);
+        w
+    }
+
+    fn update(&mut self, elapsed: std::time::Duration, bytes: u64) {
+        let Some(bar) = &self.bar else { return };
+        let secs = (elapsed - self.last.0).as_secs_f64();
+        if secs > 0.0 {
+            let rate = (bytes - self.last.1) as f64 / secs;
+            bar.set_message(format!("{:.1} MiB/s", rate / f64::from(1 << 20)));
+        }
+        self.last = (elapsed, bytes);
+        bar.set_position(if self.time_based { elapsed.as_millis() as u64 } else { bytes });
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
 
 /// Runs the jobs `a` describes on the image at `path`.
 pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
@@ -42,8 +91,18 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
     let rt = img.start_with(RuntimeConfig { engine, backend, poll, ..RuntimeConfig::default() })?;
     errln!("zblk: {}: I/O with {}", path.display(), rt.backend());
     let name = path.display().to_string();
-    let report = run_jobs_appending(&rt, &name, std::slice::from_ref(&job), a.seed, a.group_reporting, a.zone_append)
-        .map_err(|e| CliError(format!("{e}")));
+    let mut watch = Watch::start(&job, &geo);
+    let report = run_jobs_watched(
+        &rt,
+        &name,
+        std::slice::from_ref(&job),
+        a.seed,
+        a.group_reporting,
+        a.zone_append,
+        &mut |t, b| watch.update(t, b),
+    )
+    .map_err(|e| CliError(format!("{e}")));
+    watch.finish();
     // What an EIO stood for under an image (ENOSPC, EFBIG, ...), the report's words
     // being the request's status.
     let fs_cause = rt.device().last_error();
