@@ -13,14 +13,22 @@ pub fn zblk(args: &[&str]) -> Output {
 
 /// Runs `zblk` with `args` on a terminal: under util-linux `script`, which gives it a
 /// pseudo-terminal for standard input, output and error; returns what the terminal
-/// showed. None (and a SKIPPED line for `test`) where `script` cannot run.
+/// showed (the command must succeed). None, and a SKIPPED line for `test`, where
+/// `script` cannot be run.
 pub fn on_terminal(test: &str, args: &[&str]) -> Option<String> {
-    let cmd = std::iter::once(env!("CARGO_BIN_EXE_zblk")).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
-    match Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(std::process::Stdio::null()).output() {
-        Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
-        r => {
+    // One shell word per argument, as `script -c` hands the line to a shell.
+    let quote = |a: &str| format!("'{}'", a.replace('\'', r"'\''"));
+    let cmd = std::iter::once(env!("CARGO_BIN_EXE_zblk")).chain(args.iter().copied()).map(quote).collect::<Vec<_>>();
+    match Command::new("script").args(["-qec", &cmd.join(" "), "/dev/null"]).stdin(std::process::Stdio::null()).output()
+    {
+        Ok(o) => {
+            let seen = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(o.status.success(), "zblk {args:?} on a terminal: {:?}: {seen}", o.status);
+            Some(seen)
+        }
+        Err(e) => {
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: `script` gave no terminal: {r:?}");
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: `script` (util-linux) cannot run: {e}");
             None
         }
     }
