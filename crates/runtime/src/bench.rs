@@ -90,31 +90,19 @@ impl CpuUse {
 /// Runs `specs` on the runtime's device, named `image` in the report, and measures
 /// them. The zone write pointers fio starts from are the device's, as reported now.
 pub fn run_jobs(rt: &Runtime, image: &str, specs: &[JobSpec], seed: u64, group: bool) -> Result<RealReport, JobError> {
-    run_jobs_appending(rt, image, specs, seed, group, false)
-}
-
-/// [`run_jobs`], with `append`: every write the generator decides goes as a zone
-/// append to the start of its zone (native where the device has zone append, emulated
-/// by the engine otherwise), as fio's `zone_append` write mode: the generator still
-/// keeps each zone's write pointer, which the appends together move as its writes
-/// would.
-pub fn run_jobs_appending(
-    rt: &Runtime,
-    image: &str,
-    specs: &[JobSpec],
-    seed: u64,
-    group: bool,
-    append: bool,
-) -> Result<RealReport, JobError> {
-    run_jobs_watched(rt, image, specs, seed, group, append, &mut |_, _| {})
+    run_jobs_watched(rt, image, specs, seed, group, false, &mut |_, _| {})
 }
 
 /// How often [`run_jobs_watched`] reports progress.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
-/// [`run_jobs_appending`], calling `watch(elapsed, bytes)` about every
-/// [`WATCH_INTERVAL`] while the jobs run, with the bytes read and written by the I/Os
-/// completed so far (from the thread that waits for the run: never an I/O thread).
+/// [`run_jobs`], with `append`: every write the generator decides goes as a zone
+/// append to the start of its zone (native where the device has zone append, emulated
+/// by the engine otherwise), as fio's `zone_append` write mode: the generator still
+/// keeps each zone's write pointer, which the appends together move as its writes
+/// would. And `watch(elapsed, bytes)` is called about every [`WATCH_INTERVAL`] while
+/// the jobs run, with the bytes read and written by the I/Os completed so far (from
+/// the thread that waits for the run: never an I/O thread).
 pub fn run_jobs_watched(
     rt: &Runtime,
     image: &str,
@@ -224,7 +212,7 @@ struct BenchRun {
     sub: Submitter,
     geo: Geometry,
     t0: Instant,
-    /// Writes go as zone appends ([`run_jobs_appending`]).
+    /// Writes go as zone appends ([`run_jobs_watched`]).
     append: bool,
     st: Mutex<RunState>,
     /// Signalled when the run ends.
