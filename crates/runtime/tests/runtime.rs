@@ -169,9 +169,9 @@ fn the_runtimes_buffers_move_through_its_registered_region() {
 }
 
 /// A runtime on a buffered file (an image in tmpfs, which zblk opens buffered: no
-/// direct I/O alignment there) registers no buffers: its transfers copy through the page cache, where
-/// a registered buffer's copy is the slower one (docs/real-io.md, run 16). Its
-/// buffers move their bytes as plain ones.
+/// direct I/O alignment there) registers no buffers: its transfers copy through the
+/// page cache, where a registered buffer's copy is the slower one (docs/real-io.md,
+/// run 16). Its buffers move their bytes as plain ones.
 #[test]
 fn a_buffered_runtime_registers_no_buffers() {
     let test = "a_buffered_runtime_registers_no_buffers";
