@@ -34,6 +34,13 @@ fn progress_shows_on_a_terminal_only() {
     };
     assert!(seen.contains("/20 seeds"), "{seen}");
     assert!(seen.contains("vopr (simulated devices): 20 seeds, "), "{seen}");
+    // The real runtime's seeds too.
+    let Some(seen) = common::on_terminal("progress_shows_on_a_terminal_only", &["vopr", "--runtime", "--seeds", "2"])
+    else {
+        return;
+    };
+    assert!(seen.contains("/2 seeds"), "{seen}");
+    assert!(seen.contains("vopr --runtime (the real runtime over temporary images"), "{seen}");
 }
 
 #[test]

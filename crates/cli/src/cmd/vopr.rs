@@ -166,21 +166,11 @@ fn run_seeds(a: &VoprArgs, mutation: Option<Mutation>, limit: Option<u64>) -> Su
                             v.lines().next().unwrap_or(""),
                             replay_command(&r, a.ops, a.mutation.as_deref())
                         );
-                        match &bar {
-                            // Above the bar, not through it.
-                            Some(b) => b.suspend(|| outln!("{line}")),
-                            None => outln!("{line}"),
-                        }
+                        say(bar.as_ref(), &line);
                     }
                     let mut sum = summary.lock().expect("summary lock");
                     add_seed(&mut sum, r);
-                    if let Some(b) = &bar {
-                        b.set_message(format!("{} seeds, {} violations", sum.seeds, sum.violations));
-                        b.set_position(match limit {
-                            Some(_) => sum.seeds,
-                            None => started.elapsed().as_secs(),
-                        });
-                    }
+                    tick(bar.as_ref(), limit, started, sum.seeds, sum.violations);
                 }
             });
         }
@@ -208,6 +198,22 @@ fn progress_bar(limit: Option<u64>, time_ns: Option<u64>) -> Option<ProgressBar>
             .expect("valid template");
     bar.set_style(style);
     Some(bar)
+}
+
+/// Moves the progress bar, if any, after a seed: `seeds` done (or the seconds since
+/// `started`, when no `limit` bounds the run), `violations` so far.
+fn tick(bar: Option<&ProgressBar>, limit: Option<u64>, started: Instant, seeds: u64, violations: u64) {
+    let Some(b) = bar else { return };
+    b.set_message(format!("{seeds} seeds, {violations} violations"));
+    b.set_position(if limit.is_some() { seeds } else { started.elapsed().as_secs() });
+}
+
+/// Prints `line` above the progress bar, if any.
+fn say(bar: Option<&ProgressBar>, line: &str) {
+    match bar {
+        Some(b) => b.suspend(|| outln!("{line}")),
+        None => outln!("{line}"),
+    }
 }
 
 /// Counts one seed's run into the summary.
@@ -301,8 +307,9 @@ fn run_runtime(a: &VoprArgs) -> Result<(), CliError> {
         (None, None, Some(_)) => (a.first_seed, None),
         (None, None, None) => (a.first_seed, Some(10)),
     };
-    let deadline = a.time.map(|ns| Instant::now() + Duration::from_nanos(ns));
     let started = Instant::now();
+    let deadline = a.time.map(|ns| started + Duration::from_nanos(ns));
+    let bar = progress_bar(limit, a.time);
     let mut sum = RuntimeSummary::default();
     for i in 0.. {
         if limit.is_some_and(|n| i >= n) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -317,15 +324,18 @@ fn run_runtime(a: &VoprArgs) -> Result<(), CliError> {
         if let Some(v) = &r.violation {
             sum.violations += 1;
             if !a.json {
-                outln!(
+                let line = format!(
                     "FAIL seed {seed} ({}, {}): {v}\n  replay: zblk vopr --runtime --seed {seed} --ops {}",
-                    r.backend,
-                    r.policy,
-                    a.ops
+                    r.backend, r.policy, a.ops
                 );
+                say(bar.as_ref(), &line);
             }
             sum.failures.push(r);
         }
+        tick(bar.as_ref(), limit, started, sum.seeds, sum.violations);
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     let _ = std::fs::remove_dir_all(&dir);
     sum.wall_seconds = started.elapsed().as_secs_f64();
