@@ -300,15 +300,18 @@ impl Queue {
             return Front::Wait;
         }
         match kind {
-            // An append needs no write pointer, only not to overtake what is before it.
-            Kind::NativeAppend => Front::Go,
+            // An append needs no write pointer, only not to overtake what is before it,
+            // nor a report of the zone asked for before it: the device may read the
+            // zone before the append lands and answer after it completed, a write
+            // pointer the host would then trust below the device's.
+            Kind::NativeAppend if !plug.report_pending => Front::Go,
             Kind::WpOp if plug.appends_out == 0 => Front::Go,
             Kind::ZoneWrite if plug.appends_out == 0 && !plug.need_wp_update => Front::Go,
             Kind::ZoneWrite if plug.appends_out == 0 && self.cfg.wp_recovery == super::WpRecovery::Kernel => {
                 // As the kernel: no write until the user reports the zone.
                 Front::Refuse(Status::NeedWpUpdate)
             }
-            Kind::WpOp | Kind::ZoneWrite => Front::Wait,
+            Kind::WpOp | Kind::ZoneWrite | Kind::NativeAppend => Front::Wait,
             k => unreachable!("{k:?} in a plug"),
         }
     }

@@ -6,7 +6,10 @@
 //! is on the device, and releases the held writes once the answer re-synchronises
 //! `wp_offset`. With [`WpRecovery::Kernel`], as Linux, writes fail with
 //! [`Status::NeedWpUpdate`] until the user reports the zone. Either way a report is
-//! trusted only when it cannot be older than what the host sent the zone.
+//! trusted only when it cannot be older than what the host sent the zone: it is asked
+//! for with nothing of the zone out, and while it is pending the zone's writes and
+//! native appends wait (`plugs.rs`, `front`; a reset or finish may go: it sets the
+//! write pointer itself, and the answer is then not used).
 
 use super::plugs::{CondCache, PlugId};
 use super::{Action, Engine, Queue, WpRecovery};

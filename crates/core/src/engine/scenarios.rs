@@ -332,6 +332,45 @@ fn native_append_needs_no_plugging_but_does_not_overtake_writes() {
     assert_eq!(h.result(20), Some(Ok(Sector(Z1 + 64))));
 }
 
+/// A native append waits while a report of its zone is pending: a device that reads
+/// the zone before the append lands and answers after the append completed would
+/// otherwise hand the plug a write pointer below its own, which the plug then
+/// trusted (`zblk vopr --runtime` seed 700215, threads with pread/pwrite, once in
+/// about 1,600 runs).
+#[test]
+fn a_pending_report_holds_native_appends() {
+    let geo = geometry(|p| p.max_append_sectors = 64);
+    let mut h = Harness::new(&geo, IssuePolicy::Zwp, WpRecovery::Report);
+    h.auto_report = false;
+    h.submit(Bio::write(Sector(Z1), 32, 0));
+    h.run_all();
+    // A write that fails leaves the write pointer unknown; the next write asks for
+    // a report.
+    h.submit(Bio::write(Sector(Z1 + 32), 8, 1));
+    h.fail(0, Status::IoErr);
+    h.submit(Bio::write(Sector(Z1 + 32), 8, 2));
+    assert_eq!(h.reports, vec![ZoneNo(1)], "a report asked for");
+    // The device reads the zone now (write pointer 32) and answers later. An append
+    // arrives meanwhile (the write waiting in the plug is aborted, as the kernel
+    // aborts regular writes mixed with appends).
+    let read_now = h.report_zone(Sector(Z1));
+    h.submit(Bio::append(Sector(Z1), 16, 3));
+    assert_eq!(h.result(2), Some(Err(Status::Aborted)));
+    // Whatever the device runs before the answer comes: an append let through lands
+    // at 32 and moves the device's write pointer past the answer's.
+    while !h.issued.is_empty() {
+        h.run(0).ok();
+    }
+    h.answer_report(read_now);
+    let trusted_wrong = |h: &Harness| {
+        h.engine.plug(ZoneNo(1)).is_some_and(|p| !p.need_wp_update && !p.busy && p.wp_offset != h.device_wp(1))
+    };
+    assert!(!trusted_wrong(&h), "the plug trusts {:?}, the device is at {}", h.engine.plug(ZoneNo(1)), h.device_wp(1));
+    h.run_all();
+    assert_eq!(h.result(3), Some(Ok(Sector(Z1 + 32))), "the append, once the report is in");
+    assert!(!trusted_wrong(&h), "{:?} against {}", h.engine.plug(ZoneNo(1)), h.device_wp(1));
+}
+
 #[test]
 fn fua_and_preflush_pass_through_and_flush_is_issued() {
     let mut h = Harness::zwp();

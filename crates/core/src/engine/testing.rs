@@ -128,6 +128,16 @@ impl Harness {
         self.engine.check_invariants();
     }
 
+    /// Answers the engine's pending report of `info`'s zone with `info` (which may be
+    /// older than the device's state, as a report read before a write landed).
+    pub fn answer_report(&mut self, info: ZoneInfo) {
+        let z = self.engine.geometry().zone_no(info.start);
+        let i = self.reports.iter().position(|&r| r == z).expect("a report of the zone was asked for");
+        self.reports.remove(i);
+        self.engine.zone_report(&info);
+        self.pump();
+    }
+
     /// The anticipation with `token` expired.
     pub fn expire(&mut self, token: u64) {
         self.anticipations.retain(|&t| t != token);
