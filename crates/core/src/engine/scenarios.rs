@@ -336,7 +336,7 @@ fn native_append_needs_no_plugging_but_does_not_overtake_writes() {
 /// the zone before the append lands and answers after the append completed would
 /// otherwise hand the plug a write pointer below its own, which the plug then
 /// trusted (`zblk vopr --runtime` seed 700215, threads with pread/pwrite, once in
-/// about 1,600 runs).
+/// some 1,800 runs).
 #[test]
 fn a_pending_report_holds_native_appends() {
     let geo = geometry(|p| p.max_append_sectors = 64);
