@@ -3,10 +3,9 @@
 //! for fio read zblk's output. Every simulated result says that it is simulated.
 
 use crate::CliError;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use zblk_core::geometry::Geometry;
 use zblk_core::params::DeviceParams;
 use zblk_sim::presets::DeviceSpec;
@@ -22,9 +21,6 @@ pub struct Progress {
 impl Progress {
     /// A progress display for `job` on a device of geometry `geo`.
     pub fn start(job: &JobSpec, geo: &Geometry) -> Progress {
-        if !std::io::stderr().is_terminal() {
-            return Progress { bar: None, runtime_ns: None };
-        }
         let (total, unit) = match job.runtime_ns {
             Some(rt) => (rt / 1_000_000, "ms (virtual)"),
             None => {
@@ -32,12 +28,11 @@ impl Progress {
                 (per_job / job.bs_bytes.max(1) * u64::from(job.numjobs), "I/Os")
             }
         };
-        let bar = ProgressBar::new(total.max(1));
-        let style =
-            ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}})"))
-                .expect("valid template");
-        bar.set_style(style);
-        Progress { bar: Some(bar), runtime_ns: job.runtime_ns }
+        let bar = crate::out::progress_bar(
+            total.max(1),
+            &format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}})"),
+        );
+        Progress { bar, runtime_ns: job.runtime_ns }
     }
 
     /// Runs `jobs` on a simulation built from `cfg`, showing progress.

@@ -78,6 +78,19 @@ fn write(stream: Stream, args: fmt::Arguments<'_>) -> bool {
     }
 }
 
+/// A progress bar of `len` steps drawn with indicatif `template` on standard error,
+/// only when standard error is a terminal (None otherwise: nothing of it reaches a
+/// pipe or a file).
+pub fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template"));
+    Some(bar)
+}
+
 /// Writes to standard output (use [`outln!`] and [`out!`]).
 pub fn stdout(args: fmt::Arguments<'_>) -> bool {
     write(Stream::Out, args)

@@ -4,7 +4,6 @@
 use crate::CliError;
 use crate::out::outln;
 use clap::Args;
-use std::io::IsTerminal;
 use std::time::Instant;
 use zblk_core::corebench::{CoreBenchSpec, Shape, run_corebench};
 use zblk_core::engine::IssuePolicy;
@@ -106,13 +105,10 @@ pub fn run(a: &CorebenchArgs) -> Result<(), CliError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     // Progress on stderr, only on a terminal, moved between runs (never inside one).
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(shapes.len() as u64 * u64::from(a.rounds) * 2);
-        let style = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs ({elapsed}, eta {eta}) {msg}")
-            .expect("valid template");
-        b.set_style(style);
-        b
-    });
+    let bar = crate::out::progress_bar(
+        shapes.len() as u64 * u64::from(a.rounds) * 2,
+        "{bar:40} {pos}/{len} runs ({elapsed}, eta {eta}) {msg}",
+    );
     let mut results = Vec::new();
     for shape in shapes {
         results.push(measure(shape, a, bar.as_ref())?);

@@ -7,7 +7,6 @@ use crate::out::{self, errln, out, outln};
 use crate::{CliError, fio_out, image};
 use serde_json::json;
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::Path;
 use zblk_core::engine::EngineConfig;
 use zblk_runtime::bench::{RealReport, run_jobs_watched};
@@ -23,10 +22,6 @@ struct Watch {
 
 impl Watch {
     fn start(job: &zblk_workload::job::JobSpec, geo: &zblk_core::geometry::Geometry) -> Watch {
-        let mut w = Watch { bar: None, time_based: job.runtime_ns.is_some(), last: Default::default() };
-        if !std::io::stderr().is_terminal() {
-            return w;
-        }
         let (len, template) = match job.runtime_ns {
             Some(ns) => (ns / 1_000_000, "{bar:40} {pos}/{len} ms ({elapsed}, eta {eta}) {msg}"),
             None => {
@@ -37,10 +32,8 @@ impl Watch {
                 )
             }
         };
-        let bar = indicatif::ProgressBar::new(len.max(1));
-        bar.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template"));
-        w.bar = Some(bar);
-        w
+        let bar = crate::out::progress_bar(len.max(1), template);
+        Watch { bar, time_based: job.runtime_ns.is_some(), last: Default::default() }
     }
 
     fn update(&mut self, elapsed: std::time::Duration, bytes: u64) {

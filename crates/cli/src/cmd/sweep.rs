@@ -8,9 +8,7 @@ pub mod zeroes;
 use crate::out::{self, errln, out, outln};
 use crate::{CliError, parse, plot};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use smr::{chart, report};
-use std::io::IsTerminal;
 use std::time::Instant;
 use zblk_core::engine::IssuePolicy;
 use zblk_lab::experiments::SMR_20TB_TESTS;
@@ -218,15 +216,7 @@ pub fn run(a: &SweepArgs) -> Result<(), CliError> {
     for (e, o) in &opts {
         total += sweeps::runs(*e, o).map_err(CliError::msg)?;
     }
-    let bar = if std::io::stderr().is_terminal() {
-        let b = ProgressBar::new(total as u64);
-        b.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} runs ({elapsed}, eta {eta}) {msg}").expect("valid"),
-        );
-        Some(b)
-    } else {
-        None
-    };
+    let bar = crate::out::progress_bar(total as u64, "{bar:30} {pos}/{len} runs ({elapsed}, eta {eta}) {msg}");
     let started = Instant::now();
     let mut all_rows = Vec::new();
     let mut text = String::new();

@@ -5,8 +5,7 @@
 use crate::out::outln;
 use crate::{CliError, parse};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use indicatif::ProgressBar;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -184,20 +183,15 @@ fn run_seeds(a: &VoprArgs, mutation: Option<Mutation>, limit: Option<u64>) -> Su
 /// Progress on stderr while seeds run, only on a terminal: seeds done of `limit`, or
 /// seconds of `--time` (whichever bounds the run), with the seeds and violations so far.
 fn progress_bar(limit: Option<u64>, time_ns: Option<u64>) -> Option<ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
     let (len, unit) = match (limit, time_ns) {
         (Some(n), _) => (n, "seeds"),
         (None, Some(ns)) => (ns.div_ceil(1_000_000_000), "s"),
         (None, None) => return None,
     };
-    let bar = ProgressBar::new(len.max(1));
-    let style =
-        ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{msg}}"))
-            .expect("valid template");
-    bar.set_style(style);
-    Some(bar)
+    crate::out::progress_bar(
+        len.max(1),
+        &format!("{{bar:40}} {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}}) {{msg}}"),
+    )
 }
 
 /// Moves the progress bar, if any, after a seed: `seeds` done (or the seconds since

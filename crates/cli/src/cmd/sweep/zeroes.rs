@@ -7,9 +7,7 @@
 use crate::out::{out, outln};
 use crate::{CliError, parse};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::Path;
 use zblk_lab::zeroes::{SIZES, WRITER_BYTES, WriterRow, ZERO_BYTES, ZeroRow, simulated};
 use zblk_runtime::zeroing::{ZeroMethodChoice, ZeroingBenchOptions};
@@ -23,11 +21,7 @@ pub fn on_image(dir: &Path, sizes: &[u64], writer_bytes: u64) -> Result<(Vec<Zer
         return Err(CliError(format!("--image-dir {}: not a directory", dir.display())));
     }
     let steps = sizes.len() * 2 + 3;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = ProgressBar::new(steps as u64);
-        b.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} ({elapsed}) {msg}").expect("valid template"));
-        b
-    });
+    let bar = crate::out::progress_bar(steps as u64, "{bar:30} {pos}/{len} ({elapsed}) {msg}");
     let path = |tag: &str| dir.join(format!("zblk-sweep-zeroes-{}-{tag}.img", std::process::id()));
     let opts = ZeroingBenchOptions::default();
     let fail = |e: zblk_runtime::zeroing::ZeroBenchError| CliError(format!("image in {}: {e}", dir.display()));
