@@ -23,10 +23,7 @@ impl Progress {
     pub fn start(job: &JobSpec, geo: &Geometry) -> Progress {
         let (total, unit) = match job.runtime_ns {
             Some(rt) => (rt / 1_000_000, "ms (virtual)"),
-            None => {
-                let per_job = job.io_size_bytes.unwrap_or(job.region_bytes(geo));
-                (per_job / job.bs_bytes.max(1) * u64::from(job.numjobs), "I/Os")
-            }
+            None => (job.io_bytes(geo) / job.bs_bytes.max(1) * u64::from(job.numjobs), "I/Os"),
         };
         let bar = crate::out::progress_bar(
             total.max(1),

@@ -8,6 +8,11 @@ use clap::{Args, ValueEnum};
 use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 
+/// The most copies of a job `zblk bench` runs, simulated or on an image: each keeps
+/// its own latency histograms (about half a MiB), and on an image a thread and its
+/// buffers. `--numjobs`'s help says the number.
+pub const MAX_NUMJOBS: u32 = 256;
+
 /// Job options use fio's names (`--rw`, `--bs`, `--iodepth`, `--numjobs`, `--size`,
 /// `--io_size`, `--runtime`, `--offset`, `--zonemode`, `--max_open_zones`).
 /// With `--image IMG` the jobs run for real on a zoned image (wall-clock time), from

@@ -251,6 +251,11 @@ impl JobSpec {
         self.copy_region(geo, 0).1
     }
 
+    /// The bytes each copy of the job moves: `io_size`, or its region (the first copy's).
+    pub fn io_bytes(&self, geo: &Geometry) -> u64 {
+        self.io_size_bytes.unwrap_or(self.region_bytes(geo))
+    }
+
     /// Where copy `n` of the job starts: `offset + n * offset_increment` (`None` past
     /// what a byte offset holds).
     pub fn job_offset_bytes(&self, n: u32) -> Option<u64> {

@@ -1,12 +1,9 @@
 //! `zblk bench`: fio-like jobs on a simulated device.
 
-use crate::jobargs::{BenchArgs, OutputFormat, choose_policy, engine_config, job_spec};
+use crate::jobargs::{BenchArgs, MAX_NUMJOBS, OutputFormat, choose_policy, engine_config, job_spec};
 use crate::out::{out, outln};
 use crate::{CliError, devspec, fio_out};
 use zblk_sim::{FaultConfig, SimConfig};
-
-/// The most copies of a job a simulated bench runs.
-const MAX_SIMULATED_JOBS: u32 = 256;
 
 /// Runs `zblk bench` on a simulated device (`zblk bench --image` is `imgbench`).
 pub fn run(a: &BenchArgs) -> Result<(), CliError> {
@@ -23,8 +20,8 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
     }
     // Each job keeps its own latency histograms (about half a MiB): fio caps its jobs
     // too. The same cap as with --image.
-    if a.numjobs > MAX_SIMULATED_JOBS {
-        return Err(CliError(format!("--numjobs is at most {MAX_SIMULATED_JOBS} (got {})", a.numjobs)));
+    if a.numjobs > MAX_NUMJOBS {
+        return Err(CliError(format!("--numjobs is at most {MAX_NUMJOBS} (got {})", a.numjobs)));
     }
     let spec = devspec::parse(&a.dev)?;
     let device = spec.params.clone();

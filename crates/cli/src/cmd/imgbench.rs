@@ -2,7 +2,7 @@
 //! zoned image or a Linux zoned block device through the threaded runtime, in
 //! wall-clock time.
 
-use crate::jobargs::{BenchArgs, OutputFormat, choose_policy, engine_config, job_spec};
+use crate::jobargs::{BenchArgs, MAX_NUMJOBS, OutputFormat, choose_policy, engine_config, job_spec};
 use crate::out::{self, errln, out, outln};
 use crate::{CliError, fio_out, image};
 use serde_json::json;
@@ -24,13 +24,10 @@ impl Watch {
     fn start(job: &zblk_workload::job::JobSpec, geo: &zblk_core::geometry::Geometry) -> Watch {
         let (len, template) = match job.runtime_ns {
             Some(ns) => (ns / 1_000_000, "{bar:40} {pos}/{len} ms ({elapsed}, eta {eta}) {msg}"),
-            None => {
-                let per_job = job.io_size_bytes.unwrap_or(job.region_bytes(geo));
-                (
-                    per_job.saturating_mul(u64::from(job.numjobs)),
-                    "{bar:40} {bytes}/{total_bytes} ({elapsed}, eta {eta}) {msg}",
-                )
-            }
+            None => (
+                job.io_bytes(geo).saturating_mul(u64::from(job.numjobs)),
+                "{bar:40} {bytes}/{total_bytes} ({elapsed}, eta {eta}) {msg}",
+            ),
         };
         let bar = crate::out::progress_bar(len.max(1), template);
         Watch { bar, time_based: job.runtime_ns.is_some(), last: Default::default() }
@@ -60,8 +57,8 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
         return Err(CliError::msg("--check and --write-error-ppm are for simulated devices, not --image"));
     }
     // Limits on what a real run allocates (a buffer per I/O in flight, a thread per job).
-    if a.iodepth > 4096 || a.numjobs > 256 {
-        return Err(CliError::msg("--iodepth is at most 4096 and --numjobs at most 256 with --image"));
+    if a.iodepth > 4096 || a.numjobs > MAX_NUMJOBS {
+        return Err(CliError(format!("--iodepth is at most 4096 and --numjobs at most {MAX_NUMJOBS} with --image")));
     }
     let buffers = a.bs.saturating_mul(u64::from(a.iodepth)).saturating_mul(u64::from(a.numjobs));
     if buffers > 4 << 30 {
