@@ -1,17 +1,26 @@
 #!/bin/bash
-# Run a command inside a real Linux 6.12 kernel (Debian's) that has zoned block devices.
+# Run a command inside a real Linux kernel (Debian's 6.12, or 7.3) that has zoned block
+# devices.
 #
 # The repository's copy of shared/tools/kernel-vm.sh, so that CI on a fresh machine
-# needs nothing beside the repository. One difference: each run builds its guest root,
+# needs nothing beside the repository. Differences: each run builds its guest root,
 # initrd and ZNS backing file in a directory of its own, and the first run's kernel
 # download is taken under a lock, so that several runs (test binaries, engineers)
-# can share the kernel cache at once.
+# can share the kernel cache at once; and a second guest kernel, Linux 7.3 (--kernel).
 #
-# The host kernel has no zoned block support; this boots Debian's 6.12 kernel under QEMU
-# (software emulation, ~2 s to boot), creates zoned null_blk devices, mounts the host's
-# root read-only over 9p plus a writable share, and runs COMMAND in a chroot of the host.
+# The host kernel has no zoned block support; this boots a Debian kernel under QEMU
+# (software emulation, ~2 s to boot 6.12, ~15 s for 7.3), creates zoned null_blk
+# devices, mounts the host's root read-only over 9p plus a writable share, and runs
+# COMMAND in a chroot of the host. The guest's kernel release is printed at boot
+# ("kernel-vm.sh: guest kernel Linux RELEASE").
 #
 # Usage: kernel-vm.sh [options] -- COMMAND...
+#   --kernel 6.12|7.3  the guest kernel (default: $ZBLK_VM_KERNEL, else 6.12). 6.12 is
+#                      bookworm's linux-image-6.12.*-amd64; 7.3 is trixie-backports'
+#                      linux-binary-7.3.*-amd64 and linux-modules-7.3.*-amd64 (the
+#                      kernel of zoned_qd1_writes, write zeroes with unmap and the
+#                      in-order split fix), fetched through a private apt configuration
+#                      under the cache (the machine's own apt sources are not touched)
 #   --nullb "PARAMS"   null_blk module parameters for /dev/nullb0
 #                      (default: "zoned=1 zone_size=64 zone_nr_conv=0 gb=1 memory_backed=1 zone_max_open=4")
 #   --zns              also attach QEMU's emulated NVMe ZNS drive as /dev/nvme0n1
@@ -24,49 +33,77 @@
 #                      (e.g. "f2fs btrfs" for zoned file systems)
 # COMMAND runs with the host's root file system (read-only) as /, the share writable,
 # and /dev of the guest. Its exit status is printed as "@@ exit N" and returned.
-# Needs root (apt-get). Caches the kernel under ${ZBLK_KVM_DIR:-/var/tmp/zblk-kvm}.
+# Needs root (apt-get). Caches the kernels under ${ZBLK_KVM_DIR:-/var/tmp/zblk-kvm}
+# (k/ for 6.12, k-7.3/ for 7.3).
 # A boot is stopped after 15 minutes (ZBLK_VM_TIMEOUT=SECONDS sets another limit).
 set -euo pipefail
 NULLB="zoned=1 zone_size=64 zone_nr_conv=0 gb=1 memory_backed=1 zone_max_open=4"
-ZNS=0; UBLK=0; SHARE=$PWD; MEM=2G; EXTRA=""
+ZNS=0; UBLK=0; SHARE=$PWD; MEM=2G; EXTRA=""; KERNEL=${ZBLK_VM_KERNEL:-6.12}
 while [ $# -gt 0 ]; do
   case "$1" in
     --nullb) NULLB=$2; shift 2;; --zns) ZNS=1; shift;; --ublk) UBLK=1; shift;;
     --share) SHARE=$(realpath "$2"); shift 2;; --mem) MEM=$2; shift 2;;
-    --modules) EXTRA="$EXTRA $2"; shift 2;;
+    --modules) EXTRA="$EXTRA $2"; shift 2;; --kernel) KERNEL=$2; shift 2;;
     --) shift; break;; *) echo "kernel-vm.sh: unknown option $1" >&2; exit 2;;
   esac
 done
 [ $# -gt 0 ] || { echo "kernel-vm.sh: no command given (usage: kernel-vm.sh [options] -- COMMAND)" >&2; exit 2; }
 W=${ZBLK_KVM_DIR:-/var/tmp/zblk-kvm}; mkdir -p "$W"
-KDIR=$W/k
+case "$KERNEL" in
+  6.12) KDIR=$W/k;; 7.3) KDIR=$W/k-7.3;;
+  *) echo "kernel-vm.sh: --kernel takes 6.12 or 7.3, not '$KERNEL'" >&2; exit 2;;
+esac
 # First use: one run installs and downloads, the others wait for it.
 exec 9>"$W/lock"; flock 9
 need() { command -v "$1" >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }; }
-need qemu-system-x86_64 qemu-system-x86; need cpio cpio; need xz xz-utils
+need qemu-system-x86_64 qemu-system-x86; need cpio cpio; need xz xz-utils; need depmod kmod
 [ -x /bin/busybox ] || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null; }
-# The newest Debian 6.12 generic kernel (the generic flavour has the 9p modules).
-KREL=$( (ls "$KDIR/boot" 2>/dev/null || true) | sed -n 's/^vmlinuz-//p' | sort -V | tail -1)
-if [ -z "$KREL" ]; then
+# The kernel's release: the one directory under lib/modules (6.12's linux-image) or
+# usr/lib/modules (7.3's linux-binary and linux-modules) of the cache.
+krel() { (ls -d "$KDIR"/lib/modules/*/ "$KDIR"/usr/lib/modules/*/ 2>/dev/null || true) | xargs -r -n1 basename | sort -V | tail -1; }
+KREL=$(krel)
+if [ -z "$KREL" ] && [ "$KERNEL" = 6.12 ]; then
+  # The newest Debian 6.12 generic kernel (the generic flavour has the 9p modules).
   pick() { apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64$' | cut -d' ' -f1 | sort -V | tail -1; }
   PKG=$(pick); [ -n "$PKG" ] || { apt-get update -qq; PKG=$(pick); }
   [ -n "$PKG" ] || { echo "kernel-vm.sh: no linux-image-6.12.*-amd64 package found" >&2; exit 2; }
   (cd "$W" && apt-get -qq -o APT::Sandbox::User=root download "$PKG")
   mkdir -p "$KDIR"; dpkg-deb -x "$W/${PKG}"_*.deb "$KDIR"
-  KREL=${PKG#linux-image-}
+  KREL=$(krel)
+elif [ -z "$KREL" ]; then
+  # trixie-backports through an apt configuration of our own: its sources list names the
+  # machine's own Debian mirror, its package lists and downloads stay under the cache.
+  A=$W/apt; mkdir -p "$A/lists/partial" "$A/cache/archives/partial"
+  MIRROR=$( (cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true) \
+    | grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -1 | tr -d ' ')
+  MIRROR=${MIRROR:-http://deb.debian.org/debian}
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${MIRROR%/} trixie-backports main" > "$A/sources.list"
+  APT=(-o "Dir::Etc::SourceList=$A/sources.list" -o Dir::Etc::SourceParts=/nonexistent -o "Dir::State::Lists=$A/lists"
+       -o "Dir::Cache=$A/cache" -o APT::Sandbox::User=root)
+  apt-get "${APT[@]}" -qq update
+  PKG=$(apt-cache "${APT[@]}" search --names-only '^linux-binary-7\.3\.[0-9]+\+deb[0-9]+-amd64$' | cut -d' ' -f1 | sort -V | tail -1)
+  [ -n "$PKG" ] || { echo "kernel-vm.sh: no linux-binary-7.3.*-amd64 package in trixie-backports ($MIRROR)" >&2; exit 2; }
+  REL=${PKG#linux-binary-}
+  (cd "$A" && rm -f ./*.deb && apt-get "${APT[@]}" -qq download "$PKG" "linux-modules-$REL")
+  rm -rf "$KDIR.new"; mkdir -p "$KDIR.new"; for d in "$A"/*.deb; do dpkg-deb -x "$d" "$KDIR.new"; done
+  rm -f "$A"/*.deb; rm -rf "$KDIR"; mv "$KDIR.new" "$KDIR"
+  KREL=$(krel)
 fi
-MODDIR=$KDIR/lib/modules/$KREL/kernel
-DEP=$KDIR/lib/modules/$KREL/modules.dep
-if [ -n "$EXTRA" ] && [ ! -s "$DEP" ]; then need depmod kmod; depmod -b "$KDIR" "$KREL"; fi
+MROOT=$KDIR/lib/modules/$KREL; DEPBASE=$KDIR
+[ -d "$MROOT" ] || { MROOT=$KDIR/usr/lib/modules/$KREL; DEPBASE=$KDIR/usr; }
+KIMG=$KDIR/boot/vmlinuz-$KREL; [ -f "$KIMG" ] || KIMG=$MROOT/vmlinuz
+[ -f "$KIMG" ] || { echo "kernel-vm.sh: no kernel image in $KDIR" >&2; exit 2; }
+MODDIR=$MROOT/kernel
+DEP=$MROOT/modules.dep
+# The packages ship no module index: made once, for the dependencies of what is loaded.
+[ -s "$DEP" ] || depmod -b "$DEPBASE" "$KREL" 2>/dev/null || { echo "kernel-vm.sh: depmod failed for $KREL" >&2; exit 2; }
 exec 9>&-
 # This run's own guest root, initrd and ZNS backing file.
 RUN=$(mktemp -d "$W/run.XXXXXX"); trap 'rm -rf "$RUN"' EXIT
 R=$RUN/root; mkdir -p "$R"/{bin,proc,sys,dev,mnt/host,lib/modules}
 cp /bin/busybox "$R/bin/"; for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$R/bin/$a"; done
-MODS="fs/configfs/configfs drivers/block/null_blk/null_blk fs/netfs/netfs net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p"
-[ $ZNS = 1 ] && MODS="$MODS drivers/nvme/common/nvme-auth drivers/nvme/host/nvme-core drivers/nvme/host/nvme"
-[ $UBLK = 1 ] && MODS="$MODS drivers/block/ublk_drv"
-MA=$KDIR/lib/modules/$KREL/modules.alias; SD=$KDIR/lib/modules/$KREL/modules.softdep
+MODS=""
+MA=$MROOT/modules.alias; SD=$MROOT/modules.softdep
 add_mod() {   # NAME or alias [soft]: its soft and hard dependencies first, then itself
   local name=$1 soft=${2:-} line p
   line=$(grep -E "(^|/)${name//[-_]/[-_]}\.ko(\.xz)?:" "$DEP" | head -1 || true)
@@ -81,6 +118,11 @@ add_mod() {   # NAME or alias [soft]: its soft and hard dependencies first, then
   for p in $(echo "${line#*:}" | tr ' ' '\n' | tac); do add_mod "$(basename "${p%.ko.xz}")"; done
   p=${line%%:*}; p=${p#kernel/}; p=${p%.ko.xz}; MODS="$MODS $p"
 }
+# The guest's own modules, with their dependencies from the index ("soft": a module the
+# kernel has built in is not an error); nvme-core of 7.3 needs nvme-keyring first.
+for name in configfs null_blk 9pnet_virtio 9p; do add_mod "$name" soft; done
+[ $ZNS = 1 ] && for name in nvme-keyring nvme-auth nvme; do add_mod "$name" soft; done
+[ $UBLK = 1 ] && add_mod ublk_drv soft
 for name in $EXTRA; do add_mod "$name"; done
 LOAD=""; for m in $MODS; do
   [ -f "$MODDIR/$m.ko.xz" ] || continue
@@ -89,7 +131,7 @@ for a in "$@"; do printf '%s' "$a" | base64 -w0; echo; done > "$R/cmd"   # one a
 cat > "$R/init" <<INIT
 #!/bin/sh
 export PATH=/bin
-echo; echo "@@ guest up"
+echo; echo "@@ guest up"; echo "kernel-vm.sh: guest kernel Linux \$(uname -r)"
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 ln -sf /proc/self/fd /dev/fd; ln -sf fd/0 /dev/stdin; ln -sf fd/1 /dev/stdout; ln -sf fd/2 /dev/stderr
 for m in $LOAD; do
@@ -117,7 +159,7 @@ if [ $ZNS = 1 ]; then
 fi
 OUT=$RUN/console
 timeout "${ZBLK_VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -cpu max -m "$MEM" -nographic -no-reboot \
-  -nic none "${Q[@]}" -kernel "$KDIR/boot/vmlinuz-$KREL" -initrd "$RUN/initrd.cpio" \
+  -nic none "${Q[@]}" -kernel "$KIMG" -initrd "$RUN/initrd.cpio" \
   -append "console=ttyS0 panic=-1 loglevel=3 rdinit=/init" 2>&1 | tr -d '\r' | tee "$OUT" | grep -v -E "^\s*$|SeaBIOS|iPXE|Booting from|Probing EDD|^@@ exit|@@ guest up|reboot: Power down" || true
 rc=$(sed -n 's/^@@ exit \([0-9]*\).*/\1/p' "$OUT" | tail -1)
 echo "@@ exit ${rc:-unknown}"; exit "${rc:-1}"

@@ -72,7 +72,8 @@ enum Command {
     /// Serve an image or a memory device to the kernel as a zoned ublk block device
     /// (/dev/ublkbN), until SIGINT/SIGTERM.
     Serve(cmd::serve::ServeArgs),
-    /// Zero a range of an image (fallocate -w: WRITE_ZEROES, unmapped where possible).
+    /// Zero a range of an image (fallocate -w: WRITE_ZEROES unmapped, refused where the image cannot unmap; -z
+    /// writes the zeroes).
     Fallocate(cmd::fallocate::FallocateArgs),
 }
 
@@ -111,7 +112,7 @@ fn main() -> ExitCode {
         },
         Command::Corebench(a) => cmd::corebench::run(&a),
         Command::Sweep(a) => cmd::sweep::run(&a),
-        Command::Trace(a) => cmd::trace::run(&a),
+        Command::Trace(a) => plant_from_env().and_then(|()| cmd::trace::run(&a)),
         Command::Vopr(a) => cmd::vopr::run(&a),
         Command::Create(a) => cmd::create::run(&a),
         Command::Report(a) => cmd::zones::run(cmd::zones::ZoneCmd::Report, &a),
@@ -126,7 +127,24 @@ fn main() -> ExitCode {
         Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
         Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),
         Command::Fallocate(a) => cmd::fallocate::run(&a),
-        Command::Serve(a) => cmd::serve::run(&a),
+        Command::Serve(a) => plant_from_env().and_then(|()| cmd::serve::run(&a)),
     };
     out::exit(result)
+}
+
+/// Plants the bug `ZBLK_MUTATION` names in every thread of a served device or a
+/// trace, for the tests that show a check against the kernel catches it (docs/vopr.md, "Planted
+/// bugs"). Only builds with the `mutations` feature have them: elsewhere, and for a
+/// name that is none of them, the variable is refused rather than ignored, so that
+/// such a test cannot pass without its bug.
+fn plant_from_env() -> Result<(), CliError> {
+    use zblk_core::mutation::{self, Mutation};
+    let Some(name) = std::env::var_os("ZBLK_MUTATION") else { return Ok(()) };
+    let name = name.to_string_lossy();
+    let m = Mutation::parse(&name).ok_or_else(|| CliError(format!("ZBLK_MUTATION: unknown mutation '{name}'")))?;
+    if !mutation::AVAILABLE {
+        return Err(CliError("ZBLK_MUTATION: this zblk was built without the `mutations` feature".into()));
+    }
+    mutation::set_global(Some(m));
+    Ok(())
 }

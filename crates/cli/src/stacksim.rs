@@ -3,6 +3,7 @@
 //! `zblk serve --stack`, so that neither command imports the other.
 
 use crate::{CliError, devspec};
+use zblk_core::engine::IssuePolicy;
 use zblk_core::stack::{SplitOrder, StackConfig, StackSpec};
 use zblk_sim::{ModelFactory, Sim, StackSimConfig};
 
@@ -13,16 +14,17 @@ pub fn parse_stack(text: &str) -> Result<StackSpec, CliError> {
     StackSpec::parse(text, &mut resolve).map_err(|e| CliError(format!("--stack: {e}")))
 }
 
-/// Builds the simulation of `spec`.
+/// Builds the simulation of `spec`, every disk's engine with `policy` (or its own).
 pub fn build_sim(
     spec: &StackSpec,
     order: SplitOrder,
+    policy: Option<IssuePolicy>,
     seed: u64,
     check: bool,
     models: ModelFactory<'_>,
 ) -> Result<Sim, CliError> {
     let built = spec
-        .build(StackConfig { split_order: order, ..StackConfig::default() }, None)
+        .build(StackConfig { split_order: order, ..StackConfig::default() }, policy)
         .map_err(|e| CliError(format!("--stack: {e}")))?;
     Ok(Sim::with_stack(built, StackSimConfig { check, trace: true, ..StackSimConfig::new(seed) }, models))
 }

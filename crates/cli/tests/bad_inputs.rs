@@ -508,7 +508,7 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ),
     (
         "fallocate-full-file-system",
-        "mkdir m && mount -t tmpfs -o size=8M tmpfs m 2>/dev/null || { echo 'SKIPPED fallocate-full-file-system: cannot mount a tmpfs (needs root)' >&2; exit 1; }; $Z create m/s.img --size 64M -p zone_size=16M >/dev/null; $Z fallocate -w -o 0 -l 16M m/s.img; r=$?; umount m; exit $r",
+        "mkdir m && mount -t tmpfs -o size=8M tmpfs m 2>/dev/null || { echo 'SKIPPED fallocate-full-file-system: cannot mount a tmpfs (needs root)' >&2; exit 1; }; $Z create m/s.img --size 64M -p zone_size=16M >/dev/null; $Z fallocate -z -o 0 -l 16M m/s.img; r=$?; umount m; exit $r",
         None,
         "ENOSPC: no space left on the file system holding the image; zone 0's write pointer is now at byte offset 0",
     ),

@@ -59,7 +59,7 @@ const COMMANDS: &[(&str, &str, &str, Option<&str>)] = &[
     ("read", "", "read a.img -o 0 -l 4k", None),
     ("read-json", "", "read a.img -o 0 -l 4k -O f --json", Some("read 4096 bytes into f")),
     ("serve", "", "serve a.img", None),
-    ("fallocate", "", "fallocate -w -o 4M -l 4M a.img", Some("zeroed 4194304 bytes at byte offset 4194304 of a.img")),
+    ("fallocate", "", "fallocate -z -o 4M -l 4M a.img", Some("zeroed 4194304 bytes at byte offset 4194304 of a.img")),
     ("help", "", "help", None),
     ("help-flag", "", "--help", None),
     ("version", "", "--version", None),

@@ -63,11 +63,17 @@ pub enum Mutation {
     /// flight (the accepted write pointer instead of the completed one): a power
     /// cut then leaves a hole under the durable write pointer.
     FlushCoversHole,
+    /// The single issuer moves to the next listed plug after every operation it
+    /// issues (round robin between the zones) instead of draining the plug at the
+    /// head of its list. Every write is still valid: only the order in which the
+    /// device receives them tells, which the comparison with the kernel's single
+    /// issuer in the Linux 7.3 VM sees (crates/cli/tests/seeds_vm73.rs).
+    IssuerOnePerVisit,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -86,6 +92,7 @@ impl Mutation {
         Mutation::PipeFailureSpared,
         Mutation::RestartTrustsInFlight,
         Mutation::FlushCoversHole,
+        Mutation::IssuerOnePerVisit,
     ];
 
     /// Its name on the command line.
@@ -109,6 +116,7 @@ impl Mutation {
             Mutation::PipeFailureSpared => "pipe-failure-spared",
             Mutation::RestartTrustsInFlight => "restart-trusts-in-flight",
             Mutation::FlushCoversHole => "flush-covers-hole",
+            Mutation::IssuerOnePerVisit => "issuer-one-per-visit",
         }
     }
 
@@ -124,6 +132,12 @@ impl Mutation {
                 | Mutation::PipeFailureSpared
                 | Mutation::FlushCoversHole
         )
+    }
+
+    /// Whether only a comparison with the kernel sees it (an order of valid writes):
+    /// the simulator's checks and `zblk vopr` do not look for it.
+    pub fn kernel_only(self) -> bool {
+        self == Mutation::IssuerOnePerVisit
     }
 
     /// Whether only an image meets it: the simulator has no image.

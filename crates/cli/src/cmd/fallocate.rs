@@ -20,12 +20,13 @@ const ABOUT: &str = "\
 Zeroes a range of an image as fallocate(1) zeroes a range of a block device. \
 -w/--write-zeroes sends WRITE_ZEROES through the engine (split at write_zeroes_max_bytes \
 and at zone boundaries; on a sequential zone the range must start at the write pointer, \
-which it moves, as a write). Where the image can unmap (write_zeroes_unmap_max_bytes is \
-not 0: the host file system zeroes with fallocate) the range is deallocated, a metadata \
-operation; otherwise, or with --nounmap, the zeroes are written as data. \
--z/--zero-range is what fallocate -z does on a block device: the same with NOUNMAP. \
-Unlike fallocate -w on a Linux block device, which fails with EOPNOTSUPP where the \
-device cannot unmap, zblk then writes the zeroes and says so.
+which it moves, as a write). -w is FALLOC_FL_WRITE_ZEROES and follows Linux's rule for \
+it on a block device: where the image can unmap (write_zeroes_unmap_max_bytes is not 0: \
+the host file system zeroes with fallocate) the range is deallocated, a metadata \
+operation; where it cannot (the attribute is 0, by the image or by --set), -w fails with \
+EOPNOTSUPP, as fallocate -w on such a Linux block device does. With --nounmap the \
+zeroes are written as data. -z/--zero-range is what fallocate -z does on a block \
+device: WRITE_ZEROES with NOUNMAP, the zeroes written, on any image.
 
 Offsets and lengths are bytes (suffixes k, M, G, T: powers of 1024) and must be \
 multiples of the logical block size. The zeroes are committed (flushed) before the \
@@ -216,6 +217,17 @@ fn zero(a: &FallocateArgs, name: &str, rt: Runtime, sets: &[(String, u64)]) -> R
     let nounmap = a.nounmap || a.zero_range;
     let geo = rt.geometry().clone();
     let unmap_attr = rt.write_zeroes_unmap_max_bytes();
+    // blkdev_fallocate(): FALLOC_FL_WRITE_ZEROES on a device that does not unmap
+    // (write_zeroes_unmap_max_bytes 0) is refused before anything is written.
+    if !nounmap && unmap_attr == 0 {
+        let hw = u64::from(geo.max_hw_wzeroes_unmap_sectors()) * SECTOR_SIZE;
+        rt.close().map_err(CliError::msg)?;
+        return Err(CliError(format!(
+            "{name}: EOPNOTSUPP: -w/--write-zeroes (FALLOC_FL_WRITE_ZEROES) needs a device that unmaps, and this \
+             image does not (write_zeroes_unmap_max_bytes 0, write_zeroes_unmap_max_hw_bytes {hw}): Linux refuses \
+             it so on a block device; -z/--zero-range writes the zeroes"
+        )));
+    }
     let t0 = Instant::now();
     let result = rt.write_zeroes(
         Sector(a.offset / SECTOR_SIZE),

@@ -117,6 +117,12 @@ pub struct ServeArgs {
     /// image: the I/O the kernel held goes on. Its queues and depth are the device's.
     #[arg(long, value_name = "N", conflicts_with_all = ["dev", "stack"], requires = "image")]
     pub recover: Option<u32>,
+    /// Paced devices: write every I/O of the simulated device (and of each member of a
+    /// stack) to FILE as `zblk trace` prints it, blkparse-style, stamped with the
+    /// model's time. Its `D` lines are the order in which the device receives writes,
+    /// after zblk's issue policy: to compare a policy's order with the kernel's.
+    #[arg(long, value_name = "FILE", conflicts_with = "image")]
+    pub trace: Option<PathBuf>,
 }
 
 fn parse_limit(text: &str) -> Result<u64, String> {
@@ -333,6 +339,11 @@ mod with_ublk {
     /// The memory device (null_blk with no latency): served from memory through the
     /// runtime, each request completed on the queue's thread.
     fn start_memory(a: &ServeArgs, text: &str, params: zblk_core::params::DeviceParams) -> Result<Device, CliError> {
+        if a.trace.is_some() {
+            return Err(CliError::msg(
+                "--trace: the memory device (completion_nsec=0) is not simulated: only paced devices are traced",
+            ));
+        }
         if a.time_scale != 1 {
             return Err(CliError::msg(
                 "--time-scale: the memory device (completion_nsec=0) has no timing model to stretch",
@@ -392,6 +403,10 @@ mod with_ublk {
             });
             (build, text, false)
         };
+        let build = match &a.trace {
+            Some(path) => traced(build, path, a.time_scale)?,
+            None => build,
+        };
         let (served, info, thread) =
             PacedSim::start(build, DataStore::new(limit), a.time_scale).map_err(serve_error)?;
         check_geometry(&info.geo).map_err(serve_error)?;
@@ -408,6 +423,37 @@ mod with_ublk {
         }
         let served: Arc<dyn Served> = served;
         Ok(Device { served, owner: Owner::Paced(thread), name, persistent: false, rotational, extra })
+    }
+
+    /// `build`, whose simulation then writes every event to `path` (`--trace`), a line
+    /// at a time so that the trace is whole however the server ends. The file is
+    /// created now, so that a path that cannot be written is refused before the
+    /// device exists.
+    fn traced(build: SimBuilder, path: &std::path::Path, scale: u32) -> Result<SimBuilder, CliError> {
+        use std::io::Write;
+        let file = std::fs::File::create(path).map_err(|e| CliError(format!("--trace {}: {e}", path.display())))?;
+        let shown = path.display().to_string();
+        Ok(Box::new(move || {
+            let mut sim = build()?;
+            sim.start_tracing();
+            let mut out = std::io::LineWriter::new(file);
+            let mut head = vec![format!("# zblk serve: simulated devices, model time (time scale {scale})")];
+            head.extend(crate::cmd::trace::describe_devices(sim.stack()).into_iter().map(|l| format!("# {l}")));
+            let mut failed = head.iter().try_for_each(|l| writeln!(out, "{l}")).err();
+            let mut writer = zblk_core::stack::TraceWriter::new(sim.stack());
+            let mut said = false;
+            sim.set_trace_sink(Box::new(move |e| {
+                let line = writer.line(e);
+                if failed.is_none() {
+                    failed = writeln!(out, "{line}").err();
+                }
+                if let (Some(err), false) = (&failed, said) {
+                    said = true;
+                    errln!("zblk: --trace {shown}: {err}: the trace stops here, the device goes on");
+                }
+            }));
+            Ok(sim)
+        }))
     }
 
     /// The signal set the waiting thread takes.

@@ -61,6 +61,11 @@ pub struct TraceArgs {
     /// Check every step (ordering, data, plugs, on every disk); slower.
     #[arg(long)]
     pub check: bool,
+    /// Zone write issue policy of every disk's engine (zwp, qd1, batch, zwl,
+    /// passthrough). Default: each disk's own (qd1 on a rotational zoned disk, zwp on
+    /// others), as `zblk bench` chooses.
+    #[arg(long, value_parser = crate::jobargs::policy_parser())]
+    pub policy: Option<zblk_core::engine::IssuePolicy>,
 }
 
 /// `--rw` values.
@@ -183,7 +188,10 @@ pub fn run(a: &TraceArgs) -> Result<(), CliError> {
     if let Some(c) = a.actions.chars().find(|c| !"QXADC".contains(*c)) {
         return Err(CliError(format!("--actions: '{c}' is not one of Q X A D C")));
     }
-    let mut sim = build_sim(&spec, a.split_order.order(), a.seed, a.check, &mut null_model)?;
+    if let Some(p) = a.policy {
+        crate::jobargs::refuse_on_simulated(p)?;
+    }
+    let mut sim = build_sim(&spec, a.split_order.order(), a.policy, a.seed, a.check, &mut null_model)?;
     let jobs = jobs(a, sim.stack())?;
     outln!(
         "# zblk trace: simulated devices, virtual time (seed {}, split_order={})",

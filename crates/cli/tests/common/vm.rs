@@ -1,6 +1,10 @@
 //! Tests that need a Linux kernel with zoned block devices run in a VM
-//! (`scripts/kernel-vm.sh`: Linux 6.12, a zoned null_blk at /dev/nullb0, optionally
-//! an NVMe ZNS namespace and the ublk driver).
+//! (`scripts/kernel-vm.sh`: Linux 6.12 or 7.3, a zoned null_blk at /dev/nullb0,
+//! optionally an NVMe ZNS namespace and the ublk driver).
+//!
+//! The guest kernel is `ZBLK_VM_KERNEL` (`6.12`, the default, or `7.3`): `scripts/test`
+//! runs every VM test binary once on each. A test that needs what only one kernel has
+//! boots that kernel itself ([`run_on`]) and is run once.
 //!
 //! They run when the VM is ready (qemu installed and a kernel cached in
 //! `ZBLK_KVM_DIR`, by default `/var/tmp/zblk-kvm`) or when `ZBLK_VM=1` (which may
@@ -23,6 +27,11 @@ fn vm_script() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The guest kernel the VM tests boot: `ZBLK_VM_KERNEL`, `6.12` by default.
+pub fn kernel() -> String {
+    std::env::var("ZBLK_VM_KERNEL").unwrap_or_else(|_| "6.12".to_string())
+}
+
 /// Whether a VM test that cannot run must fail (`ZBLK_REQUIRE_VM=1`).
 pub fn required() -> bool {
     std::env::var("ZBLK_REQUIRE_VM").is_ok_and(|v| v == "1")
@@ -42,8 +51,12 @@ pub fn ready() -> Result<PathBuf, String> {
         return Err("qemu-system-x86_64 is not installed (ZBLK_VM=1 installs it)".to_string());
     }
     let cache = std::env::var("ZBLK_KVM_DIR").unwrap_or_else(|_| "/var/tmp/zblk-kvm".to_string());
-    if !Path::new(&cache).join("k/boot").exists() {
-        return Err(format!("no kernel cached in {cache} (ZBLK_VM=1 downloads one)"));
+    let dir = match kernel().as_str() {
+        "6.12" => "k",
+        _ => "k-7.3",
+    };
+    if !Path::new(&cache).join(dir).exists() {
+        return Err(format!("no Linux {} kernel cached in {cache} (ZBLK_VM=1 downloads one)", kernel()));
     }
     Ok(script)
 }
@@ -69,11 +82,24 @@ pub fn run(script: &Path, share: &Path, nullb: &str, command: &[&str]) -> (Outpu
 /// happens under emulation) never ran the command: it boots again, up to three times.
 /// A command that ran and failed is returned as it is.
 pub fn run_with(script: &Path, share: &Path, nullb: &str, options: &[&str], command: &[&str]) -> (Output, String) {
+    run_on(&kernel(), script, share, nullb, options, command)
+}
+
+/// [`run_with`] on the guest kernel `kernel` (`6.12` or `7.3`), whatever
+/// `ZBLK_VM_KERNEL` says: for a test of what only that kernel has.
+pub fn run_on(
+    kernel: &str,
+    script: &Path,
+    share: &Path,
+    nullb: &str,
+    options: &[&str],
+    command: &[&str],
+) -> (Output, String) {
     let mut attempts = 0;
     loop {
         attempts += 1;
         let out = Command::new(script)
-            .args(["--share", &share.display().to_string(), "--nullb", nullb])
+            .args(["--kernel", kernel, "--share", &share.display().to_string(), "--nullb", nullb])
             .args(options)
             .arg("--")
             .args(command)
@@ -130,15 +156,20 @@ pub fn ready_for_serve(test: &str) -> Option<PathBuf> {
 /// Writes `guest` to `share/guest.sh` and runs it with `sh` in the VM (see
 /// [`run_with`]); the test fails unless it ran and exited 0. Returns the VM's log.
 pub fn run_guest(script: &Path, share: &Path, nullb: &str, options: &[&str], guest: &str) -> String {
+    run_guest_on(&kernel(), script, share, nullb, options, guest)
+}
+
+/// [`run_guest`] on the guest kernel `kernel`, whatever `ZBLK_VM_KERNEL` says.
+pub fn run_guest_on(kernel: &str, script: &Path, share: &Path, nullb: &str, options: &[&str], guest: &str) -> String {
     std::fs::write(share.join("guest.sh"), guest).unwrap();
     let guest_sh = share.join("guest.sh").display().to_string();
     let t = std::time::Instant::now();
-    let (out, log) = run_with(script, share, nullb, options, &["sh", &guest_sh]);
+    let (out, log) = run_on(kernel, script, share, nullb, options, &["sh", &guest_sh]);
     assert!(
         out.status.success() && log.contains("@@ exit 0"),
-        "VM run failed:\n{log}\n{}",
+        "VM run on Linux {kernel} failed:\n{log}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("VM run: {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!("VM run on Linux {kernel}: {:.1} s", t.elapsed().as_secs_f64());
     log
 }

@@ -159,6 +159,9 @@ impl TraceWriter {
             rwbs(e.op, e.flags),
         );
         let comm = match rwbs(e.op, BioFlags::NONE).as_str() {
+            // WRITE_ZEROES says whether the device may unmap: NOUNMAP is the one flag
+            // blkparse's letters do not show.
+            "N" if e.flags.contains(BioFlags::NOUNMAP) => format!("job{} {} nounmap", e.submitter, e.op.name()),
             "N" => format!("job{} {}", e.submitter, e.op.name()),
             _ => format!("job{}", e.submitter),
         };

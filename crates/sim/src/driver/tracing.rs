@@ -6,6 +6,19 @@ use zblk_core::bio::Bio;
 use zblk_core::stack::{SeekTracker, TraceAction};
 
 impl Sim {
+    /// Turns tracing on in a simulation built without it (a served device whose trace
+    /// is asked for): from now on every event is recorded, for the sink and the seek
+    /// histograms. Does nothing when tracing is on already.
+    pub fn start_tracing(&mut self) {
+        if self.tracing.events.is_none() {
+            self.stack.record_events(true);
+            self.tracing.events = Some(Vec::new());
+        }
+        if self.tracing.seeks.is_none() {
+            self.tracing.seeks = Some(SeekTracker::new(&self.stack));
+        }
+    }
+
     /// Hands every trace event, as it happens, to `sink` (tracing must be on).
     pub fn set_trace_sink(&mut self, sink: TraceSink) {
         assert!(self.tracing.seeks.is_some(), "trace sink set without tracing on");

@@ -121,6 +121,14 @@ impl<C: Choice> Policy for SingleIssuer<C> {
             }
             let p = *self.list.front().expect("checked non-empty");
             q.drain_front(p, true);
+            if crate::mutation::on(crate::mutation::Mutation::IssuerOnePerVisit)
+                && q.plugs.ops_out > 0
+                && !q.plugs[p].queue.is_empty()
+            {
+                // Planted: the visit ends after one operation, the plug goes to the tail.
+                self.list.rotate_left(1);
+                self.in_service = false;
+            }
             if q.plugs.ops_out == 0 {
                 // Drained, or blocked until what blocks it kicks it again.
                 q.plugs[p].listed = false;
