@@ -63,11 +63,21 @@ pub enum Mutation {
     /// flight (the accepted write pointer instead of the completed one): a power
     /// cut then leaves a hole under the durable write pointer.
     FlushCoversHole,
+    /// A plugged write aborted (an earlier write of its zone failed, or a reset or
+    /// finish of its zone came while it waited) is told to its user as EAGAIN, not
+    /// EIO: the status is right, its errno (`Status::errno`) wrong, and a user
+    /// retries a write that cannot succeed.
+    AbortedAsEagain,
+    /// The set-up of a vopr seed (drawing its device or stack, building the
+    /// simulation) panics, for one seed in three: not a bug of the block layer but of
+    /// the checker's harness, to show that such a seed is reported as its own
+    /// failure and the run goes on.
+    SeedSetupPanics,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 20] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -86,6 +96,8 @@ impl Mutation {
         Mutation::PipeFailureSpared,
         Mutation::RestartTrustsInFlight,
         Mutation::FlushCoversHole,
+        Mutation::AbortedAsEagain,
+        Mutation::SeedSetupPanics,
     ];
 
     /// Its name on the command line.
@@ -109,6 +121,8 @@ impl Mutation {
             Mutation::PipeFailureSpared => "pipe-failure-spared",
             Mutation::RestartTrustsInFlight => "restart-trusts-in-flight",
             Mutation::FlushCoversHole => "flush-covers-hole",
+            Mutation::AbortedAsEagain => "aborted-as-eagain",
+            Mutation::SeedSetupPanics => "seed-setup-panics",
         }
     }
 
@@ -129,6 +143,12 @@ impl Mutation {
     /// Whether only an image meets it: the simulator has no image.
     pub fn image_only(self) -> bool {
         self == Mutation::FlushCoversHole
+    }
+
+    /// Whether it plants a bug in the checker's harness rather than in what the
+    /// checks look at: nothing is there to catch, only a seed to report.
+    pub fn harness_only(self) -> bool {
+        self == Mutation::SeedSetupPanics
     }
 
     /// The mutation named `name`.
