@@ -49,22 +49,41 @@ impl Staged {
     /// `in_dir` words a failure to make a file in the directory.
     pub(super) fn new(path: &Path, dir: &Path, in_dir: impl Fn(io::Error) -> ImageError) -> Result<Staged, ImageError> {
         let mode = Mode::from_raw_mode(0o666);
-        let (file, name) = match openat(CWD, dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, mode) {
-            Ok(fd) => (File::from(fd), None),
+        // An unnamed file is linked through /proc (see `link_at`): without /proc it
+        // could not be linked at all, so it is named from the start.
+        let unnamed = if std::fs::metadata("/proc/self/fd").is_ok() {
+            openat(CWD, dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, mode)
+        } else {
+            Err(Errno::OPNOTSUPP)
+        };
+        let file = match unnamed {
+            Ok(fd) => File::from(fd),
             // No O_TMPFILE here (EOPNOTSUPP, or EISDIR from a kernel that ignores the
             // flag and opens the directory): a named temporary file.
-            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
-                let tmp = claim::temp_name(path, dir)?;
-                let f = OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(&in_dir)?;
-                (f, Some(tmp))
-            }
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => return Staged::named_from_start(path, dir, in_dir),
             Err(e) => return Err(in_dir(e.into())),
         };
-        let staged = Staged { file, dir: dir.to_path_buf(), path: path.to_path_buf(), name };
-        // Nobody else knows the file yet: its lock is free.
-        flock(&staged.file, FlockOperation::NonBlockingLockExclusive)
-            .map_err(|e| io_err(path, "lock the new image")(e.into()))?;
-        Ok(staged)
+        Staged { file, dir: dir.to_path_buf(), path: path.to_path_buf(), name: None }.locked()
+    }
+
+    /// [`Staged::new`] where the file system has no `O_TMPFILE`: the new image under
+    /// a temporary name from the start.
+    fn named_from_start(
+        path: &Path,
+        dir: &Path,
+        in_dir: impl Fn(io::Error) -> ImageError,
+    ) -> Result<Staged, ImageError> {
+        let tmp = claim::temp_name(path, dir)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(in_dir)?;
+        // Named now, so removed when dropped, also if the lock below fails.
+        Staged { file, dir: dir.to_path_buf(), path: path.to_path_buf(), name: Some(tmp) }.locked()
+    }
+
+    /// Takes the new image's lock (nobody else knows the file yet: it is free).
+    fn locked(self) -> Result<Staged, ImageError> {
+        flock(&self.file, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| io_err(&self.path, "lock the new image")(e.into()))?;
+        Ok(self)
     }
 
     /// The new image's descriptor.
@@ -179,4 +198,53 @@ pub(super) fn held_by_stale(path: &Path) -> String {
         if found.len() == 1 { "it" } else { "them" },
         describe(&found)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_dir(e: io::Error) -> ImageError {
+        io_err(Path::new("dir"), "create")(e)
+    }
+
+    #[test]
+    fn an_unnamed_new_image_leaves_nothing_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        let staged = Staged::new(&path, dir.path(), no_dir).unwrap();
+        assert!(staged.unnamed(), "tmpfs and ext4 have O_TMPFILE");
+        drop(staged);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_named_new_image_is_locked_while_made_and_its_name_goes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        let mut staged = Staged::named_from_start(&path, dir.path(), no_dir).unwrap();
+        let name = staged.named().unwrap();
+        assert!(name.file_name().unwrap().to_str().unwrap().starts_with(".img.zblk-new-"));
+        // Held by a create in progress: not stale.
+        assert_eq!(stale(&path), []);
+        drop(staged);
+        assert!(!name.exists(), "the temporary name stayed");
+    }
+
+    #[test]
+    fn a_temporary_file_whose_lock_is_free_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = dir.path().join(".other.img.zblk-new-4242-0");
+        std::fs::write(&left, vec![1u8; 1 << 20]).unwrap();
+        std::fs::write(dir.path().join("zblk-new-not-hidden"), b"x").unwrap();
+        std::fs::create_dir(dir.path().join(".d.zblk-new-1-0")).unwrap();
+        let found = stale(&dir.path().join("img"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, left);
+        assert!(found[0].allocated_bytes >= 1 << 20, "{found:?}");
+        assert!(
+            held_by_stale(&dir.path().join("img")).contains("1 temporary file left by interrupted creates holds 1 MiB")
+        );
+        assert!(left.exists(), "nothing is removed");
+    }
 }
