@@ -120,10 +120,12 @@ fn preallocate(f: &File, path: &Path, layout: &Layout) -> Result<(), ImageError>
                     .into(),
             ),
         )),
-        Err(Errno::NOSPC) if !staging::held_by_stale(path).is_empty() => {
-            let why = format!("no space left on the file system{}", staging::held_by_stale(path));
-            Err(err(path, ImageErrorKind::Preallocate(why)))
-        }
+        // The room was there at the look above and is gone: if stale temporary
+        // files hold some of it, say so.
+        Err(Errno::NOSPC) => match staging::held_by_stale(path) {
+            held if held.is_empty() => Err(io_err(path, "preallocate the data region")(Errno::NOSPC.into())),
+            held => Err(err(path, ImageErrorKind::Preallocate(format!("no space left on the file system{held}")))),
+        },
         Err(e) => Err(io_err(path, "preallocate the data region")(e.into())),
     }
 }
