@@ -346,9 +346,51 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ),
     (
         "create-race",
-        "$Z create r.img --size 4G -p zone_size=4k >/dev/null 2>err & c=$!; until ls -a | grep -q '^\\.r\\.img\\.zblk-new-'; do sleep 0.01; done; $Z create r.img --size 64M -p zone_size=4M >/dev/null && $Z write r.img -o 0 -l 4096 -p 7 --flush; wait $c; s=$?; cat err >&2; [ $s = 1 ] && $Z report r.img -c 1 | grep -q 'wptr 0x000008'",
+        "$Z create r.img --size 4G -p zone_size=4k >/dev/null 2>err & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; $Z create r.img --size 64M -p zone_size=4M >/dev/null && $Z write r.img -o 0 -l 4096 -p 7 --flush; wait $c; s=$?; cat err >&2; [ $s = 1 ] && $Z report r.img -c 1 | grep -q 'wptr 0x000008'",
         Some(0),
         "file exists",
+    ),
+    (
+        "create-sigint",
+        "set -m; $Z create r.img --size 4G -p zone_size=4k >/dev/null 2>/dev/null & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; kill -INT $c; wait $c; ls -A >&2; [ -z \"$(ls -A | grep -v '^a\\.img$\\|^d4k$')\" ]",
+        Some(0),
+        "",
+    ),
+    (
+        "create-sigint-preallocate",
+        "set -m; $Z create r.img --size 4G -p zone_size=4k --preallocate >/dev/null 2>/dev/null & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; kill -INT $c; wait $c; ls -A >&2; [ -z \"$(ls -A | grep -v '^a\\.img$\\|^d4k$')\" ]",
+        Some(0),
+        "",
+    ),
+    (
+        "create-sigterm",
+        "set -m; $Z create r.img --size 4G -p zone_size=4k >/dev/null 2>/dev/null & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; kill -TERM $c; wait $c; ls -A >&2; [ -z \"$(ls -A | grep -v '^a\\.img$\\|^d4k$')\" ]",
+        Some(0),
+        "",
+    ),
+    (
+        "create-sigterm-preallocate",
+        "set -m; $Z create r.img --size 4G -p zone_size=4k --preallocate >/dev/null 2>/dev/null & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; kill -TERM $c; wait $c; ls -A >&2; [ -z \"$(ls -A | grep -v '^a\\.img$\\|^d4k$')\" ]",
+        Some(0),
+        "",
+    ),
+    (
+        "create-sigkill",
+        "$Z create r.img --size 4G -p zone_size=4k --preallocate >/dev/null 2>/dev/null & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; kill -KILL $c; wait $c; $Z create r.img --size 64M -p zone_size=4M >/dev/null && rm r.img && ls -A >&2 && [ -z \"$(ls -A | grep -v '^a\\.img$\\|^d4k$')\" ]",
+        Some(0),
+        "",
+    ),
+    (
+        "create-names-leftover",
+        "head -c 3M /dev/urandom > .r.img.zblk-new-4242-0; $Z create r.img --size 64M -p zone_size=4M >/dev/null && [ -e .r.img.zblk-new-4242-0 ]",
+        Some(0),
+        "zblk: warning: ./.r.img.zblk-new-4242-0: a temporary file left by an interrupted create, holding 3 MiB; remove it to free the space",
+    ),
+    (
+        "preallocate-no-room-leftover",
+        "head -c 3M /dev/urandom > .b.img.zblk-new-4242-0; $Z create b.img --size 10T -p zone_size=256M --preallocate",
+        None,
+        "free; 1 temporary file left by interrupted creates holds 3 MiB of the file system (remove it to free the space): ./.b.img.zblk-new-4242-0 (3 MiB)",
     ),
     (
         "wait-path-moved",
@@ -358,7 +400,7 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ),
     (
         "wait-create-f",
-        "$Z create -f a.img --size 4G -p zone_size=4k >/dev/null & c=$!; until ls -a | grep -q '^\\.a\\.img\\.zblk-new-'; do sleep 0.01; done; $Z write --wait=10 a.img -o 0 -l 512 -p 1 --flush && wait $c && $Z info a.img | grep -q 'capacity: *4GiB' && $Z report a.img -c 1 | grep -q 'wptr 0x000001'",
+        "$Z create -f a.img --size 4G -p zone_size=4k >/dev/null & c=$!; until readlink /proc/$c/fd/* 2>/dev/null | grep -q \"^$PWD/[.#]\"; do sleep 0.01; done; $Z write --wait=10 a.img -o 0 -l 512 -p 1 --flush && wait $c && $Z info a.img | grep -q 'capacity: *4GiB' && $Z report a.img -c 1 | grep -q 'wptr 0x000001'",
         Some(0),
         "",
     ),

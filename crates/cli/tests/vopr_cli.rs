@@ -90,6 +90,45 @@ fn a_restart_trusting_the_writes_in_flight_fails_with_the_writes_the_power_loss_
     assert!(out.contains("-> (in flight at a power loss: never completed)"), "{out}");
 }
 
+/// A seed whose set-up panics (planted in one seed in three) is that seed's
+/// failure, reported with its replay; the seeds after it run and the summary counts
+/// it. Before, the panic ended the whole run: no summary, the other seeds unrun.
+#[cfg(feature = "mutations")]
+#[test]
+fn a_panic_in_a_seed_s_set_up_fails_that_seed_and_the_run_goes_on() {
+    let o = zblk(&["vopr", "--seeds", "10", "--jobs", "2", "--mutation", "seed-setup-panics"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    for seed in [3, 6, 9] {
+        assert!(out.contains(&format!("FAIL seed {seed} (")), "{out}");
+        assert!(
+            out.contains(&format!("replay: zblk vopr --seed {seed} --ops 1000 --mutation seed-setup-panics")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("the seed's set-up panicked: a panic planted in the set-up"), "{out}");
+    assert!(out.contains("vopr (simulated devices, mutation seed-setup-panics): 10 seeds,"), "{out}");
+    assert!(out.contains(" 3 violations, "), "{out}");
+    assert!(stderr(&o).contains("3 of 10 seeds found violations"), "{}", stderr(&o));
+    let o = zblk(&["vopr", "--seed", "6", "--mutation", "seed-setup-panics"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("FAIL seed 6 (device, 0 ops): the seed's set-up panicked"), "{out}");
+    assert!(out.contains("replay: zblk vopr --seed 6 --ops 1000 --mutation seed-setup-panics"), "{out}");
+}
+
+/// A plugged write aborted and told to its user as EAGAIN (planted in
+/// `Status::errno`) is caught by the host model's errno check, with the errno
+/// named.
+#[cfg(feature = "mutations")]
+#[test]
+fn an_aborted_write_told_as_eagain_is_caught() {
+    let o = zblk(&["vopr", "--seed", "1", "--mutation", "aborted-as-eagain"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("which its user sees as EAGAIN (11); the kernel gives EIO (5) for it"), "{out}");
+}
+
 #[test]
 fn bad_arguments_are_refused_clearly() {
     for (args, want) in [

@@ -481,6 +481,8 @@ impl Status {
     /// The Linux errno a user sees for this status.
     pub fn errno(self) -> i32 {
         match self.code() {
+            // Planted bug (`mutations` only): an aborted write told as EAGAIN.
+            StatusCode::Aborted if crate::mutation::on(crate::mutation::Mutation::AbortedAsEagain) => 11,
             StatusCode::IoErr
             | StatusCode::Unaligned
             | StatusCode::ZoneFull

@@ -63,6 +63,16 @@ pub enum Mutation {
     /// flight (the accepted write pointer instead of the completed one): a power
     /// cut then leaves a hole under the durable write pointer.
     FlushCoversHole,
+    /// A plugged write aborted (an earlier write of its zone failed, or a reset or
+    /// finish of its zone came while it waited) is told to its user as EAGAIN, not
+    /// EIO: the status is right, its errno (`Status::errno`) wrong, and a user
+    /// retries a write that cannot succeed.
+    AbortedAsEagain,
+    /// The set-up of a vopr seed (drawing its device or stack, building the
+    /// simulation) panics, for one seed in three: not a bug of the block layer but of
+    /// the checker's harness, to show that such a seed is reported as its own
+    /// failure and the run goes on.
+    SeedSetupPanics,
     /// The single issuer moves to the next listed plug after every operation it
     /// issues (round robin between the zones) instead of draining the plug at the
     /// head of its list. Every write is still valid: only the order in which the
@@ -73,7 +83,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 21] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -92,6 +102,8 @@ impl Mutation {
         Mutation::PipeFailureSpared,
         Mutation::RestartTrustsInFlight,
         Mutation::FlushCoversHole,
+        Mutation::AbortedAsEagain,
+        Mutation::SeedSetupPanics,
         Mutation::IssuerOnePerVisit,
     ];
 
@@ -116,6 +128,8 @@ impl Mutation {
             Mutation::PipeFailureSpared => "pipe-failure-spared",
             Mutation::RestartTrustsInFlight => "restart-trusts-in-flight",
             Mutation::FlushCoversHole => "flush-covers-hole",
+            Mutation::AbortedAsEagain => "aborted-as-eagain",
+            Mutation::SeedSetupPanics => "seed-setup-panics",
             Mutation::IssuerOnePerVisit => "issuer-one-per-visit",
         }
     }
@@ -143,6 +157,12 @@ impl Mutation {
     /// Whether only an image meets it: the simulator has no image.
     pub fn image_only(self) -> bool {
         self == Mutation::FlushCoversHole
+    }
+
+    /// Whether it plants a bug in the checker's harness rather than in what the
+    /// checks look at: nothing is there to catch, only a seed to report.
+    pub fn harness_only(self) -> bool {
+        self == Mutation::SeedSetupPanics
     }
 
     /// The mutation named `name`.

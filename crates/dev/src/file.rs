@@ -60,12 +60,14 @@ mod open;
 #[cfg(feature = "testing")]
 pub mod powercut;
 mod recovery;
+pub mod staging;
 mod write_pointer;
 pub mod zeroing;
 
 pub use create::CreateOptions;
 pub use error::{ImageError, ImageErrorKind};
 pub use open::{ImageOptions, current_boot_id};
+pub use staging::StaleTemporary;
 
 use commit::Durable;
 use error::io_err;

@@ -61,16 +61,29 @@ fn temp_of(dir: &Path, name: &str) -> Option<PathBuf> {
         .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
 }
 
+/// Whether this process has a file open in `dir` that has no name yet: a new image
+/// made with `O_TMPFILE` (its descriptor's link reads `DIR/#INODE (deleted)`).
+fn unnamed_file_in(dir: &Path) -> bool {
+    let prefix = format!("{}/#", dir.display());
+    std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten().any(|e| {
+        std::fs::read_link(e.path())
+            .is_ok_and(|l| l.to_str().is_some_and(|l| l.starts_with(&prefix) && l.ends_with(" (deleted)")))
+    })
+}
+
 /// Starts a create of a [`slow`] image at `p` and waits until it is making its image
-/// (its temporary file is there): it has looked at the path, and with `force`
-/// holds the lock of the image it replaces.
+/// (its new file is open, unnamed or under its temporary name): it has looked at
+/// the path, and with `force` holds the lock of the image it replaces.
 fn slow_create_halfway(p: &Path, force: bool) -> std::thread::JoinHandle<Result<(), ImageError>> {
     let handle = std::thread::spawn({
         let p = p.to_path_buf();
         move || create(&p, slow(), force)
     });
     let (dir, name) = (p.parent().unwrap(), p.file_name().unwrap().to_str().unwrap());
-    assert!(until(|| temp_of(dir, name).is_some()), "the create never started making its image");
+    assert!(
+        until(|| unnamed_file_in(dir) || temp_of(dir, name).is_some()),
+        "the create never started making its image"
+    );
     handle
 }
 

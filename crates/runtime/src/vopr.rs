@@ -223,6 +223,9 @@ struct Setup {
 }
 
 fn setup(seed: u64) -> Setup {
+    if zblk_core::mutation::on(zblk_core::mutation::Mutation::SeedSetupPanics) && seed % 3 == 0 {
+        panic!("a panic planted in the set-up (mutation seed-setup-panics)");
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0f0e);
     let lbs: u64 = if rng.random_bool(0.5) { 512 } else { 4096 };
     let zone_bytes: u64 = [256u64 << 10, 512 << 10, 1 << 20][rng.random_range(0..3)];
@@ -274,7 +277,18 @@ pub fn drawn_policy(seed: u64) -> IssuePolicy {
 /// of the setup as drawn): to look at one policy, as the planted bugs of
 /// pipelining are looked for.
 pub fn run_runtime_seed_as(seed: u64, ops: u64, dir: &Path, policy: Option<IssuePolicy>) -> RuntimeSeedRun {
-    let mut s = setup(seed);
+    // A panic while drawing the seed is that seed's failure, not the end of the run
+    // (the panics of its rounds are caught in `run_setup`). Caught here, around the
+    // seed alone: the checker's catching, not the runtime's, whose threads are not
+    // meant to unwind.
+    let s = std::panic::catch_unwind(|| setup(seed));
+    let mut s = match s {
+        Ok(s) => s,
+        Err(payload) => {
+            let v = format!("runtime violation (seed {seed}): the seed's set-up panicked: {}", panic_text(&*payload));
+            return RuntimeSeedRun { seed, violation: Some(v), ..RuntimeSeedRun::default() };
+        }
+    };
     if let Some(p) = policy {
         s.engine.policy = p;
     }
@@ -292,7 +306,7 @@ pub fn run_runtime_seed_as(seed: u64, ops: u64, dir: &Path, policy: Option<Issue
 fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedRun) -> Result<(), String> {
     use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
     let create = CreateOptions { geometry: s.geometry.clone(), rotational: false, force: true, preallocate: false };
-    FileImage::create(path, &create).unwrap_or_else(|e| panic!("seed {seed}: image {:?}: {e}", s.geometry));
+    FileImage::create(path, &create).map_err(|e| format!("create the image {:?}: {e}", s.geometry))?;
     let img = FileImage::open(path, &ImageOptions::default()).map_err(|e| format!("open: {e}"))?;
     let dev = Arc::new(FaultyDevice::new(img, s.write_ppm, s.read_ppm, seed));
     let cfg = RuntimeConfig { engine: s.engine, backend: s.backend, ..RuntimeConfig::default() };

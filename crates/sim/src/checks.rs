@@ -18,25 +18,27 @@ pub struct SimChecks {
     pub model: bool,
     /// The host model's "a successful FLUSH reached the device".
     pub host_flush: bool,
+    /// The host model's "every failed BIO's errno is the kernel's for its status".
+    pub host_errno: bool,
 }
 
 impl Default for SimChecks {
     fn default() -> SimChecks {
-        SimChecks { engine_invariants: true, checker: true, model: true, host_flush: true }
+        SimChecks { engine_invariants: true, checker: true, model: true, host_flush: true, host_errno: true }
     }
 }
 
 impl SimChecks {
     /// Only the reference model (the device and the host models) raises violations.
     pub const MODEL_ONLY: SimChecks =
-        SimChecks { engine_invariants: false, checker: false, model: true, host_flush: true };
+        SimChecks { engine_invariants: false, checker: false, model: true, host_flush: true, host_errno: true };
     /// Only the checker raises violations.
     pub const CHECKER_ONLY: SimChecks =
-        SimChecks { engine_invariants: false, checker: true, model: false, host_flush: false };
+        SimChecks { engine_invariants: false, checker: true, model: false, host_flush: false, host_errno: false };
     /// Only the engines' and the stack's own invariants raise violations.
     pub const INVARIANTS_ONLY: SimChecks =
-        SimChecks { engine_invariants: true, checker: false, model: false, host_flush: false };
+        SimChecks { engine_invariants: true, checker: false, model: false, host_flush: false, host_errno: false };
     /// Everything but the engines' and the stack's own invariants.
     pub const INDEPENDENT: SimChecks =
-        SimChecks { engine_invariants: false, checker: true, model: true, host_flush: true };
+        SimChecks { engine_invariants: false, checker: true, model: true, host_flush: true, host_errno: true };
 }

@@ -34,7 +34,7 @@ mod host;
 pub use device::{Cond, DeviceOracle};
 pub use host::{HostBio, HostOracle, HostRules};
 
-use zblk_core::bio::Status;
+use zblk_core::bio::{Status, StatusCode};
 use zblk_core::units::Sector;
 
 /// Linux errno values the model speaks in.
@@ -49,6 +49,65 @@ pub mod errno {
     pub const EOPNOTSUPP: i32 = 95;
     /// Open-zone limit (BLK_STS_ZONE_OPEN_RESOURCE).
     pub const ETOOMANYREFS: i32 = 109;
+    /// Try again (BLK_STS_AGAIN).
+    pub const EAGAIN: i32 = 11;
+
+    /// The name of an errno the model speaks, or `errno N` for any other.
+    pub fn name(n: i32) -> String {
+        match n {
+            EIO => "EIO".into(),
+            EINVAL => "EINVAL".into(),
+            EOVERFLOW => "EOVERFLOW".into(),
+            EOPNOTSUPP => "EOPNOTSUPP".into(),
+            ETOOMANYREFS => "ETOOMANYREFS".into(),
+            EAGAIN => "EAGAIN".into(),
+            n => format!("errno {n}"),
+        }
+    }
+}
+
+/// The errno the kernel hands a BIO's user for a status of class `code`: the
+/// `blk_status_t` the kernel would complete it with, through
+/// `blk_status_to_errno()` (block/blk-core.c, `blk_errors[]`). Written here apart
+/// from [`Status::errno`], the one mapping zblk's users get their errno from (the
+/// runtime's callers, the ublk target's replies), so that a status mapped to the
+/// wrong errno there is seen: the model otherwise judges completions by status
+/// class, and EAGAIN, say, is an answer it excuses.
+pub fn kernel_errno(code: StatusCode) -> i32 {
+    use errno::*;
+    match code {
+        // BLK_STS_IOERR: null_blk's and the SCSI/NVMe drivers' answer to a write off
+        // the write pointer, to a FULL, READONLY or OFFLINE zone; the zone write
+        // plug's bio_io_error() for a write aborted in its plug or waiting for a
+        // write pointer update.
+        StatusCode::IoErr
+        | StatusCode::Unaligned
+        | StatusCode::ZoneFull
+        | StatusCode::ZoneReadOnly
+        | StatusCode::ZoneOffline
+        | StatusCode::Aborted
+        | StatusCode::NeedWpUpdate => EIO,
+        StatusCode::ZoneOpenResource => ETOOMANYREFS, // BLK_STS_ZONE_OPEN_RESOURCE
+        StatusCode::ZoneActiveResource => EOVERFLOW,  // BLK_STS_ZONE_ACTIVE_RESOURCE
+        StatusCode::Invalid => EINVAL,                // BLK_STS_INVAL
+        StatusCode::NotSupported => EOPNOTSUPP,       // BLK_STS_NOTSUPP
+        StatusCode::Again => EAGAIN,                  // BLK_STS_AGAIN
+    }
+}
+
+/// Whether the errno a user sees for `result` is the one the kernel gives for its
+/// status: the violation in words if not.
+pub fn check_errno(result: Result<Sector, Status>) -> Result<(), String> {
+    let Err(s) = result else { return Ok(()) };
+    let (got, want) = (s.errno(), kernel_errno(s.code()));
+    if got == want {
+        return Ok(());
+    }
+    Err(format!(
+        "completed with {s:?}, which its user sees as {} ({got}); the kernel gives {} ({want}) for it",
+        errno::name(got),
+        errno::name(want)
+    ))
 }
 
 /// The errno a user sees for a status (a success is 0).

@@ -151,13 +151,13 @@ impl Drop for MutationGuard {
 
 /// Runs seed `seed` with `ops` operations (halved on a stack) and planted bug
 /// `mutation`; with `log`, also returns every operation and the top device's
-/// geometry.
+/// geometry (none when the seed's set-up panicked: nothing was built).
 pub fn run_seed_logged(
     seed: u64,
     ops: u64,
     mutation: Option<Mutation>,
     log: bool,
-) -> (SeedRun, Vec<LoggedOp>, Geometry) {
+) -> (SeedRun, Vec<LoggedOp>, Option<Geometry>) {
     run_seed_inner(seed, ops, mutation, log, SimChecks::default(), true)
 }
 
@@ -177,10 +177,12 @@ pub fn run_seed_without_cuts(seed: u64, ops: u64, mutation: Option<Mutation>) ->
 
 /// Which check a violation message comes from: `durability` (a write made durable
 /// lost at a power loss), `device oracle`, `host oracle`, `checker`, `liveness` (BIOs
-/// stuck), or `invariant` (an assertion of the engine, the stack or the device's
-/// zone accounting).
+/// stuck), `set-up` (the seed's set-up panicked), or `invariant` (an assertion of
+/// the engine, the stack or the device's zone accounting).
 pub fn violation_kind(violation: &str) -> &'static str {
-    if violation.contains("after a power loss, durable sector") {
+    if is_setup_failure(violation) {
+        "set-up"
+    } else if violation.contains("after a power loss, durable sector") {
         "durability"
     } else if violation.starts_with("checker violation") {
         "checker"
@@ -238,22 +240,27 @@ fn seed_sim(seed: u64, ops: u64, faults: FaultConfig, stack: bool) -> SeedSim {
     }
 }
 
-fn run_seed_inner(
-    seed: u64,
-    ops: u64,
-    mutation: Option<Mutation>,
-    log: bool,
-    checks: SimChecks,
-    cuts: bool,
-) -> (SeedRun, Vec<LoggedOp>, Geometry) {
-    quiet_hook();
-    let _m = MutationGuard::new(mutation);
-    let faults = fault_config(seed);
-    let stack = is_stack(seed);
-    let SeedSim { mut sim, kernel_recovery, ops, rotational, keeps_zone_order } = seed_sim(seed, ops, faults, stack);
+/// A seed ready to run: its simulation, workload and what it covers so far.
+struct Prepared {
+    sim: Sim,
+    w: RandomOps,
+    geo: Geometry,
+    covered: BTreeSet<String>,
+    kernel_recovery: bool,
+    keeps_zone_order: bool,
+}
+
+/// Draws and builds seed `seed` (its set-up): the simulation, its checks, the
+/// workload.
+fn prepare(seed: u64, ops: u64, faults: FaultConfig, log: bool, checks: SimChecks, cuts: bool) -> Prepared {
+    if zblk_core::mutation::on(Mutation::SeedSetupPanics) && seed % 3 == 0 {
+        panic!("a panic planted in the set-up (mutation seed-setup-panics)");
+    }
+    let SeedSim { mut sim, kernel_recovery, ops, rotational, keeps_zone_order } =
+        seed_sim(seed, ops, faults, is_stack(seed));
     sim.set_checks(checks);
     let geo = sim.device_geometry();
-    let mut covered = coverage(&sim, &rotational);
+    let covered = coverage(&sim, &rotational);
     let mut w =
         RandomOps::new(&geo, kernel_recovery, ops, seed).with_qd1_switch().with_power_loss(faults.power_loss_ppm, seed);
     if log {
@@ -262,16 +269,62 @@ fn run_seed_inner(
     if !cuts {
         w = w.without_cuts_in_flight();
     }
+    Prepared { sim, w, geo, covered, kernel_recovery, keeps_zone_order }
+}
+
+/// The words that start the violation of a seed whose set-up panicked.
+pub const SETUP_PANIC: &str = "the seed's set-up panicked";
+
+/// Whether `violation` is a seed's set-up panicking rather than a check failing
+/// (nothing ran: there is nothing to shrink).
+pub fn is_setup_failure(violation: &str) -> bool {
+    violation.starts_with(SETUP_PANIC)
+}
+
+/// The text of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic with a non-text payload".to_string())
+}
+
+/// Runs `f` with this thread's panics kept quiet (they become the seed's
+/// violation), catching a panic. A seed is a simulation of its own, sharing nothing
+/// with the seeds beside it, so its panic is caught here, around the seed alone:
+/// the seed fails, the run goes on. This catching is the checker's, local to a
+/// seed; the product's threads are not meant to unwind (a release profile may
+/// abort on panic, which would end a vopr run at its first panic instead).
+fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     QUIET.with(|q| q.set(true));
-    let outcome = catch_unwind(AssertUnwindSafe(|| sim.run(&mut w)));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
     QUIET.with(|q| q.set(false));
-    let violation = outcome.err().map(|payload| {
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic with a non-text payload".to_string())
-    });
+    outcome.map_err(|payload| panic_text(&*payload))
+}
+
+fn run_seed_inner(
+    seed: u64,
+    ops: u64,
+    mutation: Option<Mutation>,
+    log: bool,
+    checks: SimChecks,
+    cuts: bool,
+) -> (SeedRun, Vec<LoggedOp>, Option<Geometry>) {
+    quiet_hook();
+    let _m = MutationGuard::new(mutation);
+    let faults = fault_config(seed);
+    let stack = is_stack(seed);
+    let kind = if stack { "stack" } else { "device" };
+    let prepared = match quietly(|| prepare(seed, ops, faults, log, checks, cuts)) {
+        Ok(p) => p,
+        Err(why) => {
+            let violation = Some(format!("{SETUP_PANIC}: {why}"));
+            return (SeedRun { seed, kind, violation, ..SeedRun::default() }, Vec::new(), None);
+        }
+    };
+    let Prepared { mut sim, mut w, geo, mut covered, kernel_recovery, keeps_zone_order } = prepared;
+    let violation = quietly(|| sim.run(&mut w)).err();
     let stats = sim.stats();
     covered.extend(w.report().op_kinds.keys().map(|k| format!("op: {k}")));
     covered.extend(sim.faults_by_kind().keys().map(|k| format!("fault: {k}")));
@@ -300,14 +353,14 @@ fn run_seed_inner(
     }
     let run = SeedRun {
         seed,
-        kind: if stack { "stack" } else { "device" },
+        kind,
         ops: w.report().ops,
         faults: stats.faults,
         checks: stats.checks,
         violation,
         coverage: covered,
     };
-    (run, w.log().to_vec(), geo)
+    (run, w.log().to_vec(), Some(geo))
 }
 
 /// Runs seed `seed` (see [`run_seed_logged`]).

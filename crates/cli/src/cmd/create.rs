@@ -2,7 +2,7 @@
 //! parameters.
 
 use crate::CliError;
-use crate::out::{self, outln};
+use crate::out::{self, errln, outln};
 use clap::Args;
 use std::path::PathBuf;
 use zblk_core::params::{DeviceParams, PARAMS};
@@ -128,6 +128,15 @@ pub fn run(a: &CreateArgs) -> Result<(), CliError> {
         force: a.force,
         preallocate: a.preallocate,
     };
+    // Left by a create killed while its new image had a name (SIGKILL during the
+    // swap of `create -f`, or a file system without O_TMPFILE): said, not removed.
+    for t in FileImage::stale_temporaries(&a.image) {
+        errln!(
+            "zblk: warning: {}: a temporary file left by an interrupted create, holding {} MiB; remove it to free the space",
+            t.path.display(),
+            t.allocated_bytes.div_ceil(1 << 20)
+        );
+    }
     FileImage::create_waiting(&a.image, &opts, a.lock.wait).map_err(CliError::msg)?;
     let g = &p.geometry;
     let what = if geo.is_zoned() {

@@ -242,10 +242,11 @@ fn replay(seed: u64, ops: u64, mutation: Option<Mutation>, name: Option<&str>, j
         }
         return Ok(());
     };
-    let shrunk = vopr::shrink(seed, ops, mutation);
+    // A seed whose set-up panicked ran nothing: nothing to shrink or trace.
+    let shrunk = if vopr::is_setup_failure(&v) { ops } else { vopr::shrink(seed, ops, mutation) };
     let (sr, log, geo) = vopr::run_seed_logged(seed, shrunk, mutation, true);
     let shown = sr.violation.clone().unwrap_or(v);
-    let trace = vopr::trace(&log, &geo, &shown, 40);
+    let trace = geo.map(|geo| vopr::trace(&log, &geo, &shown, 40)).unwrap_or_default();
     if json {
         #[derive(serde::Serialize)]
         struct Failure<'a> {

@@ -13,15 +13,18 @@
 //!   `O_DIRECT` one) is opened from the locked descriptor through `/proc/self/fd`,
 //!   which reaches the inode and not the name, so that metadata and data always
 //!   belong to one file.
-//! - **Create.** The image is built under a temporary name in the same directory,
-//!   then put at the path with `renameat2(RENAME_NOREPLACE)` (`link(2)` where the
-//!   file system lacks the flag), which fails when anything appeared at the path
-//!   meanwhile. `create -f` first examines, opens and locks the file it replaces, and
-//!   swaps the new image in with `RENAME_EXCHANGE`: what the swap took out must be
-//!   that file, or it is swapped back and the path examined again. Nothing at the
-//!   path is replaced unless it was examined and locked.
+//! - **Create.** The image is built in a file without a name (`O_TMPFILE`, or under
+//!   a temporary name in the same directory where the file system lacks it; see
+//!   [`mod@super::staging`]), then put at the path with `linkat` (or
+//!   `renameat2(RENAME_NOREPLACE)`, `link(2)` where the file system lacks the flag),
+//!   which fails when anything appeared at the path meanwhile. `create -f` first
+//!   examines, opens and locks the file it replaces, names the new image, and swaps
+//!   it in with `RENAME_EXCHANGE`: what the swap took out must be that file, or it
+//!   is swapped back and the path examined again. Nothing at the path is replaced
+//!   unless it was examined and locked.
 
 use super::error::{ImageError, ImageErrorKind, err, in_use, io_err};
+use super::staging::Staged;
 use crate::error::DeviceErrorKind;
 use rustix::fs::{CWD, FlockOperation, OFlags, RenameFlags, flock, renameat_with};
 use rustix::io::Errno;
@@ -174,12 +177,12 @@ pub(super) fn temp_name(path: &Path, dir: &Path) -> Result<PathBuf, ImageError> 
     Ok(dir.join(format!(".{}.zblk-new-{}-{n}", name.to_string_lossy(), std::process::id())))
 }
 
-/// Puts the new image `tmp` at `path`, in place of `old` (the file [`examine`]
+/// Puts the new image `new` at `path`, in place of `old` (the file [`examine`]
 /// locked) or where nothing is, and of nothing else. When something else is there
 /// now, a `create` without `force` fails (`Exists`); with `force`, the path is
 /// examined again and that file, once locked, replaced.
 pub(super) fn install(
-    tmp: &Path,
+    new: &mut Staged,
     path: &Path,
     mut old: Option<File>,
     force: bool,
@@ -187,10 +190,12 @@ pub(super) fn install(
 ) -> Result<(), ImageError> {
     for _ in 0..MAX_TRIES {
         let done = match &old {
-            None => put_new(tmp, path)?,
-            Some(f) => swap_in(tmp, path, f)?,
+            None => put_new(new, path)?,
+            // A rename swaps: the new image needs a name for it, given only now.
+            Some(f) => swap_in(&new.named()?, path, f)?,
         };
         if done {
+            new.installed();
             return Ok(());
         }
         if !force {
@@ -201,8 +206,18 @@ pub(super) fn install(
     Err(err(path, ImageErrorKind::Replaced))
 }
 
-/// Renames `tmp` to `path` unless something is at `path`: `false` then.
-fn put_new(tmp: &Path, path: &Path) -> Result<bool, ImageError> {
+/// Puts `new` at `path` unless something is at `path`: `false` then.
+fn put_new(new: &mut Staged, path: &Path) -> Result<bool, ImageError> {
+    if new.unnamed() {
+        // linkat never replaces: EEXIST when the name is taken.
+        return match new.link_at(path) {
+            Ok(()) => Ok(true),
+            Err(Errno::EXIST) => Ok(false),
+            Err(e) => Err(io_err(path, "link")(e.into())),
+        };
+    }
+    let tmp = new.named()?;
+    let tmp = tmp.as_path();
     match renameat_with(CWD, tmp, CWD, path, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(true),
         Err(Errno::EXIST) => Ok(false),

@@ -5,10 +5,11 @@
 use super::error::{ImageError, ImageErrorKind, err, io_err};
 use super::format::{self, Entry, Layout, LiveState, Superblock, Table};
 use super::live::live_region;
+use super::staging::{self, Staged, StaleTemporary};
 use super::{FileImage, claim};
 use rustix::fs::{FallocateFlags, fallocate, fstatvfs};
 use rustix::io::Errno;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -33,10 +34,12 @@ pub struct CreateOptions {
 
 impl FileImage {
     /// Creates an image at `path`: all sequential zones EMPTY, no data (a sparse
-    /// file). Written to a temporary file and renamed, so that a crash never leaves
-    /// a half-made image under `path`; the rename replaces nothing that was not
-    /// examined first (see [`mod@claim`]): a file put at `path` meanwhile makes the
-    /// create fail with [`ImageErrorKind::Exists`].
+    /// file). Made in a file without a name where the file system allows (else under
+    /// a temporary one) and put at `path` at the end, so that a crash or a signal
+    /// never leaves a half-made image, nor a temporary file, behind (see
+    /// [`mod@staging`]); putting it there replaces nothing that was not examined
+    /// first (see [`mod@claim`]): a file put at `path` meanwhile makes the create
+    /// fail with [`ImageErrorKind::Exists`].
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<(), ImageError> {
         Self::create_waiting(path, opts, None)
     }
@@ -58,41 +61,35 @@ impl FileImage {
         let old = claim::examine(path, opts.force, wait)?;
         let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let tmp = claim::temp_name(path, dir)?;
         // The temporary file is zblk's business: a failure to make it is told with
         // the directory the user named.
         let in_dir = |e: io::Error| match std::fs::metadata(dir) {
             Err(d) if d.kind() == io::ErrorKind::NotFound => err(dir, ImageErrorKind::NoDirectory),
             _ => io_err(dir, "create a file in the directory")(e),
         };
-        let result = (|| {
-            let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(in_dir)?;
-            f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
-            for at in format::SUPERBLOCK_OFFSETS {
-                f.write_all_at(&sb.encode(1), at).map_err(io_err(path, "write superblock"))?;
-            }
-            let entries = initial_entries(&geo);
-            for (slot, seq) in [(0, 1), (1, 0)] {
-                let t = Table { seq, entries: entries.clone() };
-                f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
-                    .map_err(io_err(path, "write zone table"))?;
-            }
-            f.write_all_at(
-                &live_region(&entries, layout.table_bytes, LiveState::Clean, 1, &[0; 36]),
-                layout.live_offset,
-            )
-            .map_err(io_err(path, "write live table"))?;
-            if opts.preallocate {
-                preallocate(&f, path, &layout)?;
-            }
-            f.sync_all().map_err(io_err(path, "sync"))?;
-            claim::install(&tmp, path, old, opts.force, wait)?;
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // Unnamed until it is put at the path (see [`mod@staging`]): an interrupted
+        // create leaves nothing; a temporary name, where one is needed, goes when
+        // `new` does, whatever the outcome.
+        let mut new = Staged::new(path, dir, in_dir)?;
+        let f = new.file();
+        f.set_len(layout.file_bytes).map_err(io_err(path, "set length"))?;
+        for at in format::SUPERBLOCK_OFFSETS {
+            f.write_all_at(&sb.encode(1), at).map_err(io_err(path, "write superblock"))?;
         }
-        result
+        let entries = initial_entries(&geo);
+        for (slot, seq) in [(0, 1), (1, 0)] {
+            let t = Table { seq, entries: entries.clone() };
+            f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+                .map_err(io_err(path, "write zone table"))?;
+        }
+        f.write_all_at(&live_region(&entries, layout.table_bytes, LiveState::Clean, 1, &[0; 36]), layout.live_offset)
+            .map_err(io_err(path, "write live table"))?;
+        if opts.preallocate {
+            preallocate(f, path, &layout)?;
+        }
+        f.sync_all().map_err(io_err(path, "sync"))?;
+        claim::install(&mut new, path, old, opts.force, wait)?;
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "sync directory"))
     }
 }
 
@@ -105,7 +102,12 @@ fn preallocate(f: &File, path: &Path, layout: &Layout) -> Result<(), ImageError>
     let st = fstatvfs(f).map_err(|e| io_err(path, "statvfs")(e.into()))?;
     let free = st.f_bavail.saturating_mul(st.f_frsize);
     if need > free {
-        let why = format!("the data region needs {} MiB, the file system has {} MiB free", mib(need), free >> 20);
+        let why = format!(
+            "the data region needs {} MiB, the file system has {} MiB free{}",
+            mib(need),
+            free >> 20,
+            staging::held_by_stale(path)
+        );
         return Err(err(path, ImageErrorKind::Preallocate(why)));
     }
     match fallocate(f, FallocateFlags::empty(), layout.data_offset, need) {
@@ -118,7 +120,22 @@ fn preallocate(f: &File, path: &Path, layout: &Layout) -> Result<(), ImageError>
                     .into(),
             ),
         )),
+        // The room was there at the look above and is gone: if stale temporary
+        // files hold some of it, say so.
+        Err(Errno::NOSPC) => match staging::held_by_stale(path) {
+            held if held.is_empty() => Err(io_err(path, "preallocate the data region")(Errno::NOSPC.into())),
+            held => Err(err(path, ImageErrorKind::Preallocate(format!("no space left on the file system{held}")))),
+        },
         Err(e) => Err(io_err(path, "preallocate the data region")(e.into())),
+    }
+}
+
+impl FileImage {
+    /// The temporary files that interrupted creates left in the directory an image
+    /// at `path` would be created in (see [`mod@staging`]): a create killed while
+    /// its new image had a name. Nothing is removed.
+    pub fn stale_temporaries(path: &Path) -> Vec<StaleTemporary> {
+        staging::stale(path)
     }
 }
 

@@ -122,6 +122,7 @@ impl Sim {
         }
         if let Some(h) = &mut self.checking.host {
             h.check_flush = checks.host_flush;
+            h.check_errno = checks.host_errno;
         }
     }
 }

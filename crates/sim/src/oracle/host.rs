@@ -141,6 +141,9 @@ pub struct HostOracle {
     /// Check that a successful FLUSH reached the device (on unless a test shows
     /// what catches a bug without it).
     pub check_flush: bool,
+    /// Check that every failed BIO's errno (what its user sees) is the one the
+    /// kernel gives for its status ([`super::kernel_errno`]).
+    pub check_errno: bool,
     /// Valid BIOs submitted so far.
     submitted: u64,
     /// Under pipelining, per zone: its plugged writes in flight, by submission
@@ -165,6 +168,7 @@ impl HostOracle {
             zones,
             checks: 0,
             check_flush: true,
+            check_errno: true,
             submitted: 0,
         }
     }
@@ -544,6 +548,10 @@ impl HostOracle {
     ) -> Result<(), String> {
         self.checks += 1;
         let mut verdict = self.judge(rec, result);
+        if self.check_errno {
+            let bio = rec.bio.expect("a recorded BIO");
+            verdict = verdict.and(super::check_errno(result).map_err(|e| format!("{bio:?} {e}")));
+        }
         if rec.pipelined {
             let pipe = self.pipe_completed(rec, result);
             verdict = verdict.and(pipe);

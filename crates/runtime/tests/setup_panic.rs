@@ -1,0 +1,31 @@
+//! A panic in the set-up of a runtime seed (planted: `seed-setup-panics`, one seed
+//! in three) is that seed's violation, and the seeds after it run. Before, the
+//! panic ended the whole `zblk vopr --runtime` run.
+//!
+//! The planted bug is active on every thread of the process, so this binary holds
+//! one test. Built with the planted bugs only (`scripts/test` builds the workspace
+//! with `zblk-cli/mutations`); SKIPPED otherwise.
+
+use zblk_core::mutation::{self, Mutation};
+use zblk_runtime::vopr;
+
+#[test]
+fn a_panic_in_a_seed_s_set_up_fails_that_seed_alone() {
+    if !mutation::AVAILABLE {
+        eprintln!("SKIPPED: built without the `mutations` feature");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    mutation::set_global(Some(Mutation::SeedSetupPanics));
+    let runs: Vec<_> = (1..=6).map(|seed| vopr::run_runtime_seed(seed, 100, dir.path())).collect();
+    mutation::set_global(None);
+    for r in &runs {
+        if r.seed % 3 == 0 {
+            let v = r.violation.as_deref().unwrap_or("");
+            assert!(v.contains("the seed's set-up panicked: a panic planted in the set-up"), "seed {}: {v:?}", r.seed);
+        } else {
+            assert_eq!(r.violation, None, "seed {}", r.seed);
+            assert!(r.ops > 0, "seed {} ran nothing", r.seed);
+        }
+    }
+}
