@@ -1,5 +1,5 @@
 //! `zblk write|append|read|bench|info` and the zone commands on Linux zoned block
-//! devices, in a Linux 6.12 VM (`scripts/kernel-vm.sh --zns`): a zoned null_blk
+//! devices, in a Linux VM (6.12 or 7.3) (`scripts/kernel-vm.sh --zns`): a zoned null_blk
 //! (`/dev/nullb0`, 512-byte blocks, conventional zones, 4 open zones) and QEMU's NVMe
 //! ZNS namespace (`/dev/nvme0n1`, 4 KiB blocks, 4 open and 8 active zones). One boot
 //! runs every command (a guest script records each one's output and status); the

@@ -1,5 +1,5 @@
 //! The runtime over a real Linux zoned block device (`zblk_dev::linux::LinuxZoned`):
-//! a zoned null_blk in a Linux 6.12 VM (`shared/tools/kernel-vm.sh`), with io_uring
+//! a zoned null_blk in a Linux VM (6.12 or 7.3) (`shared/tools/kernel-vm.sh`), with io_uring
 //! and with the thread pool. The host side boots the VM and runs this same test binary
 //! in it, on the `linux_device_in_the_vm` test, which the device path in
 //! `ZBLK_LINUX_DEVICE` turns on (it does nothing elsewhere).

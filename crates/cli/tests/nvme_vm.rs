@@ -1,5 +1,5 @@
 //! zblk on an NVMe ZNS namespace through the kernel's NVMe passthrough (the generic
-//! device `/dev/ng0n1` of QEMU's emulated ZNS drive), in a Linux 6.12 VM
+//! device `/dev/ng0n1` of QEMU's emulated ZNS drive), in a Linux VM (6.12 or 7.3)
 //! (`scripts/kernel-vm.sh --zns`): what Identify says against the block device's
 //! sysfs, the zone report equal to `blkzone report` of `/dev/nvme0n1`, the zone
 //! commands, data written and appended natively and read back, the errors with the

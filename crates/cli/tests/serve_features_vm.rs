@@ -1,5 +1,5 @@
 //! What a served device offers beyond reads, writes and zone commands, in one boot of
-//! the Linux 6.12 VM (`scripts/kernel-vm.sh --ublk`):
+//! the Linux VM (6.12 or 7.3) (`scripts/kernel-vm.sh --ublk`):
 //!
 //! - **discard**: `blkdiscard` of a conventional zone's range reaches the image (the
 //!   range reads back as zeroes, from the device and from the image once the server has

@@ -1,4 +1,4 @@
-//! `zblk serve` in a Linux 6.12 VM with the ublk driver (`scripts/kernel-vm.sh
+//! `zblk serve` in a Linux VM (6.12 or 7.3) with the ublk driver (`scripts/kernel-vm.sh
 //! --ublk`), one boot: an image served as /dev/ublkbN takes fio's zoned write-and-verify
 //! jobs (sequential, random with several jobs, QD > 1 through libaio and io_uring, with
 //! and without `--max_open_zones`); `blkzone report` of the device and a direct read
