@@ -60,6 +60,7 @@ mod open;
 #[cfg(feature = "testing")]
 pub mod powercut;
 mod recovery;
+mod superblocks;
 mod write_pointer;
 pub mod zeroing;
 
@@ -129,6 +130,12 @@ impl FileImage {
     /// The superblock: geometry parameters, attributes, layout.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The image's identity, given at its creation ([`format::ImageId::NONE`] for an
+    /// image of format 2, made before images had one).
+    pub fn identity(&self) -> format::ImageId {
+        self.sb.id
     }
 
     /// Whether the image stands for a rotational disk.

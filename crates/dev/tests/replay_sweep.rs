@@ -41,7 +41,9 @@ use zblk_core::bio::{Op, Request};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
-use zblk_dev::file::format::{Layout, LiveHeader, LiveState, SUPERBLOCK_BYTES, TABLE_HEADER_BYTES, Table};
+use zblk_dev::file::format::{
+    ImageId, Layout, LiveHeader, LiveState, SUPERBLOCK_BYTES, Superblock, TABLE_HEADER_BYTES, Table,
+};
 use zblk_dev::file::zeroing::ZeroingSetup;
 use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
 use zblk_dev::{Device, IoBuf};
@@ -213,11 +215,16 @@ fn judge(p: &Path, newest: &[ZoneInfo], class: Undetectable, boot: [u8; 36], wha
     outcome
 }
 
+/// The identity of the image whose metadata is `meta`.
+fn id_of(meta: &[u8]) -> ImageId {
+    Superblock::decode(&meta[..SUPERBLOCK_BYTES as usize]).unwrap().0.id
+}
+
 /// The commit number of durable table `slot` of the metadata `meta`, and the zones
 /// it records.
 fn table_zones(meta: &[u8], layout: &Layout, geo: &Geometry, slot: usize) -> (u64, Vec<ZoneInfo>) {
     let at = layout.table_offset[slot] as usize;
-    let t = Table::decode(&meta[at..at + layout.table_bytes as usize], geo.nr_zones()).unwrap();
+    let t = Table::decode(&meta[at..at + layout.table_bytes as usize], geo.nr_zones(), id_of(meta)).unwrap();
     (t.seq, t.entries.iter().enumerate().map(|(z, e)| e.info(geo, ZoneNo(z as u32))).collect())
 }
 
@@ -255,7 +262,8 @@ fn sweep(killed: bool) -> BTreeMap<(&'static str, Outcome), usize> {
     // table is then not trusted).
     let mut left_open = Vec::new();
     for (_, older) in &states {
-        let open_header = LiveHeader::decode(&older[layout.live_offset as usize..]).state != LiveState::Clean;
+        let open_header =
+            LiveHeader::decode(&older[layout.live_offset as usize..], id_of(older)).state != LiveState::Clean;
         f.write_all_at(older, 0).unwrap();
         left_open.push(open_header.then(|| open(&p, true, OTHER_BOOT).unwrap().0));
     }

@@ -3,7 +3,7 @@
 //! replaces nothing unexamined when it is put at the path (see [`mod@super::claim`]).
 
 use super::error::{ImageError, ImageErrorKind, err, io_err};
-use super::format::{self, Entry, Layout, LiveState, Superblock, Table};
+use super::format::{self, Entry, ImageId, Layout, LiveState, Superblock, Table};
 use super::live::live_region;
 use super::{FileImage, claim};
 use rustix::fs::{FallocateFlags, fallocate, fstatvfs};
@@ -56,7 +56,10 @@ impl FileImage {
         // new image has replaced it.
         let wait = claim::Wait::of(wait);
         let old = claim::examine(path, opts.force, wait)?;
-        let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
+        // Every image made now has an identity of its own (format 3), so that no
+        // part of another image can pass for its state.
+        let id = ImageId::random().map_err(io_err(path, "draw an identity from /dev/urandom"))?;
+        let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout, id };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let tmp = claim::temp_name(path, dir)?;
         // The temporary file is zblk's business: a failure to make it is told with
@@ -74,11 +77,11 @@ impl FileImage {
             let entries = initial_entries(&geo);
             for (slot, seq) in [(0, 1), (1, 0)] {
                 let t = Table { seq, entries: entries.clone() };
-                f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+                f.write_all_at(&t.encode(layout.table_bytes, id), layout.table_offset[slot])
                     .map_err(io_err(path, "write zone table"))?;
             }
             f.write_all_at(
-                &live_region(&entries, layout.table_bytes, LiveState::Clean, 1, &[0; 36]),
+                &live_region(&entries, layout.table_bytes, (LiveState::Clean, 1), &[0; 36], id),
                 layout.live_offset,
             )
             .map_err(io_err(path, "write live table"))?;

@@ -4,10 +4,11 @@
 
 use super::commit::Durable;
 use super::error::{ImageError, ImageErrorKind, err, io_err};
-use super::format::{self, Layout, LiveHeader, LiveState, Superblock};
+use super::format::{self, Layout, LiveState, Superblock};
 use super::live::LiveTable;
 use super::media::{FileMedia, Media};
-use super::recovery::{Recovery, Superblocks, read_superblocks, read_tables, recover};
+use super::recovery::{Recovery, read_tables, recover};
+use super::superblocks::{Superblocks, read_superblocks};
 use super::write_pointer::DevState;
 use super::zeroing::{self, FileZeroing, ProbePlace, ProbeResult, ZeroingSetup};
 use super::{FileImage, claim};
@@ -97,7 +98,7 @@ impl FileImage {
         // to a file that is then refused.
         let probe = probe_zeroing(path, &*media, &layout, opts);
         let (sb, geo) = with_zeroing_limits(path, sbs.sb.clone(), &probe, opts)?;
-        let live = if opts.read_only { None } else { Some(LiveTable::open(path, &file, &layout)?) };
+        let live = if opts.read_only { None } else { Some(LiveTable::open(path, &file, &layout, sbs.sb.id)?) };
         let image = FileImage {
             path: path.to_path_buf(),
             state: Mutex::new(DevState::new(&geo, rec.entries.clone(), live, rec.durable_seq)),
@@ -176,9 +177,9 @@ impl FileImage {
         let live = st.live.as_mut().expect("read-write image has a live table");
         for (z, e) in entries.iter().enumerate() {
             let z = ZoneNo(z as u32);
-            live.store(format::entry_offset(z), e.pack(z))?;
+            live.store(z, *e)?;
         }
-        LiveHeader::put_identity(live.bytes(), boot);
+        live.put_boot(boot);
         st.set_live(LiveState::Live, commit)
     }
 }
@@ -225,7 +226,8 @@ fn decide_zone_state(
     boot: &[u8; 36],
     opts: &ImageOptions,
 ) -> Result<Recovery, ImageError> {
-    let found = read_tables(media, &sbs.geo, &sbs.sb.layout, sbs.commit).map_err(io_err(path, "read zone tables"))?;
+    let found = read_tables(media, &sbs.geo, &sbs.sb.layout, sbs.commit, sbs.sb.id)
+        .map_err(io_err(path, "read zone tables"))?;
     let mut rec = recover(&sbs.geo, found, boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
     if let Some(r) = &sbs.repair {
         rec.repairs.insert(0, r.clone());
