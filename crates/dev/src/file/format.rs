@@ -466,9 +466,10 @@ pub enum TableRead {
         seq: Option<u64>,
         /// What is wrong.
         why: String,
-        /// Some of the sectors that do not check out are another image's (they
-        /// carry another identity's tag, or check out under none): `why` names them.
-        other_image: bool,
+        /// The sectors that are another image's (they carry another identity's tag,
+        /// or check out under none), in words ("every sector", "sector 1, 2"), if
+        /// any: `why` names them too.
+        other_image: Option<String>,
     },
 }
 
@@ -558,12 +559,12 @@ impl Table {
             lo = lo.min(s);
             hi = Some(hi.map_or(s, |h| h.max(s)));
         }
-        let damaged = |why: String| TableRead::Damaged { seq: hi, why, other_image: false };
+        let damaged = |why: String| TableRead::Damaged { seq: hi, why, other_image: None };
         if (sects as u64) * (TSECT as u64) < need {
             return damaged("cut short".to_string());
         }
         if !other.is_empty() {
-            let all = if other.len() == sects {
+            let which = if other.len() == sects {
                 "every sector".to_string()
             } else {
                 format!("sector {}", sector_list(&other))
@@ -575,8 +576,8 @@ impl Table {
             };
             return TableRead::Damaged {
                 seq: hi,
-                why: format!("{all} of the table belongs to another image (another identity){also}"),
-                other_image: true,
+                why: format!("{which} of the table belongs to another image{also}"),
+                other_image: Some(which),
             };
         }
         if let Some((j, s)) = beyond {
@@ -589,7 +590,7 @@ impl Table {
         if lo != hi {
             return TableRead::Torn { seqs: (lo, hi) };
         }
-        let damaged = |why: String| TableRead::Damaged { seq: Some(hi), why, other_image: false };
+        let damaged = |why: String| TableRead::Damaged { seq: Some(hi), why, other_image: None };
         if buf[..8] != TABLE_MAGIC {
             return damaged("bad magic".to_string());
         }

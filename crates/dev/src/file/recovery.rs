@@ -69,13 +69,13 @@ pub(super) fn read_tables(
 fn other_image_parts(tables: &[TableRead], hdr: &LiveHeader, live: &[u8], nr_zones: u32, id: ImageId) -> Vec<String> {
     let mut found = Vec::new();
     for (slot, t) in tables.iter().enumerate() {
-        if let TableRead::Damaged { why, other_image: true, .. } = t {
-            found.push(format!("durable zone table {} ({why})", slot_name(slot)));
+        if let TableRead::Damaged { other_image: Some(which), .. } = t {
+            found.push(format!("durable zone table {} ({which})", slot_name(slot)));
         }
     }
     let witness = format::live_witness_of_another_image(live, id);
     if hdr.other_image {
-        found.push("the live header (an image of format 2's)".to_string());
+        found.push("the live header".to_string());
     }
     if witness {
         found.push("the live table's last sector (its witness)".to_string());
@@ -328,7 +328,7 @@ impl Evidence {
                     Err(e) => TableRead::Damaged {
                         seq: Some(t.seq),
                         why: format!("impossible zone state: {e}"),
-                        other_image: false,
+                        other_image: None,
                     },
                 },
                 other => other,
@@ -524,7 +524,8 @@ impl Evidence {
             String::new()
         } else {
             format!(
-                "; parts of another image were copied into this one ({}): they are damage, never this image's state",
+                "; WARNING: parts of another image were copied into this one ({}): they are damage, never this image's \
+                 state",
                 self.other_image.join("; ")
             )
         };

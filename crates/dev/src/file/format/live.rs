@@ -30,8 +30,8 @@ pub struct LiveHeader {
     /// digest is recorded (none in images of earlier zblk versions). It speaks for
     /// the entries only while the state is [`LiveState::Clean`].
     pub digest: Option<u32>,
-    /// The header does not check out under this image's identity but does under
-    /// none: the header of an image of format 2 (one of another image's parts).
+    /// The header does not check out and is another image's: it carries another
+    /// identity's tag, or checks out under none (an image of format 2's).
     pub other_image: bool,
 }
 
@@ -41,8 +41,10 @@ pub struct LiveHeader {
 pub(super) const LIVE_WORD_AT: usize = 8;
 pub(super) const LIVE_BOOT_AT: usize = 16;
 pub(super) const LIVE_ID_CRC_AT: usize = 52;
-/// The digest of the entries a clean close left, and its bitwise complement (a
-/// header of an earlier zblk holds zeroes there: no digest).
+/// The digest of the entries a clean close left, and its bitwise complement xor the
+/// image's identity tag ([`ImageId::tag`]: none in format 2), which tells another
+/// image's header from a damaged one (a header of an earlier zblk holds zeroes
+/// there: no digest).
 const LIVE_DIGEST_AT: usize = 56;
 const LIVE_DIGEST_NOT_AT: usize = 60;
 pub(super) const LIVE_COMMIT_BITS: u32 = 46;
@@ -76,14 +78,19 @@ impl LiveHeader {
     pub fn decode(buf: &[u8], id: ImageId) -> LiveHeader {
         let mut boot_id = [0u8; 36];
         boot_id.copy_from_slice(&buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
-        let d = le32(buf, LIVE_DIGEST_AT);
-        let digest = (le32(buf, LIVE_DIGEST_NOT_AT) == !d).then_some(d);
+        let (d, not) = (le32(buf, LIVE_DIGEST_AT), le32(buf, LIVE_DIGEST_NOT_AT));
+        let tag = if d == 0 && not == 0 { 0 } else { not ^ !d };
+        let digest = (tag == id.tag()).then_some(d);
         let mut invalid = LiveHeader { state: LiveState::Invalid, commit: None, boot_id, digest, other_image: false };
+        // A header that does not check out is another image's when it carries
+        // another identity's tag, or checks out under no identity (format 2) in an
+        // image that has one; damage to one byte cannot do both.
+        let of_another = |word_ok: bool| {
+            (tag != 0 && tag != id.tag())
+                || (!id.is_none() && word_ok && le32(buf, LIVE_ID_CRC_AT) == live_id_crc(buf, ImageId::NONE))
+        };
         if buf[..8] != LIVE_MAGIC || le32(buf, LIVE_ID_CRC_AT) != live_id_crc(buf, id) {
-            // A format 2 image's header checks out under no identity; another
-            // format 3 image's cannot be told from damage (it has no room for a tag).
-            invalid.other_image =
-                buf[..8] == LIVE_MAGIC && !id.is_none() && le32(buf, LIVE_ID_CRC_AT) == live_id_crc(buf, ImageId::NONE);
+            invalid.other_image = buf[..8] == LIVE_MAGIC && of_another(true);
             return invalid;
         }
         let word = le64(buf, LIVE_WORD_AT);
@@ -91,6 +98,7 @@ impl LiveHeader {
         let check = (word >> LIVE_COMMIT_BITS) & 0xffff;
         let commit = word & ((1 << LIVE_COMMIT_BITS) - 1);
         if check != live_word_check(state, commit, &boot_id, id) {
+            invalid.other_image = of_another(false);
             return invalid;
         }
         let state = match state {
@@ -107,7 +115,7 @@ impl LiveHeader {
     pub fn put_digest(buf: &mut [u8], commit: u64, nr_zones: u32, id: ImageId) {
         let d = live_digest(buf, commit, nr_zones, id);
         buf[LIVE_DIGEST_AT..LIVE_DIGEST_AT + 4].copy_from_slice(&d.to_le_bytes());
-        buf[LIVE_DIGEST_NOT_AT..LIVE_DIGEST_NOT_AT + 4].copy_from_slice(&(!d).to_le_bytes());
+        buf[LIVE_DIGEST_NOT_AT..LIVE_DIGEST_NOT_AT + 4].copy_from_slice(&(!d ^ id.tag()).to_le_bytes());
     }
 
     /// Writes the magic and the boot id (not the state) of image `id` into `buf`.

@@ -75,8 +75,9 @@ fn another_images_parts_fail_their_checks_and_are_named() {
     // this one, every sector named; and this image's in an image of format 2 too.
     for (mine, theirs) in [(ID, OTHER), (ID, ImageId::NONE), (ImageId::NONE, ID)] {
         match Table::read(&t.encode(l.table_bytes, theirs), g.nr_zones(), mine) {
-            TableRead::Damaged { seq: None, why, other_image: true } => {
-                assert!(why.starts_with("every sector of the table belongs to another image"), "{why}")
+            TableRead::Damaged { seq: None, why, other_image: Some(w) } => {
+                assert!(why.starts_with("every sector of the table belongs to another image"), "{why}");
+                assert_eq!(w, "every sector");
             }
             other => panic!("{mine} reading {theirs}'s table: {other:?}"),
         }
@@ -85,13 +86,15 @@ fn another_images_parts_fail_their_checks_and_are_named() {
     let mut buf = t.encode(l.table_bytes, ID);
     buf[512..1024].copy_from_slice(&t.encode(l.table_bytes, OTHER)[512..1024]);
     match Table::read(&buf, g.nr_zones(), ID) {
-        TableRead::Damaged { seq: Some(9), why, other_image: true } => assert!(why.starts_with("sector 1 "), "{why}"),
+        TableRead::Damaged { seq: Some(9), why, other_image: Some(w) } => {
+            assert_eq!((why.as_str(), w.as_str()), ("sector 1 of the table belongs to another image", "sector 1"))
+        }
         other => panic!("{other:?}"),
     }
     // A zeroed sector is damage, no image's.
     let mut buf = t.encode(l.table_bytes, ID);
     buf[512..1024].fill(0);
-    assert!(matches!(Table::read(&buf, g.nr_zones(), ID), TableRead::Damaged { other_image: false, .. }));
+    assert!(matches!(Table::read(&buf, g.nr_zones(), ID), TableRead::Damaged { other_image: None, .. }));
     // Entries, the live header, digest and witness of another image fail here.
     let e = Entry { cond: ZoneCond::Closed, wp_offset: 64 };
     assert!(Entry::unpack(e.pack(ZoneNo(2), OTHER), ZoneNo(2), ID).is_err());
@@ -101,7 +104,18 @@ fn another_images_parts_fail_their_checks_and_are_named() {
     LiveHeader::put_digest(&mut region, 9, 4, OTHER);
     put_live_witness(&mut region, LiveWitness { completed: 9, announced: 9 }, OTHER);
     let h = LiveHeader::decode(&region, ID);
-    assert_eq!((h.state, h.commit, h.other_image), (LiveState::Invalid, None, false));
+    assert_eq!((h.state, h.commit, h.other_image), (LiveState::Invalid, None, true));
+    // Damage to this image's header is no other image's.
+    let mut mine = region.clone();
+    LiveHeader::put_identity(&mut mine, &[b'x'; 36], ID);
+    LiveHeader::put_state(&mut mine, LiveState::Clean, 9, ID);
+    LiveHeader::put_digest(&mut mine, 9, 4, ID);
+    assert_eq!(LiveHeader::decode(&mine, ID).commit, Some(9));
+    for at in 0..64 {
+        let mut bad = mine.clone();
+        bad[at] ^= 0x40;
+        assert!(!LiveHeader::decode(&bad, ID).other_image, "byte {at}");
+    }
     assert_eq!(LiveHeader::decode(&region, OTHER).commit, Some(9));
     assert_ne!(live_digest(&region, 9, 4, ID), live_digest(&region, 9, 4, OTHER));
     assert_eq!(live_witness(&region, ID), None);
@@ -139,7 +153,7 @@ fn table_round_trip_torn_and_damaged() {
     let mut bad = buf.clone();
     bad[520] ^= 0x10;
     match Table::read(&bad, g.nr_zones(), ID) {
-        TableRead::Damaged { seq: Some(7), why, other_image: false } => assert!(why.contains("sector 1"), "{why}"),
+        TableRead::Damaged { seq: Some(7), why, other_image: None } => assert!(why.contains("sector 1"), "{why}"),
         other => panic!("{other:?}"),
     }
     // Torn: sector 1 from commit 5's table, the rest from commit 7's.
