@@ -167,6 +167,13 @@ impl FileImage {
         self.file.set_len(self.file_bytes()).map_err(io_err(&self.path, "cut the file"))
     }
 
+    /// The device and inode numbers of the image's file (through its descriptor).
+    pub fn file_id(&self) -> Result<(u64, u64), ImageError> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata().map_err(io_err(&self.path, "stat"))?;
+        Ok((m.dev(), m.ino()))
+    }
+
     /// Whether `other` is open on this image's file (the same device and inode).
     pub fn is_same_file(&self, other: &File) -> Result<bool, ImageError> {
         use std::os::unix::fs::MetadataExt;

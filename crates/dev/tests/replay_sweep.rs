@@ -526,3 +526,30 @@ fn other_images_onto_an_image_left_by_a_kill() {
     let counts = sweep_other_images(true);
     assert_eq!(count(&counts, Outcome::Silent), 0, "silent rollbacks (listed above)");
 }
+
+/// An image of format 2 (made before identities) opens as before, read-only and
+/// read-write, says nothing, takes writes and stays format 2.
+#[test]
+fn an_image_of_format_2_opens_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("old");
+    let geo = Geometry::new(&params()).unwrap();
+    let layout = Layout::of(&geo);
+    let meta_len = layout.live_offset + layout.table_bytes;
+    let meta = other_image(&p, meta_len, 4, false, true);
+    std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(&meta, 0).unwrap();
+    let (zones, said) = open(&p, true, OTHER_BOOT).unwrap();
+    assert!(said.is_empty(), "{said:?}");
+    let img = FileImage::open(&p, &options(false, OTHER_BOOT)).unwrap();
+    assert!(img.identity().is_none() && img.repairs().is_empty(), "{:?}", img.repairs());
+    assert_eq!(img.zones(), zones);
+    exec(&img, Op::Write, 2 * ZS, 4096, 5);
+    exec(&img, Op::Flush, 0, 0, 0);
+    img.close().unwrap();
+    let (zones, said) = open(&p, true, BOOT).unwrap();
+    assert!(said.is_empty(), "{said:?}");
+    assert_eq!(zones[2].wp, zones[2].start + 8);
+    let meta = read_meta(&p, meta_len);
+    assert_eq!((meta[8], meta[4096 + 8]), (2, 2), "still format 2");
+    assert_eq!(id_of(&meta), ImageId::NONE);
+}
