@@ -7,8 +7,8 @@ use super::error::{ImageError, ImageErrorKind, err, io_err};
 use super::format::{self, Layout, LiveState, Superblock};
 use super::live::LiveTable;
 use super::media::{FileMedia, Media};
-use super::recovery::{Recovery, read_tables, recover};
-use super::superblocks::{Superblocks, read_superblocks};
+use super::recovery::{Recovery, recover};
+use super::superblocks::{Superblocks, read_superblocks, settle_identity};
 use super::write_pointer::DevState;
 use super::zeroing::{self, FileZeroing, ProbePlace, ProbeResult, ZeroingSetup};
 use super::{FileImage, claim};
@@ -85,7 +85,7 @@ impl FileImage {
     ) -> Result<FileImage, ImageError> {
         let file = claim::open_locked(path, opts.read_only, claim::Wait::of(opts.lock_wait))?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
-        let sbs = read_superblocks(path, &file, len)?;
+        let mut sbs = read_superblocks(path, &file, len)?;
         let layout = sbs.sb.layout;
         if len < layout.file_bytes {
             return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
@@ -93,7 +93,7 @@ impl FileImage {
         let data = DataPath::open(path, &file, &sbs.geo, opts)?;
         let media = wrap(data.media);
         let boot = opts.boot_id.unwrap_or_else(current_boot_id);
-        let rec = decide_zone_state(path, &*media, &sbs, &boot, opts)?;
+        let rec = decide_zone_state(path, &*media, &mut sbs, &boot, opts)?;
         // Zeroing is probed once the image is known good, so that nothing is written
         // to a file that is then refused.
         let probe = probe_zeroing(path, &*media, &layout, opts);
@@ -222,12 +222,11 @@ impl DataPath {
 fn decide_zone_state(
     path: &Path,
     media: &dyn Media,
-    sbs: &Superblocks,
+    sbs: &mut Superblocks,
     boot: &[u8; 36],
     opts: &ImageOptions,
 ) -> Result<Recovery, ImageError> {
-    let found = read_tables(media, &sbs.geo, &sbs.sb.layout, sbs.commit, sbs.sb.id)
-        .map_err(io_err(path, "read zone tables"))?;
+    let found = settle_identity(path, media, sbs)?;
     let mut rec = recover(&sbs.geo, found, boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
     if let Some(r) = &sbs.repair {
         rec.repairs.insert(0, r.clone());

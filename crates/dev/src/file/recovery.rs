@@ -1,6 +1,8 @@
-//! Reading an image's metadata at open and deciding its zone state: the superblock
-//! copies, the two durable tables and the live table, each checked, and the newest
-//! state some copy proves (see `docs/images.md`, "How an open decides").
+//! Reading an image's metadata at open and deciding its zone state: the two durable
+//! tables and the live table, each checked under the image's identity (the superblock
+//! copies, which hold it, are read first: `superblocks`), parts of another image
+//! named, and the newest state some copy proves (see `docs/images.md`, "How an open
+//! decides").
 
 use super::format::{self, Entry, ImageId, Layout, LiveHeader, LiveState, Table, TableRead};
 use super::media::Media;
@@ -23,6 +25,20 @@ pub(super) struct Found {
     live_witness: Option<format::LiveWitness>,
     /// The parts found to be another image's, named ([`other_image_parts`]).
     other_image: Vec<String>,
+}
+
+impl Found {
+    /// How many parts of the metadata check out: durable tables (valid or torn), the
+    /// live header, the live witness. Under another image's identity, none does.
+    pub(super) fn parts_checking_out(&self) -> usize {
+        let tables = self.tables.iter().filter(|t| matches!(t, TableRead::Valid(_) | TableRead::Torn { .. })).count();
+        tables + usize::from(self.live.commit.is_some()) + usize::from(self.live_witness.is_some())
+    }
+
+    /// Names one more part of another image (a superblock copy).
+    pub(super) fn note_other_image(&mut self, what: String) {
+        self.other_image.insert(0, what);
+    }
 }
 
 /// Reads the durable tables and the live table of image `id`; `sb_commit` is what the
@@ -82,9 +98,9 @@ fn other_image_parts(tables: &[TableRead], hdr: &LiveHeader, live: &[u8], nr_zon
     }
     let failing = format::failing_live_entries(live, nr_zones, id);
     let format2 = |z: &u32| {
-        let at = format::entry_offset(zblk_core::units::ZoneNo(*z));
+        let at = format::entry_offset(ZoneNo(*z));
         let word = u64::from_le_bytes(live[at..at + 8].try_into().expect("8 bytes"));
-        !id.is_none() && Entry::unpack(word, zblk_core::units::ZoneNo(*z), ImageId::NONE).is_ok()
+        !id.is_none() && Entry::unpack(word, ZoneNo(*z), ImageId::NONE).is_ok()
     };
     if !failing.is_empty() && (hdr.other_image || witness || failing.iter().any(format2)) {
         let list: Vec<String> = failing.iter().take(8).map(u32::to_string).collect();

@@ -1,8 +1,11 @@
 //! Reading an image's two superblock copies at open: each checked, a damaged one
-//! named and rewritten from the other, two valid ones that disagree refused.
+//! named and rewritten from the other, one of another image (another identity) told
+//! by the rest of the metadata, two valid ones that disagree otherwise refused.
 
 use super::error::{ImageError, ImageErrorKind, err, io_err};
 use super::format::{self, Superblock, SuperblockError};
+use super::media::Media;
+use super::recovery::{Found, read_tables};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -19,6 +22,10 @@ pub(super) struct Superblocks {
     pub(super) commit: u64,
     /// What to say (and rewrite) when one copy is damaged.
     pub(super) repair: Option<String>,
+    /// Both copies valid, the second naming another identity than the first (`sb`):
+    /// its superblock and commit, until [`settle_identity`] tells which is the
+    /// image's.
+    pub(super) other_copy: Option<(Superblock, u64)>,
 }
 
 /// Reads both superblock copies and picks a valid one.
@@ -49,15 +56,8 @@ pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Sup
     match (&decoded[0], &decoded[1]) {
         (Ok((a, ga, ca)), Ok((b, _, cb))) => {
             if a != b && (Superblock { id: b.id, ..a.clone() }) == *b {
-                return Err(err(
-                    path,
-                    ImageErrorKind::Corrupt(format!(
-                        "the two superblock copies are both valid and name different images (identities {} and \
-                         {}): a superblock of another image was copied into this one, and which image the rest of \
-                         the metadata is cannot be told from them",
-                        a.id, b.id
-                    )),
-                ));
+                let other_copy = Some((b.clone(), *cb));
+                return Ok(Superblocks { sb: a.clone(), geo: ga.clone(), commit: *ca, repair: None, other_copy });
             }
             if a != b {
                 return Err(err(
@@ -69,7 +69,7 @@ pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Sup
                     ),
                 ));
             }
-            Ok(Superblocks { sb: a.clone(), geo: ga.clone(), commit: *ca.max(cb), repair: None })
+            Ok(Superblocks { sb: a.clone(), geo: ga.clone(), commit: *ca.max(cb), repair: None, other_copy: None })
         }
         (Ok((a, g, c)), Err(e)) | (Err(e), Ok((a, g, c))) => {
             let which = if decoded[0].is_ok() { "second" } else { "first" };
@@ -78,6 +78,7 @@ pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Sup
                 geo: g.clone(),
                 commit: *c,
                 repair: Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
+                other_copy: None,
             })
         }
         (Err(e0), Err(e1)) => {
@@ -96,4 +97,42 @@ pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Sup
             Err(err(path, k))
         }
     }
+}
+
+/// Reads the zone tables under the identity of the superblocks: when the two copies
+/// name different identities ([`Superblocks::other_copy`]), the one under which more
+/// of the rest of the metadata checks out (tables, live header, live witness) is the
+/// image's, and the other copy is another image's: named among the parts of another
+/// image, and rewritten. When neither wins, which image the rest belongs to cannot
+/// be told: refused.
+pub(super) fn settle_identity(path: &Path, media: &dyn Media, sbs: &mut Superblocks) -> Result<Found, ImageError> {
+    let read = |sb: &Superblock, commit: u64| {
+        read_tables(media, &sbs.geo, &sb.layout, commit, sb.id).map_err(io_err(path, "read zone tables"))
+    };
+    let first = read(&sbs.sb, sbs.commit)?;
+    let Some((other, other_commit)) = sbs.other_copy.take() else { return Ok(first) };
+    let second = read(&other, other_commit)?;
+    let (a, b) = (first.parts_checking_out(), second.parts_checking_out());
+    let (mut found, which, lost) = match a.cmp(&b) {
+        std::cmp::Ordering::Greater => (first, "second", other.id),
+        std::cmp::Ordering::Less => {
+            let lost = sbs.sb.id;
+            (sbs.sb, sbs.commit) = (other, other_commit);
+            (second, "first", lost)
+        }
+        std::cmp::Ordering::Equal => {
+            return Err(err(
+                path,
+                ImageErrorKind::Corrupt(format!(
+                    "the two superblock copies are both valid and name different images (identities {} and {}): \
+                     a superblock of another image was copied into this one, and the rest of the metadata does \
+                     not tell which image it is",
+                    sbs.sb.id, other.id
+                )),
+            ));
+        }
+    };
+    found.note_other_image(format!("the {which} superblock copy (identity {lost})"));
+    sbs.repair = Some(format!("{which} superblock copy: another image's (identity {lost}); rewritten from the other"));
+    Ok(found)
 }
