@@ -49,6 +49,27 @@ impl FileImage {
         opts: &CreateOptions,
         wait: Option<std::time::Duration>,
     ) -> Result<(), ImageError> {
+        // Every image made has an identity of its own (format 3), so that no part of
+        // another image can pass for its state.
+        let id = ImageId::random().map_err(io_err(path, "draw an identity from /dev/urandom"))?;
+        Self::create_as(path, opts, wait, id)
+    }
+
+    /// [`FileImage::create`] with a given identity, for images that must come out
+    /// the same byte for byte (a fuzzer's template). Two images made with one
+    /// identity are one image to the checks that tell images apart: never use it
+    /// for images that hold data.
+    pub fn create_with_identity(path: &Path, opts: &CreateOptions, id: ImageId) -> Result<(), ImageError> {
+        assert!(!id.is_none(), "an image made now has an identity");
+        Self::create_as(path, opts, None, id)
+    }
+
+    fn create_as(
+        path: &Path,
+        opts: &CreateOptions,
+        wait: Option<std::time::Duration>,
+        id: ImageId,
+    ) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
         let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
         // What is at `path` now: only a regular file is ever replaced, and only when
@@ -56,9 +77,6 @@ impl FileImage {
         // new image has replaced it.
         let wait = claim::Wait::of(wait);
         let old = claim::examine(path, opts.force, wait)?;
-        // Every image made now has an identity of its own (format 3), so that no
-        // part of another image can pass for its state.
-        let id = ImageId::random().map_err(io_err(path, "draw an identity from /dev/urandom"))?;
         let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout, id };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let tmp = claim::temp_name(path, dir)?;
