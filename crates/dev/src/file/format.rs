@@ -48,9 +48,9 @@
 //! superblocks, mixed into every other check value ([`ImageId`]): a part of another
 //! image copied into this one fails its checks here, so it is damage, never state,
 //! even when its commit numbers are newer. Where a part has room (a durable table
-//! sector, the live witness) a tag of the identity lies beside its check value, so
-//! that an open can say the part is another image's. Images of format 2 have none,
-//! and open as before.
+//! sector, the live witness, the live header's digest complement) a tag of the
+//! identity lies beside its check value, so that an open can say the part is another
+//! image's. Images of format 2 have none, and open as before.
 //!
 //! # Zone entries
 //!
