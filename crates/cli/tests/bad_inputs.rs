@@ -196,6 +196,24 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
         Some(4),
         "5000 bytes past the image's end",
     ),
+    (
+        "check-other-image-metadata",
+        "$Z create b.img --size 64M -p zone_size=4M,zone_nr_conv=1,zone_max_open=2 >/dev/null; $Z write a.img -o 4M -l 64k -p 1 >/dev/null; for o in 8 12 16; do $Z write b.img -o ${o}M -l 4k -p 2 >/dev/null; done; dd if=b.img of=a.img bs=4096 skip=2 seek=2 count=3 conv=notrunc 2>/dev/null; $Z check a.img >&2",
+        Some(4),
+        "both durable zone tables are unusable (A: every sector of the table belongs to another image",
+    ),
+    (
+        "check-other-image-tables",
+        "$Z create b.img --size 64M -p zone_size=4M,zone_nr_conv=1,zone_max_open=2 >/dev/null; $Z write a.img -o 4M -l 64k -p 1 >/dev/null; for o in 8 12 16; do $Z write b.img -o ${o}M -l 4k -p 2 >/dev/null; done; dd if=b.img of=a.img bs=4096 skip=2 seek=2 count=2 conv=notrunc 2>/dev/null; $Z check a.img >&2",
+        Some(4),
+        "WARNING: parts of another image were copied into this one (durable zone table A (every sector); durable zone table B (every sector))",
+    ),
+    (
+        "check-other-image-repair",
+        "$Z create b.img --size 64M -p zone_size=4M,zone_nr_conv=1,zone_max_open=2 >/dev/null; $Z write a.img -o 4M -l 64k -p 1 >/dev/null; for o in 8 12 16; do $Z write b.img -o ${o}M -l 4k -p 2 >/dev/null; done; dd if=b.img of=a.img bs=4096 skip=2 seek=2 count=2 conv=notrunc 2>/dev/null; $Z check -y a.img >/dev/null; [ $? = 1 ] && $Z check a.img >/dev/null && $Z report a.img -c 2 | tail -1 | grep -q 'wptr 0x000080'",
+        Some(0),
+        "",
+    ),
     ("zero-length-check", ": > e.img; $Z check e.img", Some(8), "empty file"),
     (
         "kill-during-write",

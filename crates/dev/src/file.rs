@@ -61,6 +61,7 @@ mod open;
 pub mod powercut;
 mod recovery;
 pub mod staging;
+mod superblocks;
 mod write_pointer;
 pub mod zeroing;
 
@@ -133,6 +134,12 @@ impl FileImage {
         &self.sb
     }
 
+    /// The image's identity, given at its creation ([`format::ImageId::NONE`] for an
+    /// image of format 2, made before images had one).
+    pub fn identity(&self) -> format::ImageId {
+        self.sb.id
+    }
+
     /// Whether the image stands for a rotational disk.
     pub fn rotational(&self) -> bool {
         self.sb.rotational
@@ -160,6 +167,13 @@ impl FileImage {
     pub fn cut_past_end(&self) -> Result<(), ImageError> {
         assert!(!self.read_only, "cut_past_end on a read-only image");
         self.file.set_len(self.file_bytes()).map_err(io_err(&self.path, "cut the file"))
+    }
+
+    /// The device and inode numbers of the image's file (through its descriptor).
+    pub fn file_id(&self) -> Result<(u64, u64), ImageError> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata().map_err(io_err(&self.path, "stat"))?;
+        Ok((m.dev(), m.ino()))
     }
 
     /// Whether `other` is open on this image's file (the same device and inode).

@@ -99,9 +99,12 @@ impl Bench {
         let path = dir.join("img");
         let geo = Geometry::new(&geometry()).expect("template geometry");
         let layout = Layout::of(&geo);
-        FileImage::create(
+        // A fixed identity: the template, and so what an input does to it, is the same
+        // on every run.
+        FileImage::create_with_identity(
             &path,
             &CreateOptions { geometry: geometry(), rotational: false, force: true, preallocate: false },
+            crate::file::format::ImageId(*b"zblk fuzz image!"),
         )
         .unwrap_or_else(|e| panic!("template image: {e}"));
         let img = FileImage::open(&path, &options(BOOT, false, false)).unwrap_or_else(|e| panic!("{e}"));

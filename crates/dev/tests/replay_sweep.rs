@@ -41,7 +41,9 @@ use zblk_core::bio::{Op, Request};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
-use zblk_dev::file::format::{Layout, LiveHeader, LiveState, SUPERBLOCK_BYTES, TABLE_HEADER_BYTES, Table};
+use zblk_dev::file::format::{
+    ImageId, Layout, LiveHeader, LiveState, SUPERBLOCK_BYTES, Superblock, TABLE_HEADER_BYTES, Table,
+};
 use zblk_dev::file::zeroing::ZeroingSetup;
 use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
 use zblk_dev::{Device, IoBuf};
@@ -144,6 +146,7 @@ enum Outcome {
     AsOlder,
     CutCommit,
     EntriesSameBoot,
+    AsOtherImage,
     Silent,
 }
 
@@ -213,12 +216,29 @@ fn judge(p: &Path, newest: &[ZoneInfo], class: Undetectable, boot: [u8; 36], wha
     outcome
 }
 
+/// The identity of the image whose metadata is `meta`.
+fn id_of(meta: &[u8]) -> ImageId {
+    Superblock::decode(&meta[..SUPERBLOCK_BYTES as usize]).unwrap().0.id
+}
+
 /// The commit number of durable table `slot` of the metadata `meta`, and the zones
 /// it records.
 fn table_zones(meta: &[u8], layout: &Layout, geo: &Geometry, slot: usize) -> (u64, Vec<ZoneInfo>) {
     let at = layout.table_offset[slot] as usize;
-    let t = Table::decode(&meta[at..at + layout.table_bytes as usize], geo.nr_zones()).unwrap();
+    let t = Table::decode(&meta[at..at + layout.table_bytes as usize], geo.nr_zones(), id_of(meta)).unwrap();
     (t.seq, t.entries.iter().enumerate().map(|(z, e)| e.info(geo, ZoneNo(z as u32))).collect())
+}
+
+/// The five parts of the metadata: name, first byte, end.
+fn parts(layout: &Layout) -> [(&'static str, u64, u64); 5] {
+    let hdr = layout.live_offset + TABLE_HEADER_BYTES;
+    [
+        ("superblocks", 0, 2 * SUPERBLOCK_BYTES),
+        ("table A", layout.table_offset[0], layout.table_offset[0] + layout.table_bytes),
+        ("table B", layout.table_offset[1], layout.table_offset[1] + layout.table_bytes),
+        ("live header", layout.live_offset, hdr),
+        ("live entries", hdr, layout.live_offset + layout.table_bytes),
+    ]
 }
 
 /// Runs the sweep onto the newest state, closed cleanly or left by a kill; returns
@@ -239,13 +259,7 @@ fn sweep(killed: bool) -> BTreeMap<(&'static str, Outcome), usize> {
     let last = if tables[0].0 > tables[1].0 { 0 } else { 1 };
     let before_last = tables[1 - last].1.clone();
     let hdr = layout.live_offset + TABLE_HEADER_BYTES;
-    let parts: [(&str, u64, u64); 5] = [
-        ("superblocks", 0, 2 * SUPERBLOCK_BYTES),
-        ("table A", layout.table_offset[0], layout.table_offset[0] + layout.table_bytes),
-        ("table B", layout.table_offset[1], layout.table_offset[1] + layout.table_bytes),
-        ("live header", layout.live_offset, hdr),
-        ("live entries", hdr, layout.live_offset + layout.table_bytes),
-    ];
+    let parts = parts(&layout);
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
     let mut counts: BTreeMap<(&str, Outcome), usize> = BTreeMap::new();
     // The live entries, and the live table's last sector, which holds its witness.
@@ -255,7 +269,8 @@ fn sweep(killed: bool) -> BTreeMap<(&'static str, Outcome), usize> {
     // table is then not trusted).
     let mut left_open = Vec::new();
     for (_, older) in &states {
-        let open_header = LiveHeader::decode(&older[layout.live_offset as usize..]).state != LiveState::Clean;
+        let open_header =
+            LiveHeader::decode(&older[layout.live_offset as usize..], id_of(older)).state != LiveState::Clean;
         f.write_all_at(older, 0).unwrap();
         left_open.push(open_header.then(|| open(&p, true, OTHER_BOOT).unwrap().0));
     }
@@ -376,4 +391,165 @@ fn replayed_onto_an_image_left_by_a_kill() {
     let counts = sweep(true);
     assert_eq!(count(&counts, Outcome::Silent), 0, "silent rollbacks (listed above)");
     assert!(count(&counts, Outcome::Warned) > 0, "no rollback was ever tried");
+}
+
+/// Another image of the same geometry at `p`, taken to `commits` commits by flushed
+/// writes to zones 7 and 1 (where the image swept has other data), closed cleanly or
+/// left by a kill; its metadata. `format2`: then rewritten as an image of format 2
+/// would hold it (no identity, every check value recomputed without one).
+fn other_image(p: &Path, meta_len: u64, commits: u64, killed: bool, format2: bool) -> Vec<u8> {
+    FileImage::create(p, &CreateOptions { geometry: params(), rotational: false, force: true, preallocate: false })
+        .unwrap();
+    let img = FileImage::open(p, &options(false, BOOT)).unwrap();
+    for k in 0.. {
+        if img.durable_seq() >= commits {
+            break;
+        }
+        let zone = if k % 2 == 0 { 7 } else { 1 };
+        exec(&img, Op::Write, zone * ZS + 8 * (k / 2), 4096, 0x40 + k as u8);
+        exec(&img, Op::Flush, 0, 0, 0);
+    }
+    assert_eq!(img.durable_seq(), commits);
+    let mut meta = read_meta(p, meta_len);
+    img.close().unwrap();
+    if !killed {
+        meta = read_meta(p, meta_len);
+    }
+    if format2 {
+        let layout = Layout::of(&Geometry::new(&params()).unwrap());
+        for at in zblk_dev::file::format::SUPERBLOCK_OFFSETS {
+            let sb = &mut meta[at as usize..(at + SUPERBLOCK_BYTES) as usize];
+            sb[8] = 2;
+            sb[122..138].fill(0);
+        }
+        // The tags beside each table sector's check value: none in format 2.
+        for at in layout.table_offset {
+            for s in (at..at + layout.table_bytes).step_by(512) {
+                meta[s as usize + 508..s as usize + 512].fill(0);
+            }
+        }
+        zblk_dev::file::format::reseal(&mut meta, &layout, Geometry::new(&params()).unwrap().nr_zones());
+    }
+    meta
+}
+
+/// Parts of other images of the same geometry (with fewer, as many and more commits
+/// than the image swept, closed cleanly or left by a kill, of format 3 and of format
+/// 2) copied onto the newest state: every subset of the five parts, and every single
+/// 512-byte sector that differs. Nothing of them may pass for the image's state: each
+/// case gives the newest state or is warned or refused, and a case where any part
+/// copied differs says so (a WARNING, or a refusal); only the other image copied
+/// whole is that image ("as the other image").
+fn sweep_other_images(killed: bool) -> BTreeMap<(&'static str, Outcome), usize> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("img");
+    let geo = Geometry::new(&params()).unwrap();
+    let layout = Layout::of(&geo);
+    let meta_len = layout.live_offset + layout.table_bytes;
+    let states = history(&p, meta_len, killed);
+    let newest = states.last().unwrap().1.clone();
+    let expect = open(&p, true, BOOT).unwrap().0;
+    let commits = FileImage::open(&p, &options(true, BOOT)).unwrap().durable_seq();
+    let q = dir.path().join("other");
+    let mut others = Vec::new();
+    for (name, n, killed, format2) in [
+        ("fewer commits", commits - 3, false, false),
+        ("as many commits", commits, false, false),
+        ("more commits", commits + 3, false, false),
+        ("more commits, left by a kill", commits + 3, true, false),
+        ("more commits, format 2", commits + 3, false, true),
+    ] {
+        others.push((name, other_image(&q, meta_len, n, killed, format2)));
+    }
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let mut counts: BTreeMap<(&str, Outcome), usize> = BTreeMap::new();
+    let mut try_meta = |kind: &'static str, meta: &[u8], other: &[u8], what: &str| {
+        for boot in [BOOT, OTHER_BOOT] {
+            f.write_all_at(meta, 0).unwrap();
+            let what = format!("{what}{}", if boot == BOOT { "" } else { ", after a restart" });
+            let outcome = if meta == other { Outcome::AsOtherImage } else { judge(&p, &expect, None, boot, &what) };
+            assert!(
+                matches!(outcome, Outcome::SameWarned | Outcome::Warned | Outcome::Refused | Outcome::AsOtherImage),
+                "{what}: {outcome:?}: a part of another image went unsaid"
+            );
+            *counts.entry((kind, outcome)).or_default() += 1;
+        }
+        f.write_all_at(&newest, 0).unwrap();
+    };
+    let parts = parts(&layout);
+    for (name, other) in &others {
+        for set in 1u32..32 {
+            let mut meta = newest.clone();
+            let mut names = Vec::new();
+            for (i, &(part, lo, hi)) in parts.iter().enumerate() {
+                if set & (1 << i) != 0 {
+                    meta[lo as usize..hi as usize].copy_from_slice(&other[lo as usize..hi as usize]);
+                    names.push(part);
+                }
+            }
+            if meta != newest {
+                try_meta("subsets", &meta, other, &format!("{} from the other image with {name}", names.join(" + ")));
+            }
+        }
+        for s in (0..meta_len as usize).step_by(512) {
+            if other[s..s + 512] != newest[s..s + 512] {
+                let mut meta = newest.clone();
+                meta[s..s + 512].copy_from_slice(&other[s..s + 512]);
+                try_meta("sectors", &meta, other, &format!("sector at byte {s} from the other image with {name}"));
+            }
+        }
+    }
+    let newest = if killed { "left by a kill" } else { "closed cleanly" };
+    for kind in ["subsets", "sectors"] {
+        let of_kind = || counts.iter().filter(|((k, _), _)| *k == kind);
+        let line: Vec<String> = of_kind().map(|((_, o), n)| format!("{o:?} {n}")).collect();
+        let total: usize = of_kind().map(|(_, n)| n).sum();
+        eprintln!(
+            "other images onto the image {newest}, {kind} from {} other images: {total} cases (two boots each): {}",
+            others.len(),
+            line.join(", ")
+        );
+    }
+    counts
+}
+
+/// Parts of other images onto the image closed cleanly: never its state, always said.
+#[test]
+fn other_images_onto_an_image_closed_cleanly() {
+    let counts = sweep_other_images(false);
+    assert_eq!(count(&counts, Outcome::Silent), 0, "silent rollbacks (listed above)");
+}
+
+/// Parts of other images onto the image left by a kill: never its state, always said.
+#[test]
+fn other_images_onto_an_image_left_by_a_kill() {
+    let counts = sweep_other_images(true);
+    assert_eq!(count(&counts, Outcome::Silent), 0, "silent rollbacks (listed above)");
+}
+
+/// An image of format 2 (made before identities) opens as before, read-only and
+/// read-write, says nothing, takes writes and stays format 2.
+#[test]
+fn an_image_of_format_2_opens_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("old");
+    let geo = Geometry::new(&params()).unwrap();
+    let layout = Layout::of(&geo);
+    let meta_len = layout.live_offset + layout.table_bytes;
+    let meta = other_image(&p, meta_len, 4, false, true);
+    std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(&meta, 0).unwrap();
+    let (zones, said) = open(&p, true, OTHER_BOOT).unwrap();
+    assert!(said.is_empty(), "{said:?}");
+    let img = FileImage::open(&p, &options(false, OTHER_BOOT)).unwrap();
+    assert!(img.identity().is_none() && img.repairs().is_empty(), "{:?}", img.repairs());
+    assert_eq!(img.zones(), zones);
+    exec(&img, Op::Write, 2 * ZS, 4096, 5);
+    exec(&img, Op::Flush, 0, 0, 0);
+    img.close().unwrap();
+    let (zones, said) = open(&p, true, BOOT).unwrap();
+    assert!(said.is_empty(), "{said:?}");
+    assert_eq!(zones[2].wp, zones[2].start + 8);
+    let meta = read_meta(&p, meta_len);
+    assert_eq!((meta[8], meta[4096 + 8]), (2, 2), "still format 2");
+    assert_eq!(id_of(&meta), ImageId::NONE);
 }

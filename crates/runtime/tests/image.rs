@@ -173,16 +173,14 @@ fn impossible_zone_state_is_corruption() {
     // A checksum-valid table saying EMPTY with a write pointer: rewrite both tables.
     use zblk_dev::file::format::{Entry, Table};
     let g = Geometry::new(&params()).unwrap();
-    let mut entries: Vec<Entry> = FileImage::open(&p, &ImageOptions { read_only: true, ..ImageOptions::default() })
-        .unwrap()
-        .zones()
-        .iter()
-        .map(Entry::of)
-        .collect();
+    let img = FileImage::open(&p, &ImageOptions { read_only: true, ..ImageOptions::default() }).unwrap();
+    let mut entries: Vec<Entry> = img.zones().iter().map(Entry::of).collect();
+    let id = img.identity();
+    drop(img);
     entries[3] = Entry { cond: ZoneCond::Empty, wp_offset: 8 };
     for slot in 0..2 {
         let t = Table { seq: 10 + slot as u64, entries: entries.clone() };
-        poke(&p, layout().table_offset[slot], &t.encode(layout().table_bytes));
+        poke(&p, layout().table_offset[slot], &t.encode(layout().table_bytes, id));
     }
     let _ = g;
     let e = open(&p).unwrap_err();
@@ -357,7 +355,10 @@ fn impossible_states_are_named() {
         .unwrap();
         let g = Geometry::new(&params).unwrap();
         let l = Layout::of(&g);
-        let mut entries: Vec<Entry> = open_with(&ro(), &p).zones().iter().map(Entry::of).collect();
+        let img = open_with(&ro(), &p);
+        let mut entries: Vec<Entry> = img.zones().iter().map(Entry::of).collect();
+        let id = img.identity();
+        drop(img);
         match case {
             "full below capacity" => entries[3] = Entry { cond: ZoneCond::Full, wp_offset: 8 },
             "wp off a block" => entries[3] = Entry { cond: ZoneCond::ImpOpen, wp_offset: 1 },
@@ -368,7 +369,7 @@ fn impossible_states_are_named() {
         }
         for slot in 0..2 {
             let t = Table { seq: 10 + slot as u64, entries: entries.clone() };
-            poke(&p, l.table_offset[slot], &t.encode(l.table_bytes));
+            poke(&p, l.table_offset[slot], &t.encode(l.table_bytes, id));
         }
         let e = open(&p).unwrap_err().to_string();
         assert!(e.contains(expect), "{case}: {e}");

@@ -6,6 +6,8 @@
 //! - [`paced`]: a simulated device or stack whose timing model is paced to
 //!   wall-clock time ([`PacedSim`]), optionally stretched by a time scale, its written
 //!   data in a bounded store ([`DataStore`]).
+//! - [`record`]: what a served device records of what it serves ([`ServedRecord`]),
+//!   which a recovery checks before it takes the device over.
 //! - `ublk` (feature `ublk`): the kernel side, a zoned ublk block device whose queue
 //!   threads serve every request through a [`Served`] device.
 //!
@@ -13,11 +15,13 @@
 //! serving itself is here, so that a program can serve a zblk device without the CLI.
 
 pub mod paced;
+pub mod record;
 pub mod served;
 #[cfg(feature = "ublk")]
 pub mod ublk;
 
 pub use paced::{DataStore, PacedInfo, PacedSim, SimBuilder};
+pub use record::ServedRecord;
 pub use served::{CopyOut, DataLimit, Done, DoneFn, PagesOut, Replay, Reply, Req, RuntimeServed, Served};
 
 use zblk_core::geometry::Geometry;

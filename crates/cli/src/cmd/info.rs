@@ -81,6 +81,12 @@ fn image_queue(img: &FileImage) -> serde_json::Value {
     })
 }
 
+/// The format version of the image: 2 for an image made before identities.
+fn format_version(img: &FileImage) -> u32 {
+    use zblk_dev::file::format::{FORMAT_VERSION, FORMAT_VERSION_NO_ID};
+    if img.identity().is_none() { FORMAT_VERSION_NO_ID } else { FORMAT_VERSION }
+}
+
 /// Everything `zblk info` says of an image, as its JSON document.
 fn image_doc(a: &InfoArgs, img: &FileImage) -> serde_json::Value {
     let geo = img.geo();
@@ -90,7 +96,8 @@ fn image_doc(a: &InfoArgs, img: &FileImage) -> serde_json::Value {
     let direct = img.data_fds().direct.map(|(_, a)| a);
     json!({
         "image": a.image.display().to_string(),
-        "format_version": zblk_dev::file::format::FORMAT_VERSION,
+        "format_version": format_version(img),
+        "identity": img.identity().to_string(),
         "capacity_bytes": geo.nr_sectors() << 9,
         "nr_sectors": geo.nr_sectors(),
         "zone_size_sectors": geo.zone_sectors(),
@@ -129,7 +136,7 @@ fn print_queue(q: &serde_json::Value) {
 fn print_image(a: &InfoArgs, img: &FileImage, doc: &serde_json::Value) {
     let geo = img.geo();
     let layout = &img.superblock().layout;
-    outln!("{}: zblk image, format version {}", a.image.display(), zblk_dev::file::format::FORMAT_VERSION);
+    outln!("{}: zblk image, format version {}", a.image.display(), format_version(img));
     outln!("  capacity:          {} ({} sectors)", format_bytes_exact(geo.nr_sectors() << 9), geo.nr_sectors());
     if geo.is_zoned() {
         let (nr_open, nr_active) = img.open_active();
@@ -155,6 +162,7 @@ fn print_image(a: &InfoArgs, img: &FileImage, doc: &serde_json::Value) {
     }
     outln!("  data region:       file offset {} ({})", layout.data_offset, format_bytes_exact(layout.data_offset));
     outln!("  commits:           {}", img.durable_seq());
+    outln!("  identity:          {}", img.identity());
     outln!(
         "  zeroing:           {} (write zeroes without NOUNMAP); pwrite-zeroes with NOUNMAP or \
          write_zeroes_unmap_max_bytes=0",

@@ -191,7 +191,9 @@ mod with_ublk {
     use zblk_dev::{Locked, MemDevice};
     use zblk_runtime::{Backend, Runtime, RuntimeConfig};
     use zblk_serve::ublk::{Ready, Recovery, ServeConfig, poll_summary, served_summary};
-    use zblk_serve::{DataLimit, DataStore, PacedSim, Replay, RuntimeServed, Served, SimBuilder, check_geometry};
+    use zblk_serve::{
+        DataLimit, DataStore, PacedSim, Replay, RuntimeServed, Served, ServedRecord, SimBuilder, check_geometry,
+    };
     use zblk_sim::presets::ModelParams;
     use zblk_sim::{Sim, SimConfig, StackSimConfig, null_model};
 
@@ -215,6 +217,8 @@ mod with_ublk {
         rotational: bool,
         /// What the ready line's JSON adds: `data`, `policy`, `models`, ...
         extra: serde_json::Map<String, serde_json::Value>,
+        /// What the device records of what it serves, for a recovery to check.
+        record: ServedRecord,
     }
 
     fn serve_error(e: zblk_serve::ServeError) -> CliError {
@@ -229,14 +233,14 @@ mod with_ublk {
         // runs in the middle of a request.
         let signals = block_signals();
         let dev = start_device(a)?;
-        let Device { served, owner, name, persistent, rotational, extra } = dev;
+        let Device { served, owner, name, persistent, rotational, extra, record } = dev;
         let recovery = match (a.recoverable, a.recover) {
             (_, Some(n)) => Recovery::Recover(n),
             (true, None) => Recovery::Recoverable,
             (false, None) => Recovery::None,
         };
         let poll = std::time::Duration::from_micros(a.poll);
-        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery, poll };
+        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery, poll, record };
         let json = a.json;
         let shown = name.clone();
         let outcome = zblk_serve::ublk::serve(&cfg, served, move |ready: &Ready| {
@@ -298,6 +302,13 @@ mod with_ublk {
         let path = a.image.as_ref().ok_or_else(|| CliError::msg("give an image, --dev or --stack"))?;
         let target = image::Target::open(path, false, a.lock)?;
         check_geometry(target.geo()).map_err(serve_error)?;
+        // An image is recorded by its identity (and file), so that a recovery takes
+        // no other image of the same geometry; a Linux device by its path.
+        let image = match target.image() {
+            Some(img) => Some((img.identity(), img.file_id().map_err(|e| CliError(e.to_string()))?)),
+            None => None,
+        };
+        let record = ServedRecord { name: path.display().to_string(), image };
         let rotational = target.rotational();
         let policy = a.policy.unwrap_or_else(|| target.default_policy());
         let rt = target.start(EngineConfig { policy, ..EngineConfig::default() }, Backend::Auto)?;
@@ -318,6 +329,7 @@ mod with_ublk {
             persistent: true,
             rotational,
             extra,
+            record,
         })
     }
 
@@ -368,6 +380,7 @@ mod with_ublk {
             persistent: false,
             rotational: params.rotational,
             extra,
+            record: ServedRecord { name: text.to_string(), image: None },
         })
     }
 
@@ -422,7 +435,8 @@ mod with_ublk {
             errln!("zblk: {m} (paced to wall-clock time{scaled})");
         }
         let served: Arc<dyn Served> = served;
-        Ok(Device { served, owner: Owner::Paced(thread), name, persistent: false, rotational, extra })
+        let record = ServedRecord { name: name.clone(), image: None };
+        Ok(Device { served, owner: Owner::Paced(thread), name, persistent: false, rotational, extra, record })
     }
 
     /// `build`, whose simulation then writes every event to `path` (`--trace`), a line

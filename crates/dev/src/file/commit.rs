@@ -112,7 +112,7 @@ impl FileImage {
         let slot = 1 - d.slot;
         let written = self
             .media
-            .write_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+            .write_at(&t.encode(layout.table_bytes, self.sb.id), layout.table_offset[slot])
             .and_then(|()| self.media.sync_data());
         d.unsure = written.is_err();
         written?;

@@ -3,7 +3,7 @@
 //! replaces nothing unexamined when it is put at the path (see [`mod@super::claim`]).
 
 use super::error::{ImageError, ImageErrorKind, err, io_err};
-use super::format::{self, Entry, Layout, LiveState, Superblock, Table};
+use super::format::{self, Entry, ImageId, Layout, LiveState, Superblock, Table};
 use super::live::live_region;
 use super::staging::{self, Staged, StaleTemporary};
 use super::{FileImage, claim};
@@ -52,6 +52,27 @@ impl FileImage {
         opts: &CreateOptions,
         wait: Option<std::time::Duration>,
     ) -> Result<(), ImageError> {
+        // Every image made has an identity of its own (format 3), so that no part of
+        // another image can pass for its state.
+        let id = ImageId::random().map_err(io_err(path, "draw an identity from /dev/urandom"))?;
+        Self::create_as(path, opts, wait, id)
+    }
+
+    /// [`FileImage::create`] with a given identity, for images that must come out
+    /// the same byte for byte (a fuzzer's template). Two images made with one
+    /// identity are one image to the checks that tell images apart: never use it
+    /// for images that hold data.
+    pub fn create_with_identity(path: &Path, opts: &CreateOptions, id: ImageId) -> Result<(), ImageError> {
+        assert!(!id.is_none(), "an image made now has an identity");
+        Self::create_as(path, opts, None, id)
+    }
+
+    fn create_as(
+        path: &Path,
+        opts: &CreateOptions,
+        wait: Option<std::time::Duration>,
+        id: ImageId,
+    ) -> Result<(), ImageError> {
         let geo = Geometry::new(&opts.geometry).map_err(|e| err(path, e.into()))?;
         let layout = Layout::try_of(&geo).map_err(|e| err(path, ImageErrorKind::Limit(e)))?;
         // What is at `path` now: only a regular file is ever replaced, and only when
@@ -59,7 +80,7 @@ impl FileImage {
         // new image has replaced it.
         let wait = claim::Wait::of(wait);
         let old = claim::examine(path, opts.force, wait)?;
-        let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout };
+        let sb = Superblock { params: opts.geometry.clone(), rotational: opts.rotational, layout, id };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         // The temporary file is zblk's business: a failure to make it is told with
         // the directory the user named.
@@ -79,11 +100,14 @@ impl FileImage {
         let entries = initial_entries(&geo);
         for (slot, seq) in [(0, 1), (1, 0)] {
             let t = Table { seq, entries: entries.clone() };
-            f.write_all_at(&t.encode(layout.table_bytes), layout.table_offset[slot])
+            f.write_all_at(&t.encode(layout.table_bytes, id), layout.table_offset[slot])
                 .map_err(io_err(path, "write zone table"))?;
         }
-        f.write_all_at(&live_region(&entries, layout.table_bytes, LiveState::Clean, 1, &[0; 36]), layout.live_offset)
-            .map_err(io_err(path, "write live table"))?;
+        f.write_all_at(
+            &live_region(&entries, layout.table_bytes, (LiveState::Clean, 1), &[0; 36], id),
+            layout.live_offset,
+        )
+        .map_err(io_err(path, "write live table"))?;
         if opts.preallocate {
             preallocate(f, path, &layout)?;
         }

@@ -41,7 +41,7 @@ pub enum ImageErrorKind {
     NotAnImage(String),
     /// A zblk image of a format version this code does not read.
     #[error(
-        "image format version {found}, made by {} zblk (this zblk reads version {supported}{})",
+        "image format version {found}, made by {} zblk (this zblk reads versions 2 to {supported}{})",
         if found > supported { "a newer" } else { "an older" },
         if found > supported { ": use a newer zblk" } else { ": copy its data out with the zblk that made it, and recreate it" }
     )]

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! 0                 superblock (4 KiB): magic, version, geometry, layout, the last
-//!                   commit it witnessed, CRC32
+//!                   commit it witnessed, the image's identity, CRC32
 //! 4096              its copy (the same geometry; rewritten by every commit)
 //! table_offset[0]   durable zone table A  ┐ written only by a commit (after fdatasync
 //! table_offset[1]   durable zone table B  ┘ of the data), alternately; every 512-byte
@@ -42,10 +42,21 @@
 //! rolled back together, the older image byte for byte, goes unseen: see
 //! `docs/images.md`.
 //!
+//! # Identity
+//!
+//! Every image made since format 3 has an identity, 16 random bytes in both
+//! superblocks, mixed into every other check value ([`ImageId`]): a part of another
+//! image copied into this one fails its checks here, so it is damage, never state,
+//! even when its commit numbers are newer. Where a part has room (a durable table
+//! sector, the live witness, the live header's digest complement) a tag of the
+//! identity lies beside its check value, so that an open can say the part is another
+//! image's. Images of format 2 have none, and open as before.
+//!
 //! # Zone entries
 //!
 //! A zone entry is one little-endian `u64`: the condition code in the top byte, a
-//! 16-bit check (CRC32 of the zone number, condition and write pointer) below it,
+//! 16-bit check (CRC32 of the zone number, condition, write pointer and the image's
+//! identity) below it,
 //! and the write pointer offset (sectors from the zone start) in the low 40 bits.
 //! One word, so that an entry of the live table is always updated with a single
 //! store, and a forged or damaged entry does not pass for a zone's state.
@@ -54,18 +65,28 @@ use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{SECTOR_SHIFT, ZoneNo};
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 
+mod identity;
+mod live;
+
+pub use identity::ImageId;
+pub use live::{
+    LIVE_WITNESS_BYTES, LiveHeader, LiveState, LiveWitness, MAX_COMMIT, decode_live_entries, entry_offset,
+    failing_live_entries, live_digest, live_witness, live_witness_of_another_image, put_live_witness,
+};
+
 /// The superblock's magic bytes.
 pub const MAGIC: [u8; 8] = *b"ZBLKIMG\0";
-/// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this code writes (for an image with an identity) and reads.
+pub const FORMAT_VERSION: u32 = 3;
+/// The format before identities, which this code reads and writes as it was (an
+/// image of it has [`ImageId::NONE`]).
+pub const FORMAT_VERSION_NO_ID: u32 = 2;
 /// Size of one superblock copy.
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 /// Where the two superblock copies lie.
 pub const SUPERBLOCK_OFFSETS: [u64; 2] = [0, SUPERBLOCK_BYTES];
 /// Magic of a durable zone table (in its first sector).
 const TABLE_MAGIC: [u8; 8] = *b"ZBLKZTB2";
-/// Magic of the live zone table.
-const LIVE_MAGIC: [u8; 8] = *b"ZBLKLIV2";
 /// Bytes before the first entry of the live table.
 pub const TABLE_HEADER_BYTES: u64 = 64;
 /// Bytes of one zone entry.
@@ -88,6 +109,8 @@ const TSECT: usize = 512;
 const TSECT_PAYLOAD: usize = 496;
 const TSECT_SEQ_AT: usize = 496;
 const TSECT_CRC_AT: usize = 504;
+/// Where a durable table sector holds its image's identity tag (outside its CRC).
+const TSECT_TAG_AT: usize = 508;
 /// Entries in one sector of a durable table (sector 0 holds the header).
 const ENTRIES_PER_TSECT: u64 = (TSECT_PAYLOAD as u64) / ENTRY_BYTES;
 
@@ -165,6 +188,8 @@ pub struct Superblock {
     pub rotational: bool,
     /// Where the parts lie.
     pub layout: Layout,
+    /// The image's identity ([`ImageId::NONE`] for an image of format 2).
+    pub id: ImageId,
 }
 
 /// A little-endian cursor over a byte buffer.
@@ -221,6 +246,8 @@ fn le64(b: &[u8], at: usize) -> u64 {
 
 /// Offset of the superblock's CRC32 (over the bytes before it).
 const SB_CRC_AT: usize = 256;
+/// Offset of the image's identity in the superblock (format 3).
+const SB_ID_AT: usize = 122;
 
 /// Why a superblock is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,12 +263,13 @@ pub enum SuperblockError {
 impl Superblock {
     /// Encodes the superblock into its 4 KiB block, witnessing `commit`: the last
     /// commit whose durable table was synced when the superblock was written (0 in
-    /// images of zblk versions before the witness, whose bytes there were zero).
+    /// images of zblk versions before the witness, whose bytes there were zero). An
+    /// image with an identity is written as format 3, one without as format 2.
     pub fn encode(&self, commit: u64) -> Vec<u8> {
         let mut buf = vec![0u8; SUPERBLOCK_BYTES as usize];
         let mut p = Put { buf: &mut buf, at: 0 };
         p.bytes(&MAGIC);
-        p.u32(FORMAT_VERSION);
+        p.u32(if self.id.is_none() { FORMAT_VERSION_NO_ID } else { FORMAT_VERSION });
         p.u32(0); // flags: none defined
         let g = &self.params;
         p.u32(g.lbs_bytes);
@@ -264,6 +292,8 @@ impl Superblock {
         p.u64(l.file_bytes);
         assert!(commit <= MAX_COMMIT, "superblock commit number {commit} past {MAX_COMMIT}");
         p.u64(commit);
+        assert_eq!(p.at, SB_ID_AT, "the identity follows the witness");
+        p.bytes(&self.id.0);
         assert!(p.at <= SB_CRC_AT, "superblock fields overflow the CRC position");
         let crc = crc32fast::hash(&buf[..SB_CRC_AT]);
         buf[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
@@ -286,7 +316,8 @@ impl Superblock {
         // Version 1 kept its CRC at the same place; a later version may not, so a
         // version above ours is reported as such even when the CRC (as this version
         // computes it) does not match.
-        if version != FORMAT_VERSION && (crc_ok || (FORMAT_VERSION..1000).contains(&version)) {
+        let known = version == FORMAT_VERSION || version == FORMAT_VERSION_NO_ID;
+        if !known && (crc_ok || (FORMAT_VERSION..1000).contains(&version)) {
             return Err(SuperblockError::Version(version));
         }
         if !crc_ok {
@@ -320,6 +351,14 @@ impl Superblock {
             file_bytes: g.u64(),
         };
         let commit = g.u64();
+        let mut id = ImageId::NONE;
+        id.0.copy_from_slice(g.bytes(16));
+        // Format 2 has no identity (zeroes there); format 3 always has one.
+        if version == FORMAT_VERSION_NO_ID {
+            id = ImageId::NONE;
+        } else if id.is_none() {
+            return Err(SuperblockError::Corrupt("superblock of format 3 without an identity".to_string()));
+        }
         if commit > MAX_COMMIT {
             return Err(SuperblockError::Corrupt(format!(
                 "superblock witnesses commit number {commit}, past the limit {MAX_COMMIT}"
@@ -331,7 +370,7 @@ impl Superblock {
         if layout != expect {
             return Err(SuperblockError::Corrupt("superblock layout does not match its geometry".to_string()));
         }
-        Ok((Superblock { params, rotational, layout }, geo, commit))
+        Ok((Superblock { params, rotational, layout, id }, geo, commit))
     }
 }
 
@@ -355,28 +394,29 @@ const CONDS: [ZoneCond; 8] = [
     ZoneCond::Offline,
 ];
 
-fn entry_check(z: ZoneNo, code: u8, wp: u64) -> u64 {
+fn entry_check(z: ZoneNo, code: u8, wp: u64, id: ImageId) -> u64 {
     let mut h = crc32fast::Hasher::new();
     h.update(&z.0.to_le_bytes());
     h.update(&[code]);
     h.update(&wp.to_le_bytes());
+    id.mix(&mut h);
     u64::from(h.finalize() & 0xffff)
 }
 
 impl Entry {
-    /// The packed word of zone `z`'s entry.
-    pub fn pack(self, z: ZoneNo) -> u64 {
+    /// The packed word of zone `z`'s entry in image `id`.
+    pub fn pack(self, z: ZoneNo, id: ImageId) -> u64 {
         assert!(self.wp_offset <= WP_MASK, "write pointer offset {} does not fit {WP_BITS} bits", self.wp_offset);
         let code = self.cond.code();
-        (u64::from(code) << 56) | (entry_check(z, code, self.wp_offset) << WP_BITS) | self.wp_offset
+        (u64::from(code) << 56) | (entry_check(z, code, self.wp_offset, id) << WP_BITS) | self.wp_offset
     }
 
-    /// Unpacks zone `z`'s word; says why it is refused (unknown condition, check
-    /// bits that do not match).
-    pub fn unpack(word: u64, z: ZoneNo) -> Result<Entry, String> {
+    /// Unpacks zone `z`'s word in image `id`; says why it is refused (unknown
+    /// condition, check bits that do not match).
+    pub fn unpack(word: u64, z: ZoneNo, id: ImageId) -> Result<Entry, String> {
         let code = (word >> 56) as u8;
         let wp_offset = word & WP_MASK;
-        if (word >> WP_BITS) & 0xffff != entry_check(z, code, wp_offset) {
+        if (word >> WP_BITS) & 0xffff != entry_check(z, code, wp_offset, id) {
             return Err(format!("zone {}: entry {word:#018x} fails its check", z.0));
         }
         let cond = CONDS
@@ -426,6 +466,10 @@ pub enum TableRead {
         seq: Option<u64>,
         /// What is wrong.
         why: String,
+        /// The sectors that are another image's (they carry another identity's tag,
+        /// or check out under none), in words ("every sector", "sector 1, 2"), if
+        /// any: `why` names them too.
+        other_image: Option<String>,
     },
 }
 
@@ -440,18 +484,35 @@ impl TableRead {
     }
 }
 
-fn tsect_crc(sect: &[u8], j: u64) -> u32 {
+fn tsect_crc(sect: &[u8], j: u64, id: ImageId) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&TABLE_MAGIC);
     h.update(&j.to_le_bytes());
     h.update(&sect[..TSECT_CRC_AT]);
+    id.mix(&mut h);
     h.finalize()
 }
 
+/// Whether sector `j` of a durable table, which does not check out in image `id`,
+/// is another image's: it carries another identity's tag, or checks out under no
+/// identity (a table of format 2) in an image that has one.
+fn tsect_of_another_image(sect: &[u8], j: u64, id: ImageId) -> bool {
+    let tag = le32(sect, TSECT_TAG_AT);
+    (tag != 0 && tag != id.tag()) || (!id.is_none() && le32(sect, TSECT_CRC_AT) == tsect_crc(sect, j, ImageId::NONE))
+}
+
+/// Sector numbers as a short list: "0, 1, 2, 3 and 5 more".
+fn sector_list(sects: &[usize]) -> String {
+    let list: Vec<String> = sects.iter().take(4).map(|j| j.to_string()).collect();
+    let more = if sects.len() > 4 { format!(" and {} more", sects.len() - 4) } else { String::new() };
+    format!("{}{more}", list.join(", "))
+}
+
 impl Table {
-    /// Encodes the table into `table_bytes` bytes: every 512-byte sector carries the
-    /// commit number and its own CRC32 (sector 0: magic and zone count).
-    pub fn encode(&self, table_bytes: u64) -> Vec<u8> {
+    /// Encodes the table of image `id` into `table_bytes` bytes: every 512-byte
+    /// sector carries the commit number, its own CRC32 and the identity's tag (sector
+    /// 0: magic and zone count).
+    pub fn encode(&self, table_bytes: u64, id: ImageId) -> Vec<u8> {
         let mut buf = vec![0u8; table_bytes as usize];
         {
             let mut p = Put { buf: &mut buf, at: 0 };
@@ -460,26 +521,32 @@ impl Table {
         }
         for (z, e) in self.entries.iter().enumerate() {
             let at = tentry_at(z as u64);
-            buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32)).to_le_bytes());
+            buf[at..at + 8].copy_from_slice(&e.pack(ZoneNo(z as u32), id).to_le_bytes());
         }
         for (j, sect) in buf.chunks_exact_mut(TSECT).enumerate() {
             sect[TSECT_SEQ_AT..TSECT_SEQ_AT + 8].copy_from_slice(&self.seq.to_le_bytes());
-            let crc = tsect_crc(sect, j as u64);
+            let crc = tsect_crc(sect, j as u64, id);
             sect[TSECT_CRC_AT..TSECT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            sect[TSECT_TAG_AT..TSECT_TAG_AT + 4].copy_from_slice(&id.tag().to_le_bytes());
         }
         buf
     }
 
-    /// Reads a table region of `nr_zones` entries: valid, torn or damaged (with why).
-    pub fn read(buf: &[u8], nr_zones: u32) -> TableRead {
+    /// Reads a table region of `nr_zones` entries of image `id`: valid, torn or
+    /// damaged (with why).
+    pub fn read(buf: &[u8], nr_zones: u32, id: ImageId) -> TableRead {
         let need = TSECT as u64 * (1 + u64::from(nr_zones).div_ceil(ENTRIES_PER_TSECT));
         let sects = buf.len() / TSECT;
-        let mut bad = Vec::new();
+        let (mut bad, mut other) = (Vec::new(), Vec::new());
         let mut beyond = None;
         let (mut lo, mut hi) = (u64::MAX, None::<u64>);
         for (j, sect) in buf.chunks_exact(TSECT).enumerate() {
-            if le32(sect, TSECT_CRC_AT) != tsect_crc(sect, j as u64) {
-                bad.push(j);
+            if le32(sect, TSECT_CRC_AT) != tsect_crc(sect, j as u64, id) {
+                if tsect_of_another_image(sect, j as u64, id) {
+                    other.push(j);
+                } else {
+                    bad.push(j);
+                }
                 continue;
             }
             let s = le64(sect, TSECT_SEQ_AT);
@@ -492,49 +559,57 @@ impl Table {
             lo = lo.min(s);
             hi = Some(hi.map_or(s, |h| h.max(s)));
         }
+        let damaged = |why: String| TableRead::Damaged { seq: hi, why, other_image: None };
         if (sects as u64) * (TSECT as u64) < need {
-            return TableRead::Damaged { seq: hi, why: "cut short".to_string() };
+            return damaged("cut short".to_string());
+        }
+        if !other.is_empty() {
+            let which = if other.len() == sects {
+                "every sector".to_string()
+            } else {
+                format!("sector {}", sector_list(&other))
+            };
+            let also = if bad.is_empty() {
+                String::new()
+            } else {
+                format!("; checksum mismatch in sector {}", sector_list(&bad))
+            };
+            return TableRead::Damaged {
+                seq: hi,
+                why: format!("{which} of the table belongs to another image{also}"),
+                other_image: Some(which),
+            };
         }
         if let Some((j, s)) = beyond {
-            return TableRead::Damaged {
-                seq: hi,
-                why: format!("sector {j} of the table holds commit number {s}, past the limit {MAX_COMMIT}"),
-            };
+            return damaged(format!("sector {j} of the table holds commit number {s}, past the limit {MAX_COMMIT}"));
         }
         if !bad.is_empty() {
-            let list: Vec<String> = bad.iter().take(4).map(|j| j.to_string()).collect();
-            let more = if bad.len() > 4 { format!(" and {} more", bad.len() - 4) } else { String::new() };
-            return TableRead::Damaged {
-                seq: hi,
-                why: format!("checksum mismatch in sector {}{more} of the table", list.join(", ")),
-            };
+            return damaged(format!("checksum mismatch in sector {} of the table", sector_list(&bad)));
         }
         let hi = hi.expect("a table has sectors");
         if lo != hi {
             return TableRead::Torn { seqs: (lo, hi) };
         }
+        let damaged = |why: String| TableRead::Damaged { seq: Some(hi), why, other_image: None };
         if buf[..8] != TABLE_MAGIC {
-            return TableRead::Damaged { seq: Some(hi), why: "bad magic".to_string() };
+            return damaged("bad magic".to_string());
         }
         let n = le32(buf, 8);
         if n != nr_zones {
-            return TableRead::Damaged {
-                seq: Some(hi),
-                why: format!("{n} entries, the geometry has {nr_zones} zones"),
-            };
+            return damaged(format!("{n} entries, the geometry has {nr_zones} zones"));
         }
         let entries: Result<Vec<Entry>, String> =
-            (0..u64::from(nr_zones)).map(|z| Entry::unpack(le64(buf, tentry_at(z)), ZoneNo(z as u32))).collect();
+            (0..u64::from(nr_zones)).map(|z| Entry::unpack(le64(buf, tentry_at(z)), ZoneNo(z as u32), id)).collect();
         match entries {
             Ok(entries) => TableRead::Valid(Table { seq: hi, entries }),
-            Err(why) => TableRead::Damaged { seq: Some(hi), why },
+            Err(why) => damaged(why),
         }
     }
 
-    /// Decodes a table of `nr_zones` entries; says why it is refused (torn or
-    /// damaged).
-    pub fn decode(buf: &[u8], nr_zones: u32) -> Result<Table, String> {
-        match Table::read(buf, nr_zones) {
+    /// Decodes a table of `nr_zones` entries of image `id`; says why it is refused
+    /// (torn or damaged).
+    pub fn decode(buf: &[u8], nr_zones: u32, id: ImageId) -> Result<Table, String> {
+        match Table::read(buf, nr_zones, id) {
             TableRead::Valid(t) => Ok(t),
             TableRead::Torn { seqs } => Err(format!("torn write (sectors of commits {} and {})", seqs.0, seqs.1)),
             TableRead::Damaged { why, .. } => Err(why),
@@ -548,211 +623,26 @@ fn tentry_at(z: u64) -> usize {
     (sect * TSECT as u64 + (z % ENTRIES_PER_TSECT) * ENTRY_BYTES) as usize
 }
 
-/// State of the live table, in its header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LiveState {
-    /// Being rewritten, or never written: not to be trusted.
-    Invalid,
-    /// An open image's table: entries follow every completed write.
-    Live,
-    /// Written at a clean close: equal to the newest durable table.
-    Clean,
-}
-
-/// The live table's header: its state, the last commit it saw, the boot it was
-/// written in, and the digest of the entries a clean close left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LiveHeader {
-    /// Whether the entries can be trusted (within `boot_id`).
-    pub state: LiveState,
-    /// The newest commit made while this table was live (after a clean close: the
-    /// commit it equals). `None` when the header does not check out.
-    pub commit: Option<u64>,
-    /// `/proc/sys/kernel/random/boot_id` of the boot that wrote the entries.
-    pub boot_id: [u8; 36],
-    /// What the last clean close stored of the entries ([`live_digest`]), if a
-    /// digest is recorded (none in images of earlier zblk versions). It speaks for
-    /// the entries only while the state is [`LiveState::Clean`].
-    pub digest: Option<u32>,
-}
-
-/// Byte offsets inside the live header. The state and the commit number share one
-/// word (`STATE_WORD_AT`), so that each change is a single aligned store that a
-/// killed process leaves either old or new; the word has its own check bits.
-const LIVE_WORD_AT: usize = 8;
-const LIVE_BOOT_AT: usize = 16;
-const LIVE_ID_CRC_AT: usize = 52;
-/// The digest of the entries a clean close left, and its bitwise complement (a
-/// header of an earlier zblk holds zeroes there: no digest).
-const LIVE_DIGEST_AT: usize = 56;
-const LIVE_DIGEST_NOT_AT: usize = 60;
-const LIVE_COMMIT_BITS: u32 = 46;
-/// The largest commit number: the live header holds it in 46 bits. A table that
-/// claims a larger one is damaged; a commit past it is refused (at one commit a
-/// microsecond, two years of commits).
-pub const MAX_COMMIT: u64 = (1 << LIVE_COMMIT_BITS) - 1;
-
-fn live_word_check(state: u64, commit: u64, boot: &[u8]) -> u64 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&state.to_le_bytes());
-    h.update(&commit.to_le_bytes());
-    h.update(boot);
-    u64::from(h.finalize() & 0xffff)
-}
-
-fn live_id_crc(buf: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&buf[..8]);
-    h.update(&buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
-    h.finalize()
-}
-
-impl LiveHeader {
-    /// Reads the header at the start of the live table region. A header that does
-    /// not check out reads as [`LiveState::Invalid`] with no commit.
-    pub fn decode(buf: &[u8]) -> LiveHeader {
-        let mut boot_id = [0u8; 36];
-        boot_id.copy_from_slice(&buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
-        let d = le32(buf, LIVE_DIGEST_AT);
-        let digest = (le32(buf, LIVE_DIGEST_NOT_AT) == !d).then_some(d);
-        let invalid = LiveHeader { state: LiveState::Invalid, commit: None, boot_id, digest };
-        if buf[..8] != LIVE_MAGIC || le32(buf, LIVE_ID_CRC_AT) != live_id_crc(buf) {
-            return invalid;
-        }
-        let word = le64(buf, LIVE_WORD_AT);
-        let state = word >> 62;
-        let check = (word >> LIVE_COMMIT_BITS) & 0xffff;
-        let commit = word & ((1 << LIVE_COMMIT_BITS) - 1);
-        if check != live_word_check(state, commit, &boot_id) {
-            return invalid;
-        }
-        let state = match state {
-            1 => LiveState::Live,
-            2 => LiveState::Clean,
-            _ => LiveState::Invalid,
-        };
-        LiveHeader { state, commit: Some(commit), boot_id, digest }
-    }
-
-    /// Stores in `buf` (a live table region of `nr_zones` entries) the digest of its
-    /// entries as commit `commit` leaves them: what a clean close does before it
-    /// marks the table clean.
-    pub fn put_digest(buf: &mut [u8], commit: u64, nr_zones: u32) {
-        let d = live_digest(buf, commit, nr_zones);
-        buf[LIVE_DIGEST_AT..LIVE_DIGEST_AT + 4].copy_from_slice(&d.to_le_bytes());
-        buf[LIVE_DIGEST_NOT_AT..LIVE_DIGEST_NOT_AT + 4].copy_from_slice(&(!d).to_le_bytes());
-    }
-
-    /// Writes the magic and the boot id (not the state) into `buf`.
-    pub fn put_identity(buf: &mut [u8], boot_id: &[u8; 36]) {
-        buf[..8].copy_from_slice(&LIVE_MAGIC);
-        buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36].copy_from_slice(boot_id);
-        let crc = live_id_crc(buf);
-        buf[LIVE_ID_CRC_AT..LIVE_ID_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-
-    /// Writes the state and commit word into `buf` (one aligned 8-byte store).
-    pub fn put_state(buf: &mut [u8], state: LiveState, commit: u64) {
-        let s: u64 = match state {
-            LiveState::Invalid => 0,
-            LiveState::Live => 1,
-            LiveState::Clean => 2,
-        };
-        assert!(commit <= MAX_COMMIT, "commit number {commit} past {MAX_COMMIT}");
-        let word = (s << 62)
-            | (live_word_check(s, commit, &buf[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]) << LIVE_COMMIT_BITS)
-            | commit;
-        buf[LIVE_WORD_AT..LIVE_WORD_AT + 8].copy_from_slice(&word.to_le_bytes());
-    }
-}
-
-/// The digest of a live table region's `nr_zones` entries as commit `commit`
-/// leaves them: CRC32 of the commit number and the entries' bytes. A clean close
-/// stores it in the header, so that entries and header copied back from different
-/// moments (or a sector of entries a disk lost) do not pass for the state the close
-/// left.
-pub fn live_digest(region: &[u8], commit: u64, nr_zones: u32) -> u32 {
-    let end = (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(nr_zones)) as usize;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&commit.to_le_bytes());
-    h.update(&region[TABLE_HEADER_BYTES as usize..end.min(region.len())]);
-    h.finalize()
-}
-
-/// What the live table's last bytes witness: the last commit completed while it was
-/// live (stored once the commit's table is synced) and the last commit announced
-/// (stored with each announcement, just before the header's word). The entries and
-/// these bytes lie in one region that an open rewrites whole, so that entries copied
-/// back from another moment come with another witness, which then disagrees with the
-/// header. Zeroes in images of earlier zblk versions: no witness. The region always
-/// has room past its last entry: it is as long as a durable table, whose sectors
-/// carry more than entries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct LiveWitness {
-    /// The last commit completed (its table synced) while the table was live.
-    pub completed: u64,
-    /// The last commit announced while the table was live.
-    pub announced: u64,
-}
-
-/// Bytes of the live table's witness, at the end of its region: the two commit
-/// numbers, a CRC32 of them, and padding.
-pub const LIVE_WITNESS_BYTES: usize = 24;
-
-fn live_witness_crc(w: LiveWitness) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&LIVE_MAGIC);
-    h.update(&w.completed.to_le_bytes());
-    h.update(&w.announced.to_le_bytes());
-    h.finalize()
-}
-
-/// Stores `w` at the end of a live table region.
-pub fn put_live_witness(region: &mut [u8], w: LiveWitness) {
-    let at = region.len() - LIVE_WITNESS_BYTES;
-    region[at..at + 8].copy_from_slice(&w.completed.to_le_bytes());
-    region[at + 8..at + 16].copy_from_slice(&w.announced.to_le_bytes());
-    region[at + 16..at + 20].copy_from_slice(&live_witness_crc(w).to_le_bytes());
-}
-
-/// What a live table region's witness holds, if it checks out.
-pub fn live_witness(region: &[u8]) -> Option<LiveWitness> {
-    let at = region.len().checked_sub(LIVE_WITNESS_BYTES)?;
-    let w = LiveWitness { completed: le64(region, at), announced: le64(region, at + 8) };
-    let ok = le32(region, at + 16) == live_witness_crc(w) && w.completed.max(w.announced) <= MAX_COMMIT;
-    ok.then_some(w)
-}
-
-/// Decodes the live table's entries (the region after its header); says which entry
-/// is refused.
-pub fn decode_live_entries(region: &[u8], nr_zones: u32) -> Result<Vec<Entry>, String> {
-    let end = (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(nr_zones)) as usize;
-    if region.len() < end {
-        return Err("cut short".to_string());
-    }
-    (0..nr_zones).map(|z| Entry::unpack(le64(region, entry_offset(ZoneNo(z))), ZoneNo(z))).collect()
-}
-
-/// Byte offset of zone `z`'s entry in the live table region.
-pub fn entry_offset(z: ZoneNo) -> usize {
-    (TABLE_HEADER_BYTES + ENTRY_BYTES * u64::from(z.0)) as usize
-}
-
 /// Recomputes every check value of an image's metadata held in `meta` (the file's
 /// bytes from its start to the end of the live table, laid out as `layout` with
 /// `nr_zones` zones): each zone entry's check bits in the three tables, each durable
 /// table sector's CRC32, the live header's checks, the live digest and witness, and
-/// both superblock CRCs. Whatever the bytes say is kept, checked or not: this is for
-/// tools that damage metadata on purpose and want the damage read past the checksums
-/// (the fuzz targets, tests).
+/// both superblock CRCs, under the identity the first superblock copy names (none
+/// unless it says format 3). Whatever the bytes say is kept, checked or not: this is
+/// for tools that damage metadata on purpose and want the damage read past the
+/// checksums (the fuzz targets, tests).
 pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
     let end = (layout.live_offset + layout.table_bytes) as usize;
     assert!(meta.len() >= end, "reseal: {} bytes of metadata, the layout needs {end}", meta.len());
+    let mut id = ImageId::NONE;
+    if le32(meta, 8) == FORMAT_VERSION {
+        id.0.copy_from_slice(&meta[SB_ID_AT..SB_ID_AT + 16]);
+    }
     let tb = layout.table_bytes as usize;
     let fix = |word: u64, z: u32| -> u64 {
         let code = (word >> 56) as u8;
         let wp = word & WP_MASK;
-        (word & !(0xffff << WP_BITS)) | (entry_check(ZoneNo(z), code, wp) << WP_BITS)
+        (word & !(0xffff << WP_BITS)) | (entry_check(ZoneNo(z), code, wp, id) << WP_BITS)
     };
     for at in layout.table_offset {
         let table = &mut meta[at as usize..at as usize + tb];
@@ -764,7 +654,7 @@ pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
             }
         }
         for (j, sect) in table.chunks_exact_mut(TSECT).enumerate() {
-            let crc = tsect_crc(sect, j as u64);
+            let crc = tsect_crc(sect, j as u64, id);
             sect[TSECT_CRC_AT..TSECT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
         }
     }
@@ -776,14 +666,14 @@ pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
             live[e..e + 8].copy_from_slice(&w.to_le_bytes());
         }
     }
-    let crc = live_id_crc(live);
+    let crc = live_id_crc(live, id);
     live[LIVE_ID_CRC_AT..LIVE_ID_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     let word = le64(live, LIVE_WORD_AT);
     let (state, commit) = (word >> 62, word & ((1 << LIVE_COMMIT_BITS) - 1));
-    LiveHeader::put_digest(live, commit, nr_zones);
+    LiveHeader::put_digest(live, commit, nr_zones, id);
     let at = live.len() - LIVE_WITNESS_BYTES;
-    put_live_witness(live, LiveWitness { completed: le64(live, at), announced: le64(live, at + 8) });
-    let check = live_word_check(state, commit, &live[LIVE_BOOT_AT..LIVE_BOOT_AT + 36]);
+    put_live_witness(live, LiveWitness { completed: le64(live, at), announced: le64(live, at + 8) }, id);
+    let check = live_word_check(state, commit, &live[LIVE_BOOT_AT..LIVE_BOOT_AT + 36], id);
     let word = (state << 62) | (check << LIVE_COMMIT_BITS) | commit;
     live[LIVE_WORD_AT..LIVE_WORD_AT + 8].copy_from_slice(&word.to_le_bytes());
     for at in SUPERBLOCK_OFFSETS {
@@ -792,6 +682,8 @@ pub fn reseal(meta: &mut [u8], layout: &Layout, nr_zones: u32) {
         sb[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 }
+
+use live::{LIVE_BOOT_AT, LIVE_COMMIT_BITS, LIVE_ID_CRC_AT, LIVE_WORD_AT, live_id_crc, live_word_check};
 
 #[cfg(test)]
 mod tests;

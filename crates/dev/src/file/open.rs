@@ -4,10 +4,11 @@
 
 use super::commit::Durable;
 use super::error::{ImageError, ImageErrorKind, err, io_err};
-use super::format::{self, Layout, LiveHeader, LiveState, Superblock};
+use super::format::{self, Layout, LiveState, Superblock};
 use super::live::LiveTable;
 use super::media::{FileMedia, Media};
-use super::recovery::{Recovery, Superblocks, read_superblocks, read_tables, recover};
+use super::recovery::{Recovery, recover};
+use super::superblocks::{Superblocks, read_superblocks, settle_identity};
 use super::write_pointer::DevState;
 use super::zeroing::{self, FileZeroing, ProbePlace, ProbeResult, ZeroingSetup};
 use super::{FileImage, claim};
@@ -84,7 +85,7 @@ impl FileImage {
     ) -> Result<FileImage, ImageError> {
         let file = claim::open_locked(path, opts.read_only, claim::Wait::of(opts.lock_wait))?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len();
-        let sbs = read_superblocks(path, &file, len)?;
+        let mut sbs = read_superblocks(path, &file, len)?;
         let layout = sbs.sb.layout;
         if len < layout.file_bytes {
             return Err(err(path, ImageErrorKind::Truncated { len, need: layout.file_bytes }));
@@ -92,12 +93,12 @@ impl FileImage {
         let data = DataPath::open(path, &file, &sbs.geo, opts)?;
         let media = wrap(data.media);
         let boot = opts.boot_id.unwrap_or_else(current_boot_id);
-        let rec = decide_zone_state(path, &*media, &sbs, &boot, opts)?;
+        let rec = decide_zone_state(path, &*media, &mut sbs, &boot, opts)?;
         // Zeroing is probed once the image is known good, so that nothing is written
         // to a file that is then refused.
         let probe = probe_zeroing(path, &*media, &layout, opts);
         let (sb, geo) = with_zeroing_limits(path, sbs.sb.clone(), &probe, opts)?;
-        let live = if opts.read_only { None } else { Some(LiveTable::open(path, &file, &layout)?) };
+        let live = if opts.read_only { None } else { Some(LiveTable::open(path, &file, &layout, sbs.sb.id)?) };
         let image = FileImage {
             path: path.to_path_buf(),
             state: Mutex::new(DevState::new(&geo, rec.entries.clone(), live, rec.durable_seq)),
@@ -176,9 +177,9 @@ impl FileImage {
         let live = st.live.as_mut().expect("read-write image has a live table");
         for (z, e) in entries.iter().enumerate() {
             let z = ZoneNo(z as u32);
-            live.store(format::entry_offset(z), e.pack(z))?;
+            live.store(z, *e)?;
         }
-        LiveHeader::put_identity(live.bytes(), boot);
+        live.put_boot(boot);
         st.set_live(LiveState::Live, commit)
     }
 }
@@ -221,11 +222,11 @@ impl DataPath {
 fn decide_zone_state(
     path: &Path,
     media: &dyn Media,
-    sbs: &Superblocks,
+    sbs: &mut Superblocks,
     boot: &[u8; 36],
     opts: &ImageOptions,
 ) -> Result<Recovery, ImageError> {
-    let found = read_tables(media, &sbs.geo, &sbs.sb.layout, sbs.commit).map_err(io_err(path, "read zone tables"))?;
+    let found = settle_identity(path, media, sbs)?;
     let mut rec = recover(&sbs.geo, found, boot).map_err(|why| err(path, ImageErrorKind::Corrupt(why)))?;
     if let Some(r) = &sbs.repair {
         rec.repairs.insert(0, r.clone());

@@ -1,96 +1,15 @@
-//! Reading an image's metadata at open and deciding its zone state: the superblock
-//! copies, the two durable tables and the live table, each checked, and the newest
-//! state some copy proves (see `docs/images.md`, "How an open decides").
+//! Reading an image's metadata at open and deciding its zone state: the two durable
+//! tables and the live table, each checked under the image's identity (the superblock
+//! copies, which hold it, are read first: `superblocks`), parts of another image
+//! named, and the newest state some copy proves (see `docs/images.md`, "How an open
+//! decides").
 
-use super::error::{ImageError, ImageErrorKind, err, io_err};
-use super::format::{self, Entry, Layout, LiveHeader, LiveState, Superblock, SuperblockError, Table, TableRead};
+use super::format::{self, Entry, ImageId, Layout, LiveHeader, LiveState, Table, TableRead};
 use super::media::Media;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use zblk_core::geometry::Geometry;
 use zblk_core::units::ZoneNo;
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneSet};
-
-/// What the superblock copies say.
-pub(super) struct Superblocks {
-    /// The superblock (both valid copies hold it).
-    pub(super) sb: Superblock,
-    /// Its geometry.
-    pub(super) geo: Geometry,
-    /// The newest commit a valid copy witnesses (the copies are rewritten one after
-    /// the other, so they may differ by one commit).
-    pub(super) commit: u64,
-    /// What to say (and rewrite) when one copy is damaged.
-    pub(super) repair: Option<String>,
-}
-
-/// Reads both superblock copies and picks a valid one.
-pub(super) fn read_superblocks(path: &Path, file: &File, len: u64) -> Result<Superblocks, ImageError> {
-    let mut decoded = Vec::new();
-    for at in format::SUPERBLOCK_OFFSETS {
-        let n = len.saturating_sub(at).min(format::SUPERBLOCK_BYTES) as usize;
-        let mut head = vec![0u8; n];
-        file.read_exact_at(&mut head, at).map_err(io_err(path, "read superblock"))?;
-        decoded.push(Superblock::decode(&head));
-    }
-    let kind = |e: &SuperblockError| match e {
-        SuperblockError::NotAnImage if len == 0 => ImageErrorKind::NotAnImage("empty file".to_string()),
-        SuperblockError::NotAnImage => ImageErrorKind::NotAnImage("no zblk superblock".to_string()),
-        SuperblockError::Version(found) => {
-            ImageErrorKind::WrongVersion { found: *found, supported: format::FORMAT_VERSION }
-        }
-        SuperblockError::Corrupt(_) if len < format::SUPERBLOCK_BYTES => {
-            ImageErrorKind::Truncated { len, need: 2 * format::SUPERBLOCK_BYTES }
-        }
-        SuperblockError::Corrupt(why) => ImageErrorKind::Corrupt(why.clone()),
-    };
-    let describe = |e: &SuperblockError| match e {
-        SuperblockError::NotAnImage => "no zblk magic".to_string(),
-        SuperblockError::Version(v) => format!("format version {v}"),
-        SuperblockError::Corrupt(why) => why.clone(),
-    };
-    match (&decoded[0], &decoded[1]) {
-        (Ok((a, ga, ca)), Ok((b, _, cb))) => {
-            if a != b {
-                return Err(err(
-                    path,
-                    ImageErrorKind::Corrupt(
-                        "the two superblock copies are both valid and hold different geometries (only the commit \
-                         they witness is ever rewritten): which geometry is right cannot be told"
-                            .to_string(),
-                    ),
-                ));
-            }
-            Ok(Superblocks { sb: a.clone(), geo: ga.clone(), commit: *ca.max(cb), repair: None })
-        }
-        (Ok((a, g, c)), Err(e)) | (Err(e), Ok((a, g, c))) => {
-            let which = if decoded[0].is_ok() { "second" } else { "first" };
-            Ok(Superblocks {
-                sb: a.clone(),
-                geo: g.clone(),
-                commit: *c,
-                repair: Some(format!("{which} superblock copy: {}; rewritten from the other", describe(e))),
-            })
-        }
-        (Err(e0), Err(e1)) => {
-            // The first copy's error names the file best, unless only the second is
-            // a zblk superblock at all.
-            let e = if matches!(e0, SuperblockError::NotAnImage) && !matches!(e1, SuperblockError::NotAnImage) {
-                e1
-            } else {
-                e0
-            };
-            let mut k = kind(e);
-            if let ImageErrorKind::Corrupt(why) = &mut k {
-                *why =
-                    format!("both superblock copies are unusable (first: {}; second: {})", describe(e0), describe(e1));
-            }
-            Err(err(path, k))
-        }
-    }
-}
 
 /// What opening found: the tables as read, and the commit the superblocks witness.
 pub(super) struct Found {
@@ -104,11 +23,33 @@ pub(super) struct Found {
     sb_commit: u64,
     /// The live table's witness, if it checks out.
     live_witness: Option<format::LiveWitness>,
+    /// The parts found to be another image's, named ([`other_image_parts`]).
+    other_image: Vec<String>,
 }
 
-/// Reads the durable tables and the live table; `sb_commit` is what the superblocks
-/// witness.
-pub(super) fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout, sb_commit: u64) -> io::Result<Found> {
+impl Found {
+    /// How many parts of the metadata check out: durable tables (valid or torn), the
+    /// live header, the live witness. Under another image's identity, none does.
+    pub(super) fn parts_checking_out(&self) -> usize {
+        let tables = self.tables.iter().filter(|t| matches!(t, TableRead::Valid(_) | TableRead::Torn { .. })).count();
+        tables + usize::from(self.live.commit.is_some()) + usize::from(self.live_witness.is_some())
+    }
+
+    /// Names one more part of another image (a superblock copy).
+    pub(super) fn note_other_image(&mut self, what: String) {
+        self.other_image.insert(0, what);
+    }
+}
+
+/// Reads the durable tables and the live table of image `id`; `sb_commit` is what the
+/// superblocks witness.
+pub(super) fn read_tables(
+    media: &dyn Media,
+    geo: &Geometry,
+    layout: &Layout,
+    sb_commit: u64,
+    id: ImageId,
+) -> io::Result<Found> {
     let mut buf = vec![0u8; layout.table_bytes as usize];
     let mut read = |off: u64| -> io::Result<Vec<u8>> {
         media.read_at(&mut buf, off)?;
@@ -117,19 +58,60 @@ pub(super) fn read_tables(media: &dyn Media, geo: &Geometry, layout: &Layout, sb
     let a = read(layout.table_offset[0])?;
     let b = read(layout.table_offset[1])?;
     let live = read(layout.live_offset)?;
-    let hdr = LiveHeader::decode(&live);
+    let hdr = LiveHeader::decode(&live, id);
     let live_digest_ok = match (hdr.digest, hdr.commit) {
-        (Some(d), Some(c)) => Some(d == format::live_digest(&live, c, geo.nr_zones())),
+        (Some(d), Some(c)) => Some(d == format::live_digest(&live, c, geo.nr_zones(), id)),
         _ => None,
     };
+    let tables = [Table::read(&a, geo.nr_zones(), id), Table::read(&b, geo.nr_zones(), id)];
+    let other_image = other_image_parts(&tables, &hdr, &live, geo.nr_zones(), id);
     Ok(Found {
-        tables: [Table::read(&a, geo.nr_zones()), Table::read(&b, geo.nr_zones())],
+        tables,
         live: hdr,
-        live_entries: format::decode_live_entries(&live, geo.nr_zones()),
+        live_entries: format::decode_live_entries(&live, geo.nr_zones(), id),
         live_digest_ok,
         sb_commit,
-        live_witness: format::live_witness(&live),
+        live_witness: format::live_witness(&live, id),
+        other_image,
     })
+}
+
+/// The parts of the metadata that are another image's (copied in from an image of
+/// the same geometry), named: a durable table with sectors carrying another
+/// identity, a live header or witness of another image, and then the live entries
+/// that fail their checks (another image's entries fail them in this one). Entries
+/// that fail with no other part of the live table another image's are damage, told
+/// as such elsewhere.
+fn other_image_parts(tables: &[TableRead], hdr: &LiveHeader, live: &[u8], nr_zones: u32, id: ImageId) -> Vec<String> {
+    let mut found = Vec::new();
+    for (slot, t) in tables.iter().enumerate() {
+        if let TableRead::Damaged { other_image: Some(which), .. } = t {
+            found.push(format!("durable zone table {} ({which})", slot_name(slot)));
+        }
+    }
+    let witness = format::live_witness_of_another_image(live, id);
+    if hdr.other_image {
+        found.push("the live header".to_string());
+    }
+    if witness {
+        found.push("the live table's last sector (its witness)".to_string());
+    }
+    let failing = format::failing_live_entries(live, nr_zones, id);
+    let format2 = |z: &u32| {
+        let at = format::entry_offset(ZoneNo(*z));
+        let word = u64::from_le_bytes(live[at..at + 8].try_into().expect("8 bytes"));
+        !id.is_none() && Entry::unpack(word, ZoneNo(*z), ImageId::NONE).is_ok()
+    };
+    if !failing.is_empty() && (hdr.other_image || witness || failing.iter().any(format2)) {
+        let list: Vec<String> = failing.iter().take(8).map(u32::to_string).collect();
+        let more = if failing.len() > 8 { format!(" and {} more", failing.len() - 8) } else { String::new() };
+        found.push(format!(
+            "the live entries of zone{} {}{more}",
+            if failing.len() > 1 { "s" } else { "" },
+            list.join(", ")
+        ));
+    }
+    found
 }
 
 /// What recovery decided.
@@ -224,11 +206,14 @@ pub(super) fn recover(geo: &Geometry, found: Found, boot: &[u8; 36]) -> Result<R
     let trusted_live = ev.trusted_live(valid_seq, &mut repairs);
     ev.describe_damaged_tables(newest.is_some(), trusted_live.is_some(), valid_seq, &mut repairs);
     let unclean = ev.hdr.state != LiveState::Clean;
-    let choice = match (&trusted_live, newest) {
+    let mut choice = match (&trusted_live, newest) {
         (Some(live), _) => ev.take_live(live, newest, &mut repairs),
         (None, Some((slot, t))) => ev.take_table(geo, slot, t, &mut repairs),
         (None, None) => return Err(ev.nothing_usable()),
     };
+    if !ev.other_image.is_empty() {
+        choice.at_risk = Some(ev.other_image_risk(&choice));
+    }
     if unclean && geo.is_zoned() {
         repairs.push("data past every write pointer discarded".to_string());
     }
@@ -328,6 +313,8 @@ struct Evidence {
     /// How the copies contradict each other ([`contradictions`]).
     contra: Vec<String>,
     commits: Commits,
+    /// The parts that are another image's, named.
+    other_image: Vec<String>,
 }
 
 /// The state [`recover`] takes, and the durable table the device goes on from.
@@ -340,6 +327,9 @@ struct Choice {
     at_risk: Option<String>,
     /// Both durable tables are rewritten from the state taken.
     rewrite: bool,
+    /// The state's commit and where it comes from, in words ("commit 7, from durable
+    /// table A").
+    source: String,
 }
 
 impl Evidence {
@@ -351,7 +341,11 @@ impl Evidence {
             .map(|t| match t {
                 TableRead::Valid(t) => match check_entries(geo, &t.entries) {
                     Ok(()) => TableRead::Valid(t),
-                    Err(e) => TableRead::Damaged { seq: Some(t.seq), why: format!("impossible zone state: {e}") },
+                    Err(e) => TableRead::Damaged {
+                        seq: Some(t.seq),
+                        why: format!("impossible zone state: {e}"),
+                        other_image: None,
+                    },
                 },
                 other => other,
             })
@@ -362,7 +356,8 @@ impl Evidence {
         let live = found.live_entries.and_then(|e| check_entries(geo, &e).map(|()| e));
         let contra =
             contradictions(&tables, &hdr, found.sb_commit, found.live_witness, found.live_digest_ok, &live, same_boot);
-        Evidence { tables, hdr, live, live_digest_ok: found.live_digest_ok, same_boot, contra, commits }
+        let other_image = found.other_image;
+        Evidence { tables, hdr, live, live_digest_ok: found.live_digest_ok, same_boot, contra, commits, other_image }
     }
 
     /// The live entries when they are the state: trusted (live in this boot, or left
@@ -402,7 +397,7 @@ impl Evidence {
                     slot_name(slot),
                     seqs.1
                 )),
-                TableRead::Damaged { seq, why } if other_ok => repairs.push(format!(
+                TableRead::Damaged { seq, why, .. } if other_ok => repairs.push(format!(
                     "durable zone table {}: {why}{}; rewritten from the {source}",
                     slot_name(slot),
                     seq.map_or(String::new(), |s| format!(" (it held commit {s})")),
@@ -440,6 +435,7 @@ impl Evidence {
             durable_entries: durable,
             at_risk: None,
             rewrite: clean,
+            source: format!("commit {}, from the live table", self.hdr.commit.unwrap_or(self.commits.known)),
         }
     }
 
@@ -472,6 +468,7 @@ impl Evidence {
             durable_entries: t.entries.clone(),
             at_risk,
             rewrite: false,
+            source: format!("commit {}, from durable table {}", t.seq, slot_name(slot)),
         }
     }
 
@@ -499,6 +496,29 @@ impl Evidence {
         }
     }
 
+    /// What may be lost when parts of another image were found: what they overwrote
+    /// (a newer commit, a newer live table) is gone, so the state taken cannot be
+    /// proven the newest. Said before what else puts the state at risk, if anything.
+    fn other_image_risk(&self, choice: &Choice) -> String {
+        let mut s = format!(
+            "parts of another image were copied into this one ({}): they are damage, never this image's state, and \
+             what they overwrote is lost, so the zone state used ({}) cannot be proven the newest: flushed writes, \
+             resets and finishes after it may be undone",
+            self.other_image.join("; "),
+            choice.source
+        );
+        match &choice.at_risk {
+            Some(risk) => {
+                s.push_str("; and ");
+                s.push_str(risk);
+            }
+            None => s.push_str(
+                ". Open read-only to copy out what is there, or accept this state with `zblk check --repair -y`",
+            ),
+        }
+        s
+    }
+
     /// Why no state can be taken: neither durable table is usable and the live table
     /// cannot be trusted.
     fn nothing_usable(&self) -> String {
@@ -516,8 +536,18 @@ impl Evidence {
             }
             (Ok(_), _) => format!("it has not seen commit {}", self.commits.known),
         };
+        let other = if self.other_image.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; WARNING: parts of another image were copied into this one ({}): they are damage, never this image's \
+                 state",
+                self.other_image.join("; ")
+            )
+        };
         format!(
-            "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted ({live_why})",
+            "both durable zone tables are unusable (A: {}; B: {}) and the live table cannot be trusted \
+             ({live_why}){other}",
             why(0),
             why(1)
         )

@@ -4,7 +4,7 @@
 //! each zone records: its completed write pointer, with a consistent condition.
 
 use super::FileImage;
-use super::format::{self, Entry, LiveState};
+use super::format::{Entry, LiveState};
 use super::live::LiveTable;
 use crate::device::Transfer;
 use crate::{check_append, check_range};
@@ -234,7 +234,7 @@ impl FileImage {
         if st.done[z.idx()] != e {
             st.done[z.idx()] = e;
             let stored = match st.live.as_mut() {
-                Some(live) => live.store(format::entry_offset(z), e.pack(z)).is_ok(),
+                Some(live) => live.store(z, e).is_ok(),
                 None => true,
             };
             if !stored {

@@ -12,7 +12,7 @@ pub use queue::poll_summary;
 pub use request::served_summary;
 
 use crate::served::Served;
-use crate::{ServeError, io_buf_bytes};
+use crate::{ServeError, ServedRecord, io_buf_bytes};
 use libublk::ctrl::UblkCtrl;
 use libublk::io::UblkDev;
 use libublk::{UblkFlags, sys};
@@ -21,7 +21,7 @@ use zblk_core::geometry::Geometry;
 use zblk_core::units::SECTOR_SIZE;
 
 /// How to serve.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// Hardware queues of the ublk device, one serving thread each.
     pub queues: u16,
@@ -34,6 +34,9 @@ pub struct ServeConfig {
     /// After a request, how long a queue's thread keeps looking for the next one
     /// before it sleeps (zero: it sleeps at once). See docs/serve.md, "Polling".
     pub poll: std::time::Duration,
+    /// What is served, recorded with the device (its target data) for a later
+    /// recovery to check ([`ServedRecord::check_recovery`]).
+    pub record: ServedRecord,
 }
 
 /// A server that dies (SIGKILL, a crash) without stopping its device.
@@ -47,7 +50,8 @@ pub enum Recovery {
     /// to the next server, which [`Recovery::Recover`] starts.
     Recoverable,
     /// Serves recoverable device `N`, left quiesced by a server that died: its queues
-    /// and depth are the device's, its geometry must be the served device's.
+    /// and depth are the device's, its geometry must be the served device's, and what
+    /// it served (its record) the same image.
     Recover(u32),
 }
 
@@ -119,6 +123,9 @@ fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
             shape(geo.nr_sectors(), geo.zone_sectors(), geo.lbs_bytes(), geo.max_open(), geo.max_active()),
         )));
     }
+    // The geometry matches; the image must be the one the device was served from,
+    // which its record says (the device is left as it was when it is not).
+    cfg.record.check_recovery(&dev, old.get_target_data_from_json().as_ref())?;
     old.start_user_recover().map_err(|e| ublk_error(&format!("{dev}: starting its recovery"), e))?;
     libublk::ctrl::UblkCtrlBuilder::default()
         .name("zblk")
@@ -153,8 +160,11 @@ pub fn serve(
     crate::check_geometry(&geo)?;
     let ctrl = control(cfg, &geo)?;
     let rotational = cfg.rotational;
+    let record = cfg.record.to_json();
     let tgt_init = move |dev: &mut UblkDev| {
         set_params(dev, &geo, rotational);
+        // Kept with the device (the ublk library's record of it), for a recovery.
+        dev.set_target_json(record.clone());
         // Room on each queue's ring beside a command per tag: the eventfd read, and
         // the runtime's transfers for the tags' requests.
         dev.tgt.sq_depth = dev.tgt.sq_depth.saturating_mul(2).saturating_add(1);

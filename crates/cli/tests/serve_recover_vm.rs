@@ -1,0 +1,94 @@
+//! `zblk serve --recover N` onto the wrong image, in the Linux 6.12 VM with the ublk
+//! driver (`scripts/kernel-vm.sh --ublk`): an image served recoverable takes a write
+//! the kernel acknowledges and fsyncs, its server is killed with SIGKILL, and another
+//! image of the same geometry (with more commits) is given to `--recover`: refused,
+//! naming both images, and the device left as it was; the image it was served from
+//! then recovers it, the fsynced data reads back, and the next write at the kernel's
+//! write pointer lands.
+//!
+//! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
+
+// Tests print to the test harness, which captures it (the zblk command itself
+// writes only through its output layer, src/out.rs).
+#![allow(clippy::disallowed_macros)]
+
+mod common;
+
+use common::vm;
+use serde_json::Value;
+
+const SERVE_FN: &str = r#"
+serve() { n=$1; shift; rm -f $S/$n.out; $X serve "$@" > $S/$n.out 2> $S/$n.err & P=$!; i=0
+  while ! [ -s $S/$n.out ] && kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+  D=$(head -1 $S/$n.out | sed 's/.*"device":"\([^"]*\)".*/\1/'); }
+rc() { echo $? > $S/$1.rc; }
+"#;
+
+#[test]
+fn a_recovery_refuses_another_image_of_the_same_geometry() {
+    let Some(script) = vm::ready_for_serve("a_recovery_refuses_another_image_of_the_same_geometry") else {
+        return;
+    };
+    let dir = tempfile::Builder::new().prefix("zblk-serve-recover").tempdir_in("/var/tmp").unwrap();
+    let share = dir.path();
+    let zblk = vm::stage(share, env!("CARGO_BIN_EXE_zblk"));
+    // Zones of 4 MiB, the first two conventional; zone 2 starts at 8 MiB.
+    let guest = format!(
+        r#"S={share}; mount -t tmpfs tmpfs /run; cp {zblk} /tmp/zblk; X=/tmp/zblk
+{SERVE_FN}
+G="--size 64M -p zone_size=4,zone_nr_conv=2,zone_max_open=8"
+$X create /tmp/a.img $G > /dev/null
+$X create /tmp/b.img $G > /dev/null
+for k in 0 1 2 3; do $X write /tmp/b.img -o $((16 + 4 * k))M -l 64k -p 9 > /dev/null; done
+serve a --json --recoverable /tmp/a.img
+N=${{D#/dev/ublkb}}; echo $D > $S/dev
+head -c 1M /dev/urandom > $S/data
+dd if=$S/data of=$D bs=1M seek=8 oflag=direct conv=fsync status=none; rc write
+kill -KILL $P; wait $P; rc kill
+# Another image of the same geometry: refused (a server that took it would read back
+# its data); if it serves all the same, what it reads back is kept and it is killed.
+serve wrong --json --recover $N /tmp/b.img
+if kill -0 $P 2>/dev/null; then
+  dd if=$D bs=1M skip=8 count=1 iflag=direct status=none > $S/wrong.bin
+  dd if=$S/data of=$D bs=1M seek=9 oflag=direct conv=fsync status=none 2> $S/wrong-write.err; rc wrong-write
+  kill -KILL $P; wait $P; echo served > $S/wrong.rc
+else
+  wait $P; rc wrong
+fi
+# The image it was served from.
+serve right --json --recover $N /tmp/a.img
+dd if=$D bs=1M skip=8 count=1 iflag=direct status=none > $S/right.bin
+dd if=$S/data of=$D bs=1M seek=9 oflag=direct conv=fsync status=none 2> $S/right-write.err; rc right-write
+kill -TERM $P; wait $P; rc right-stop
+$X read /tmp/a.img -o 9M -l 1M -O $S/image.bin 2> $S/image-read.err
+"#,
+        share = share.display(),
+    );
+    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk"], &guest);
+    let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
+    let bytes = |f: &str| std::fs::read(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
+    let rc = |f: &str| file(&format!("{f}.rc")).trim().to_string();
+
+    assert_eq!(rc("write"), "0", "the fsynced write");
+    assert_eq!(rc("kill"), "137");
+    let data = bytes("data");
+    assert_eq!(
+        rc("wrong"),
+        "1",
+        "another image of the same geometry taken over the device (fsynced data read back equal: {}; the next \
+         write: {})\n{}",
+        std::fs::read(share.join("wrong.bin")).is_ok_and(|b| b == data),
+        std::fs::read_to_string(share.join("wrong-write.err")).unwrap_or_default(),
+        file("wrong.err")
+    );
+    let err = file("wrong.err");
+    assert!(err.contains("was served from image /tmp/a.img (identity "), "{err}");
+    assert!(err.contains("not from image /tmp/b.img (identity "), "{err}");
+    let ready: Value = serde_json::from_str(file("right.out").lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the right image's recovery: {e}: {}", file("right.err")));
+    assert_eq!(ready["device"].as_str(), Some(file("dev").trim()), "{ready}");
+    assert!(bytes("right.bin") == data, "the fsynced data reads back after the recovery");
+    assert_eq!(rc("right-write"), "0", "the next write at the write pointer: {}", file("right-write.err"));
+    assert_eq!(rc("right-stop"), "0", "{}", file("right.err"));
+    assert!(bytes("image.bin") == data, "and the image holds it: {}", file("image-read.err"));
+}
