@@ -13,6 +13,15 @@
 //!   with FUA or before a completed FLUSH must read back, and no write pointer may be
 //!   past durable data: every sector below it holds what the writes put there.
 //!
+//! Past every write pointer, up to the zone's capacity, the zone must read as
+//! zeroes, and the file must hold zeroes: the reopen's recovery discards what lies
+//! there (writes not flushed, a write in flight). With the planted bug
+//! `stale-tail-kept` (it does not) both ways fail within `MUTANT_RUNS` runs, and
+//! with `announced-as-complete` (the commit the live header announces counted as
+//! complete, a sound image refused for writing when a cut left the announcement
+//! without its table) the power loss does; built with the `mutations` feature,
+//! SKIPPED otherwise.
+//!
 //! Every zone must report consistently. Run `n` uses seed `ZBLK_CRASH_SEED + n`
 //! (default base 1); a failure prints its seed, and `ZBLK_CRASH_SEED=<seed>
 //! ZBLK_CRASH_RUNS=1` replays it.
