@@ -291,7 +291,7 @@ fn the_planted_announcement_as_complete_is_caught() {
     mutation::set(Some(Mutation::AnnouncedAsComplete));
     let r = every_cut();
     mutation::set(None);
-    let e = r.err().expect("announced-as-complete not caught by any cut inside a commit");
+    let e = r.expect_err("announced-as-complete not caught by any cut inside a commit");
     println!("announced-as-complete caught: {}", e.lines().next().unwrap_or(&e));
     assert!(e.contains("refusing to open for writing"), "{e}");
 }
