@@ -390,3 +390,87 @@ impl Media for PowerCut {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file in memory.
+    #[derive(Debug)]
+    struct Mem(Mutex<Vec<u8>>);
+
+    impl Media for Mem {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            let m = self.0.lock().unwrap();
+            buf.copy_from_slice(&m[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            apply_write(&mut self.0.lock().unwrap(), offset, buf);
+            Ok(())
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+            apply_punch(&mut self.0.lock().unwrap(), offset, len);
+            Ok(())
+        }
+        fn zero_range(&self, _how: FileZeroing, offset: u64, len: u64) -> io::Result<()> {
+            self.punch_hole(offset, len)
+        }
+    }
+
+    const MAPPED: u64 = 1024;
+
+    /// A commit's shape: a store into the mapped region (sector 0 of it, at 1024),
+    /// then a write elsewhere (at 0), the power cut before the sync.
+    fn announced_then_written() -> (Arc<Mem>, PowerCut) {
+        let mem = Arc::new(Mem(Mutex::new(vec![0u8; 2048])));
+        let pc = PowerCut::new(mem.clone(), 2048).unwrap();
+        pc.track_mapped(MAPPED, 1024);
+        mem.write_at(&[1u8; 8], MAPPED).unwrap();
+        pc.write_at(&[2u8; 512], 0).unwrap();
+        pc.power_off_after(0);
+        assert!(pc.sync_data().is_err());
+        assert!(pc.is_off());
+        (mem, pc)
+    }
+
+    #[test]
+    fn a_cut_leaves_the_announcement_and_the_write_in_every_mix() {
+        let (_, pc) = announced_then_written();
+        let (outcomes, total) = pc.outcomes(100);
+        assert_eq!(total, 4, "the write kept or lost, the mapped sector as synced or as stored");
+        let mixes: Vec<(u8, u8)> = outcomes.iter().map(|o| (o.bytes[0], o.bytes[MAPPED as usize])).collect();
+        for mix in [(0, 0), (0, 1), (2, 0), (2, 1)] {
+            assert!(mixes.contains(&mix), "{mix:?} missing from {mixes:?}");
+        }
+        // The random cut draws each of them too.
+        let drawn: std::collections::HashSet<(u8, u8)> =
+            (0..64).map(|seed| pc.cut(seed)).map(|b| (b[0], b[MAPPED as usize])).collect();
+        assert_eq!(drawn.len(), 4, "{drawn:?}");
+    }
+
+    #[test]
+    fn a_sync_makes_the_mapped_region_durable_and_forgets_its_versions() {
+        let mem = Arc::new(Mem(Mutex::new(vec![0u8; 2048])));
+        let pc = PowerCut::new(mem.clone(), 2048).unwrap();
+        pc.track_mapped(MAPPED, 1024);
+        mem.write_at(&[1u8; 8], MAPPED).unwrap();
+        pc.write_at(&[2u8; 512], 0).unwrap();
+        pc.sync_data().unwrap();
+        pc.power_off();
+        let (outcomes, total) = pc.outcomes(100);
+        assert_eq!(total, 1);
+        assert_eq!((outcomes[0].bytes[0], outcomes[0].bytes[MAPPED as usize]), (2, 1));
+        assert_eq!(pc.write_at(&[3u8; 512], 0).unwrap_err().raw_os_error(), Some(5));
+    }
+
+    #[test]
+    fn the_outcomes_stop_at_the_limit() {
+        let (_, pc) = announced_then_written();
+        let (outcomes, total) = pc.outcomes(3);
+        assert_eq!((outcomes.len(), total), (3, 4));
+    }
+}
