@@ -6,7 +6,7 @@
 //! without the table, the table without the announcement, the witnesses without
 //! one another.
 //!
-//! The workload (writes, a FUA write, a reset, flushes, all from one thread, so that
+//! The workload (writes, a FUA write, a reset, a finish, flushes, all from one thread, so that
 //! the operations on the media come in the same order every time) is run once to
 //! count its operations, then once for each of them with the power cut just before
 //! it ([`PowerCut::power_off_after`]). For each cut, every file the disk may have
@@ -55,6 +55,7 @@ fn geometry() -> GeometryParams {
 enum Step {
     Write { z: u32, len: u64, fua: bool },
     Reset(u32),
+    Finish(u32),
     Flush,
 }
 
@@ -65,8 +66,10 @@ const fn w(z: u32, len: u64) -> Step {
 /// Before the cuts: each zone but the last written, and a commit.
 const PREFIX: [Step; 4] = [w(1, 16), w(2, 16), w(3, 16), Step::Flush];
 /// Where the power is cut: writes, a reset (a commit without a data sync), a FUA
-/// write (a commit around its data), flushes (full commits).
-const PHASE: [Step; 9] = [
+/// write (a commit around its data), a finish (a hole punched past the write
+/// pointer, then a full commit) of the zone reset, whose old data lies past its
+/// write pointer, flushes (full commits).
+const PHASE: [Step; 10] = [
     w(1, 8),
     w(2, 8),
     Step::Reset(3),
@@ -75,6 +78,7 @@ const PHASE: [Step; 9] = [
     Step::Flush,
     w(2, 8),
     w(3, 8),
+    Step::Finish(3),
     Step::Flush,
 ];
 
@@ -93,6 +97,8 @@ struct W {
 struct Epoch {
     writes: Vec<W>,
     reset_acked: bool,
+    /// A finish was submitted, and whether it was acknowledged.
+    finish: Option<bool>,
 }
 
 /// Runs `steps` on `rt`, recording each in `zones` (per zone, its epochs).
@@ -114,7 +120,11 @@ fn run_steps(rt: &Runtime, steps: &[Step], zones: &mut [Vec<Epoch>], stamp: &mut
             }
             Step::Reset(z) => {
                 let ok = rt.zone_op(Op::ZoneReset, Sector(u64::from(z) * ZONE_SECTORS)).is_ok();
-                zones[z as usize].push(Epoch { writes: Vec::new(), reset_acked: ok });
+                zones[z as usize].push(Epoch { writes: Vec::new(), reset_acked: ok, finish: None });
+            }
+            Step::Finish(z) => {
+                let ok = rt.zone_op(Op::ZoneFinish, Sector(u64::from(z) * ZONE_SECTORS)).is_ok();
+                zones[z as usize].last_mut().expect("an epoch").finish = Some(ok);
             }
             Step::Flush => {
                 // One thread: every write acknowledged so far was before the flush
@@ -144,7 +154,7 @@ fn run(path: &Path, cut: Option<u64>) -> Run {
     common::create_fresh(path, geometry());
     let (image, pc) = common::open_with_power_cut(path, &Geometry::new(&geometry()).unwrap());
     let rt = Runtime::start(image, RuntimeConfig { backend: Backend::Threads, ..RuntimeConfig::default() }).unwrap();
-    let mut zones = vec![vec![Epoch { writes: Vec::new(), reset_acked: true }]; ZONES as usize + 1];
+    let mut zones = vec![vec![Epoch { writes: Vec::new(), reset_acked: true, finish: None }]; ZONES as usize + 1];
     let mut stamp = 0;
     run_steps(&rt, &PREFIX, &mut zones, &mut stamp);
     for epochs in &mut zones {
@@ -163,11 +173,17 @@ fn run(path: &Path, cut: Option<u64>) -> Run {
 
 /// Whether zone `z`'s write pointer `wp` and data fit `epoch`: at the end of one of
 /// its writes (or 0), at or past its last durable write, and each sector below it
-/// holding what its write put there.
+/// holding what its write put there; or, finished (for sure once the finish was
+/// acknowledged), at the zone's end with zeroes past its writes.
 fn fits(img: &FileImage, z: u32, wp: u64, epoch: &Epoch) -> Result<(), String> {
     let floor = epoch.writes.iter().filter(|w| w.durable).map(|w| w.off + w.len).max().unwrap_or(0);
-    if wp < floor || !(wp == 0 || epoch.writes.iter().any(|w| w.off + w.len == wp)) {
-        return Err(format!("write pointer offset {wp}, durable up to {floor}, writes {:?}", epoch.writes));
+    let finished = epoch.finish.is_some() && wp == ZONE_SECTORS;
+    let at_write = wp == 0 || epoch.writes.iter().any(|w| w.off + w.len == wp);
+    if wp < floor || !(finished || at_write) || (epoch.finish == Some(true) && !finished) {
+        return Err(format!(
+            "write pointer offset {wp}, durable up to {floor}, writes {:?}, finish {:?}",
+            epoch.writes, epoch.finish
+        ));
     }
     if wp == 0 {
         return Ok(());
@@ -181,6 +197,13 @@ fn fits(img: &FileImage, z: u32, wp: u64, epoch: &Epoch) -> Result<(), String> {
                 return Err(format!("sector offset {s} below the write pointer offset {wp} holds {got:?}, not {w:?}"));
             }
         }
+    }
+    let written = epoch.writes.iter().filter(|w| w.off < wp).map(|w| w.off + w.len).max().unwrap_or(0);
+    if let Some(i) = buf[(written * 512) as usize..].iter().position(|&b| b != 0) {
+        return Err(format!(
+            "sector offset {} of the finished zone, past its writes (up to {written}), holds data",
+            written + i as u64 / 512
+        ));
     }
     Ok(())
 }
