@@ -79,11 +79,21 @@ pub enum Mutation {
     /// device receives them tells, which the comparison with the kernel's single
     /// issuer in the Linux 7.3 VM sees (crates/cli/tests/seeds_vm73.rs).
     IssuerOnePerVisit,
+    /// An image's recovery counts the commit the live header announces as complete
+    /// after a restart, though its table may never have been written (a power cut
+    /// between the announcement and the table's sync): the newest durable table
+    /// looks older than a commit that happened, and a sound image is refused for
+    /// writing.
+    AnnouncedAsComplete,
+    /// An image's recovery after an unclean stop leaves what the file holds past
+    /// each recovered write pointer (unflushed writes dropped, a write in flight)
+    /// instead of discarding it, as it says it does.
+    StaleTailKept,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 21] = [
+    pub const ALL: [Mutation; 23] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -105,6 +115,8 @@ impl Mutation {
         Mutation::AbortedAsEagain,
         Mutation::SeedSetupPanics,
         Mutation::IssuerOnePerVisit,
+        Mutation::AnnouncedAsComplete,
+        Mutation::StaleTailKept,
     ];
 
     /// Its name on the command line.
@@ -131,6 +143,8 @@ impl Mutation {
             Mutation::AbortedAsEagain => "aborted-as-eagain",
             Mutation::SeedSetupPanics => "seed-setup-panics",
             Mutation::IssuerOnePerVisit => "issuer-one-per-visit",
+            Mutation::AnnouncedAsComplete => "announced-as-complete",
+            Mutation::StaleTailKept => "stale-tail-kept",
         }
     }
 
@@ -156,7 +170,7 @@ impl Mutation {
 
     /// Whether only an image meets it: the simulator has no image.
     pub fn image_only(self) -> bool {
-        self == Mutation::FlushCoversHole
+        matches!(self, Mutation::FlushCoversHole | Mutation::AnnouncedAsComplete | Mutation::StaleTailKept)
     }
 
     /// Whether it plants a bug in the checker's harness rather than in what the
@@ -214,6 +228,13 @@ pub fn set_global(m: Option<Mutation>) {
 #[cfg(feature = "mutations")]
 pub fn set(m: Option<Mutation>) {
     ACTIVE.with(|a| a.set(m));
+}
+
+/// Without the `mutations` feature there is nothing to activate: only `None` is
+/// accepted (check [`AVAILABLE`] first).
+#[cfg(not(feature = "mutations"))]
+pub fn set(m: Option<Mutation>) {
+    assert!(m.is_none(), "planting {m:?} needs the `mutations` feature");
 }
 
 /// Whether this build can plant bugs (the `mutations` feature).

@@ -13,6 +13,15 @@
 //!   with FUA or before a completed FLUSH must read back, and no write pointer may be
 //!   past durable data: every sector below it holds what the writes put there.
 //!
+//! Past every write pointer, up to the zone's capacity, the zone must read as
+//! zeroes, and the file must hold zeroes: the reopen's recovery discards what lies
+//! there (writes not flushed, a write in flight). With the planted bug
+//! `stale-tail-kept` (it does not) both ways fail within `MUTANT_RUNS` runs, and
+//! with `announced-as-complete` (the commit the live header announces counted as
+//! complete, a sound image refused for writing when a cut left the announcement
+//! without its table) the power loss does; built with the `mutations` feature,
+//! SKIPPED otherwise.
+//!
 //! Every zone must report consistently. Run `n` uses seed `ZBLK_CRASH_SEED + n`
 //! (default base 1); a failure prints its seed, and `ZBLK_CRASH_SEED=<seed>
 //! ZBLK_CRASH_RUNS=1` replays it.
@@ -28,6 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zblk_core::bio::{BioFlags, Op};
 use zblk_core::geometry::{Geometry, GeometryParams};
+use zblk_core::mutation::{self, Mutation};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
 use zblk_dev::file::{FileImage, ImageOptions};
@@ -264,8 +274,9 @@ enum Crash {
     Power,
 }
 
-/// Checks the reopened image against the model; returns what is wrong.
-fn check(img: &FileImage, zones: &[ZoneModel], crash: Crash) -> Result<(), String> {
+/// Checks the reopened image (the file at `path`) against the model; returns what
+/// is wrong.
+fn check(img: &FileImage, path: &Path, zones: &[ZoneModel], crash: Crash) -> Result<(), String> {
     let geo = img.geo().clone();
     let report = img.zones();
     for z in 1..=SEQ_ZONES {
@@ -314,7 +325,7 @@ fn check(img: &FileImage, zones: &[ZoneModel], crash: Crash) -> Result<(), Strin
         }
         check_data(img, &geo, z, wp, m)?;
     }
-    Ok(())
+    common::zeroes_past_write_pointers(img, path)
 }
 
 /// Every sector below the write pointer holds what the model says was written there
@@ -383,13 +394,15 @@ fn crash_child() {
     });
 }
 
-#[test]
-fn kill_nine_at_random_points() {
+/// `runs` kill -9 runs from seed `base`, with `mutant` planted in this thread's
+/// recovery (the reopen): the operations and unclean reopens counted, or the first
+/// failure.
+fn kill_runs(runs: u64, base: u64, mutant: Option<Mutation>) -> Result<(usize, usize), String> {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     let (mut acked, mut unclean) = (0usize, 0usize);
-    for run in 0..runs() {
-        let seed = base_seed() + run;
+    for run in 0..runs {
+        let seed = base + run;
         let img = dir.path().join("kill.img");
         let log: PathBuf = dir.path().join("kill.log");
         create(&img);
@@ -412,30 +425,40 @@ fn kill_nine_at_random_points() {
         child.wait().unwrap();
         let lines: Vec<String> = read_log(&log).into_iter().filter(|l| !l.starts_with('#')).collect();
         acked += lines.iter().filter(|l| l.starts_with("A ")).count();
+        mutation::set(mutant);
         let image = common::open_retry(&img, &ImageOptions::default());
+        mutation::set(None);
         if image.repairs().iter().any(|r| r.contains("not closed cleanly")) {
             unclean += 1;
         }
-        if let Err(e) = check(&image, &model(&lines), Crash::Kill) {
-            panic!(
+        if let Err(e) = check(&image, &img, &model(&lines), Crash::Kill) {
+            return Err(format!(
                 "kill -9 run {run}, seed {seed}: {e}\nrepairs: {:?}\nreplay: ZBLK_CRASH_SEED={seed} ZBLK_CRASH_RUNS=1 \
                  cargo test --profile test-release --test crash kill_nine",
                 image.repairs()
-            );
+            ));
         }
     }
+    Ok((acked, unclean))
+}
+
+#[test]
+fn kill_nine_at_random_points() {
+    let (acked, unclean) = kill_runs(runs(), base_seed(), None).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("kill -9: {} runs, {acked} acknowledged operations checked, {unclean} unclean reopens", runs());
     assert_eq!(unclean as u64, runs(), "every run must have been killed while the image was open");
 }
 
 // ---------------------------------------------------------------- power loss
 
-#[test]
-fn power_loss_at_random_points() {
+/// `runs` power-loss runs from seed `base`, with `mutant` planted in this thread's
+/// recovery (the reopen after the cut): the durable writes checked and the others
+/// allowed to go, or the first failure.
+fn power_runs(runs: u64, base: u64, mutant: Option<Mutation>) -> Result<(usize, usize), String> {
     let dir = tempfile::tempdir().unwrap();
     let (mut durable, mut lost) = (0usize, 0usize);
-    for run in 0..runs() {
-        let seed = base_seed() + run;
+    for run in 0..runs {
+        let seed = base + run;
         let img = dir.path().join("power.img");
         create(&img);
         let (image, pc) = common::open_with_power_cut(&img, &Geometry::new(&geometry()).unwrap());
@@ -461,21 +484,61 @@ fn power_loss_at_random_points() {
         let zones = model(&lines);
         durable += zones.iter().flat_map(|z| &z.extents).filter(|e| e.durable).count();
         lost += zones.iter().flat_map(|z| &z.extents).filter(|e| !e.durable).count();
+        let replay = format!(
+            "replay: ZBLK_CRASH_SEED={seed} ZBLK_CRASH_RUNS=1 cargo test --profile test-release --test crash power_loss"
+        );
+        mutation::set(mutant);
         let image = common::retry_in_use(|| {
             FileImage::open(&after, &ImageOptions { boot_id: Some(common::OTHER_BOOT), ..ImageOptions::default() })
-        })
-        .unwrap_or_else(|e| panic!("power loss run {run}, seed {seed}: reopen: {e}"));
-        if let Err(e) = check(&image, &zones, Crash::Power) {
-            panic!(
-                "power loss run {run}, seed {seed}: {e}\nrepairs: {:?}\nreplay: ZBLK_CRASH_SEED={seed} ZBLK_CRASH_RUNS=1 \
-                 cargo test --profile test-release --test crash power_loss",
-                image.repairs()
-            );
+        });
+        mutation::set(None);
+        let image = image.map_err(|e| format!("power loss run {run}, seed {seed}: reopen: {e}\n{replay}"))?;
+        if let Err(e) = check(&image, &after, &zones, Crash::Power) {
+            return Err(format!("power loss run {run}, seed {seed}: {e}\nrepairs: {:?}\n{replay}", image.repairs()));
         }
     }
+    Ok((durable, lost))
+}
+
+#[test]
+fn power_loss_at_random_points() {
+    let (durable, lost) = power_runs(runs(), base_seed(), None).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "power loss: {} runs; {durable} durable acknowledged writes checked, {lost} not-yet-durable ones allowed to go",
         runs()
     );
     assert!(durable > 0, "no durable write was ever checked");
+}
+
+// ------------------------------------------------------------- planted bugs
+
+/// Runs (from seed 1) within which each planted bug of recovery is caught.
+const MUTANT_RUNS: u64 = 40;
+
+/// The first of `MUTANT_RUNS` runs (`runs`, from seed 1) that catches `m`, printed;
+/// a failure when none does.
+fn first_catch(m: Mutation, how: &str, runs: impl Fn(u64, u64, Option<Mutation>) -> Result<(usize, usize), String>) {
+    match runs(MUTANT_RUNS, 1, Some(m)) {
+        Err(e) => println!("{} caught by {how}: {}", m.name(), e.lines().next().unwrap_or(&e)),
+        Ok(_) => panic!("{} not caught within {MUTANT_RUNS} {how} runs", m.name()),
+    }
+}
+
+#[test]
+fn the_planted_stale_tail_is_caught_by_both_crashes() {
+    if !mutation::AVAILABLE {
+        eprintln!("SKIPPED: built without the `mutations` feature");
+        return;
+    }
+    first_catch(Mutation::StaleTailKept, "kill -9", kill_runs);
+    first_catch(Mutation::StaleTailKept, "power loss", power_runs);
+}
+
+#[test]
+fn the_planted_announcement_as_complete_is_caught_by_power_loss() {
+    if !mutation::AVAILABLE {
+        eprintln!("SKIPPED: built without the `mutations` feature");
+        return;
+    }
+    first_catch(Mutation::AnnouncedAsComplete, "power loss", power_runs);
 }

@@ -8,7 +8,9 @@
 //!   one), at or past every write acknowledged (kill) or made durable (power: FUA, or
 //!   acknowledged before a completed FLUSH began), and never past the last submitted;
 //! - every sector below it holds what the write covering it put there: the durable
-//!   state never covers a hole, and no acknowledged write sits beyond one.
+//!   state never covers a hole, and no acknowledged write sits beyond one;
+//! - past it, up to the zone's capacity, the zone reads as zeroes and the file holds
+//!   zeroes (the writes past it discarded by the recovery).
 //!
 //! With the planted bug `flush-covers-hole` (the image records the accepted write
 //! pointer, over writes still in flight) the kill -9 check fails within
@@ -191,8 +193,9 @@ fn model(text: &str) -> Vec<Vec<W>> {
     zones
 }
 
-/// Checks the reopened image against the model (see the module documentation).
-fn check(img: &FileImage, zones: &[Vec<W>], power: bool) -> Result<(), String> {
+/// Checks the reopened image (the file at `path`) against the model (see the module
+/// documentation).
+fn check(img: &FileImage, path: &Path, zones: &[Vec<W>], power: bool) -> Result<(), String> {
     let geo: Geometry = img.geo().clone();
     let report = img.zones();
     for z in 1..=SEQ_ZONES {
@@ -223,7 +226,7 @@ fn check(img: &FileImage, zones: &[Vec<W>], power: bool) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    common::zeroes_past_write_pointers(img, path)
 }
 
 fn create(path: &Path) {
@@ -283,7 +286,7 @@ fn kill_runs(runs: u64, mutant: Option<Mutation>) -> Option<(u64, String)> {
             return Some((seed, format!("a write failed before the kill: {e}")));
         }
         let image = common::open_retry(&img, &ImageOptions::default());
-        if let Err(e) = check(&image, &model(&text), false) {
+        if let Err(e) = check(&image, &img, &model(&text), false) {
             return Some((seed, e));
         }
     }
@@ -334,7 +337,7 @@ fn power_loss_with_pipelined_writes_in_flight() {
             FileImage::open(&after, &ImageOptions { boot_id: Some(common::OTHER_BOOT), ..ImageOptions::default() })
         })
         .unwrap_or_else(|e| panic!("power loss seed {seed}: reopen: {e}"));
-        if let Err(e) = check(&image, &model(&text), true) {
+        if let Err(e) = check(&image, &after, &model(&text), true) {
             panic!("power loss seed {seed}: {e}\nrepairs: {:?}", image.repairs());
         }
     }

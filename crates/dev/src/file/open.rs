@@ -157,7 +157,7 @@ impl FileImage {
                 self.write_table(&mut d, entries)?;
             }
         }
-        if unclean {
+        if unclean && !zblk_core::mutation::on(zblk_core::mutation::Mutation::StaleTailKept) {
             let done = self.lock_state().done.clone();
             for (z, e) in done.iter().enumerate() {
                 let z = ZoneNo(z as u32);

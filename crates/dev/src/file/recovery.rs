@@ -282,7 +282,9 @@ impl Commits {
         // complete (at a clean close, the one it names too).
         let claims = known;
         if let Some(c) = hdr.commit {
-            known = known.max(if hdr.state == LiveState::Clean { c } else { c.saturating_sub(1) });
+            let complete = hdr.state == LiveState::Clean
+                || zblk_core::mutation::on(zblk_core::mutation::Mutation::AnnouncedAsComplete);
+            known = known.max(if complete { c } else { c.saturating_sub(1) });
         }
         // New tables are numbered above every number seen, so that a later torn write
         // never mixes two tables of the same number.

@@ -112,3 +112,39 @@ pub fn crash_runs(default: u64) -> u64 {
 /// A boot id other than this machine's: an image reopened "after a power cut" is
 /// opened as on the next boot.
 pub const OTHER_BOOT: [u8; 36] = *b"00000000-0000-4000-8000-00000000cafe";
+
+/// After a crash and the reopen that recovered from it: every sequential zone reads
+/// as zeroes from its write pointer up to its capacity, through the device (what a
+/// user reads) and in the file itself (the recovery of an unclean stop says it
+/// discarded the data past every write pointer: writes never flushed, a write in
+/// flight). Names the first zone and sector that does not.
+pub fn zeroes_past_write_pointers(img: &zblk_dev::file::FileImage, path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    use zblk_core::zone::ZoneType;
+    let file = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    for (z, info) in img.zones().iter().enumerate() {
+        let (wp, cap) = (info.wp.since(info.start), info.capacity);
+        if info.ztype == ZoneType::Conventional || wp >= cap {
+            continue;
+        }
+        let mut buf = vec![0u8; ((cap - wp) * 512) as usize];
+        img.read_direct(info.wp, &mut buf).map_err(|e| format!("zone {z}: read past the write pointer: {e}"))?;
+        if let Some(i) = buf.iter().position(|&b| b != 0) {
+            return Err(format!(
+                "zone {z}: sector offset {} past the write pointer offset {wp} (capacity {cap}) reads as data, \
+                 not zeroes",
+                wp + i as u64 / 512
+            ));
+        }
+        file.read_exact_at(&mut buf, img.file_offset(info.wp)).map_err(|e| format!("zone {z}: read the file: {e}"))?;
+        if let Some(i) = buf.iter().position(|&b| b != 0) {
+            return Err(format!(
+                "zone {z}: the file holds data at sector offset {} past the write pointer offset {wp} (capacity \
+                 {cap}), which the recovery ({}) did not discard",
+                wp + i as u64 / 512,
+                img.repairs().join("; ")
+            ));
+        }
+    }
+    Ok(())
+}
