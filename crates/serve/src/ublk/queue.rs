@@ -124,12 +124,14 @@ fn on_ring(served: &dyn Served, fresh: &mut Vec<LocalIo>, f: impl FnOnce()) {
     }
 }
 
-/// Serves queue `qid` of `dev` until the device stops.
-pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, poll: Duration) {
+/// Serves queue `qid` of `dev` until the device stops; `settled` is called once the
+/// queue's fetch commands are with the kernel, or the queue gave up before.
+pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, poll: Duration, settled: &dyn Fn()) {
     // SAFETY: eventfd takes no pointer; a negative result is checked.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
         crate::say(&format!("ublk queue {qid}: eventfd: {}", std::io::Error::last_os_error()));
+        settled();
         return;
     }
     // SAFETY: efd was just opened and is owned by nobody else.
@@ -153,9 +155,11 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, pol
         Ok(q) => q,
         Err(e) => {
             crate::say(&format!("ublk queue {qid}: {e}"));
+            settled();
             return;
         }
     };
+    settled();
     st.arm_wake(&queue);
     st.run(&queue, poll);
     st.drain(&queue);
@@ -187,6 +191,18 @@ impl Queue {
                 to_wait as usize,
             );
             match handled {
+                // A wait interrupted is not the end of the queue: a stop signal
+                // (SIGSTOP, a terminal's Ctrl-Z, a debugger attaching) makes
+                // io_uring_enter return EINTR once the thread runs again, and the
+                // queue is as it was. Ending the loop there would drop the ring with
+                // the kernel's fetch commands still on it: the ring's teardown then
+                // waits in io_rsrc_ref_quiesce for commands that complete only when
+                // the device stops, and the device cannot stop while its queue is
+                // neither serving nor gone (every later request hangs). SIGINT and
+                // SIGTERM never interrupt it: every thread of the server blocks them
+                // (the command takes them with sigwait); stop signals cannot be
+                // blocked, so the wait starts again.
+                Err(libublk::UblkError::IOError(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => break,
                 Ok(n) => window.took(to_wait, n > 0, &BATCHES),
             }
