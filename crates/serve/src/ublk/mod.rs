@@ -16,8 +16,8 @@ use crate::{ServeError, io_buf_bytes};
 use libublk::ctrl::UblkCtrl;
 use libublk::io::UblkDev;
 use libublk::{UblkFlags, sys};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use zblk_core::geometry::Geometry;
 use zblk_core::units::SECTOR_SIZE;
 
@@ -142,44 +142,10 @@ pub struct Ready {
     pub id: u32,
 }
 
-/// How long a device that failed to start waits for each step of its removal: its
-/// queues' threads to have sent their fetch commands, then to have ended once the
-/// kernel aborted them.
-const START_FAILED_WAIT: Duration = Duration::from_secs(2);
-
-/// Where the queues' threads are: how many have sent their fetch commands or given
-/// up (settled), and how many have ended. A device whose start failed is stopped
-/// only once every queue has settled (a fetch command sent after the stop would
-/// never be aborted), and removed only once every queue has ended (the kernel frees
-/// the device only when its character device is closed, which the last queue does).
-#[derive(Default)]
-struct Track {
-    counts: Mutex<(u32, u32)>,
-    changed: Condvar,
-}
-
-impl Track {
-    fn settled(&self) {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-        self.changed.notify_all();
-    }
-
-    fn ended(&self) {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
-        self.changed.notify_all();
-    }
-
-    /// Waits until `done` holds of the counts, at most `limit`; whether it does.
-    fn wait(&self, limit: Duration, done: impl Fn(&(u32, u32)) -> bool) -> bool {
-        let until = Instant::now() + limit;
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        while !done(&c) {
-            let Some(left) = until.checked_duration_since(Instant::now()) else { return false };
-            c = self.changed.wait_timeout(c, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        true
-    }
-}
+/// How long a device that failed to start waits for its queues' threads to end once
+/// told to (they may still be setting up: in an emulated guest on a loaded host,
+/// seconds).
+const START_FAILED_WAIT: Duration = Duration::from_secs(10);
 
 /// libublk records every device it adds or recovers in `/run/ublksrvd/N.json` (for
 /// ublk's tools) and fails the device's start when it cannot (a read-only `/run`, a
@@ -230,11 +196,11 @@ pub fn serve(
         Ok(())
     };
     let poll = cfg.poll;
-    let track = Arc::new(Track::default());
+    let track = Arc::new(queue::Queues::default());
     let queues = Arc::clone(&track);
     let stopping = Arc::clone(&served);
     let q_fn = move |qid: u16, dev: &UblkDev| {
-        queue::serve_queue(qid, dev, &served, poll, &|| queues.settled());
+        queue::serve_queue(qid, dev, &served, poll, &queues);
         queues.ended();
     };
     let wait = move |ctrl: &UblkCtrl| {
@@ -254,12 +220,13 @@ pub fn serve(
     // running, each waiting on its fetch commands. Dropping the control now would
     // delete the device, which the kernel finishes only once those threads have
     // closed its character device: a wait for ever, which SIGINT and SIGTERM cannot
-    // interrupt (every thread blocks them). Stopping the device aborts the fetch
-    // commands once every queue has sent them; the threads then end.
+    // interrupt (every thread blocks them). Nor does stopping a device that never
+    // started abort its fetch commands (Linux 6.12): each queue's thread is told to
+    // end without serving, which closes its ring, and the kernel aborts them then.
     let err = ublk_error("starting the ublk device", e);
-    track.wait(START_FAILED_WAIT, |c| c.0 + c.1 >= nr_queues);
     let _ = ctrl.kill_dev();
-    if !track.wait(START_FAILED_WAIT, |c| c.1 >= nr_queues) {
+    track.abandon();
+    if !track.wait_ended(nr_queues, START_FAILED_WAIT) {
         // Not deleted, rather than a delete that never returns: the device stays,
         // stopped (`ublk del` removes it).
         ctrl.disown();
