@@ -147,6 +147,11 @@ pub struct Ready {
 /// seconds).
 const START_FAILED_WAIT: Duration = Duration::from_secs(10);
 
+/// A device that failed to start with no queue's thread started this long after:
+/// libublk failed before it made them (each of them has reported to it before the
+/// start is tried), so none is waited for.
+const NO_QUEUES_AFTER: Duration = Duration::from_secs(1);
+
 /// libublk records every device it adds or recovers in `/run/ublksrvd/N.json` (for
 /// ublk's tools) and fails the device's start when it cannot (a read-only `/run`, a
 /// file of that name, as in a container): checked before the device is added, so
@@ -200,6 +205,7 @@ pub fn serve(
     let queues = Arc::clone(&track);
     let stopping = Arc::clone(&served);
     let q_fn = move |qid: u16, dev: &UblkDev| {
+        queues.started();
         queue::serve_queue(qid, dev, &served, poll, &queues);
         queues.ended();
     };
@@ -226,7 +232,7 @@ pub fn serve(
     let err = ublk_error("starting the ublk device", e);
     let _ = ctrl.kill_dev();
     track.abandon();
-    if !track.wait_ended(nr_queues, START_FAILED_WAIT) {
+    if !track.wait_ended(nr_queues, NO_QUEUES_AFTER, START_FAILED_WAIT) {
         // Not deleted, rather than a delete that never returns: the device stays,
         // stopped (`ublk del` removes it).
         ctrl.disown();

@@ -72,7 +72,8 @@ impl Mailbox {
 /// device is closed, which the last queue does).
 #[derive(Default)]
 pub(super) struct Queues {
-    ended: Mutex<u32>,
+    /// Queues' threads started and ended.
+    counts: Mutex<(u32, u32)>,
     changed: Condvar,
     /// The device never started: each queue ends without serving ([`abandon`]).
     abandoned: AtomicBool,
@@ -85,19 +86,31 @@ impl Queues {
         self.mailboxes.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::clone(mailbox));
     }
 
+    /// A queue's thread has started.
+    pub(super) fn started(&self) {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+    }
+
     /// A queue's thread has ended.
     pub(super) fn ended(&self) {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
         self.changed.notify_all();
     }
 
-    /// Waits until `n` queues have ended, at most `limit`; whether they have.
-    pub(super) fn wait_ended(&self, n: u32, limit: Duration) -> bool {
-        let until = std::time::Instant::now() + limit;
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        while *ended < n {
-            let Some(left) = until.checked_duration_since(std::time::Instant::now()) else { return false };
-            ended = self.changed.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0;
+    /// Waits until `n` queues have ended, at most `limit`; whether they have. When
+    /// no queue's thread has started after `none_after` (the device failed before
+    /// libublk made them), there is nothing to wait for.
+    pub(super) fn wait_ended(&self, n: u32, none_after: Duration, limit: Duration) -> bool {
+        let start = std::time::Instant::now();
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        while c.1 < n {
+            let waited = start.elapsed();
+            if c.0 == 0 && waited >= none_after {
+                return true;
+            }
+            let Some(left) = limit.checked_sub(waited) else { return false };
+            let step = if c.0 == 0 { left.min(none_after.saturating_sub(waited)) } else { left };
+            c = self.changed.wait_timeout(c, step).unwrap_or_else(|p| p.into_inner()).0;
         }
         true
     }
