@@ -229,8 +229,10 @@ pub fn serve(
     // interrupt (every thread blocks them). Nor does stopping a device that never
     // started abort its fetch commands (Linux 6.12): each queue's thread is told to
     // end without serving, which closes its ring, and the kernel aborts them then.
+    // (Not stopped first: a recoverable device whose recovery failed stays quiesced,
+    // holding its I/O for the next server, as after its server died; a new device
+    // is removed when the control is dropped.)
     let err = ublk_error("starting the ublk device", e);
-    let _ = ctrl.kill_dev();
     track.abandon();
     if !track.wait_ended(nr_queues, NO_QUEUES_AFTER, START_FAILED_WAIT) {
         // Not deleted, rather than a delete that never returns: the device stays,
