@@ -12,10 +12,10 @@ use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::parse_size;
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
-use zblk_dev::Device;
-use zblk_dev::file::{FileImage, ImageOptions};
+use zblk_dev::file::{FileImage, ImageErrorKind, ImageOptions};
 use zblk_dev::linux::{self, LinuxOptions, LinuxZoned, RawZone};
 use zblk_dev::nvme::{self, NvmeZns};
+use zblk_dev::{Device, DeviceErrorKind, Hold};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig};
 
 /// What the I/O commands (`write`, `append`, `read`, `bench`, `info`) run on: a zblk
@@ -44,6 +44,41 @@ impl Target {
             return LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg);
         }
         open(path, read_only, wait).map(|i| Target::Image(Box::new(i)))
+    }
+
+    /// [`Target::open`], with a wait for another holder of an image's lock that
+    /// `stop` can call off: asked every [`LOCK_SLICE`] of the wait, its message
+    /// (`Some`) ends the wait as the error. (A blocking `flock` is interrupted only by
+    /// a signal handler, and a server takes its signals with sigwait, so that no
+    /// handler runs in the middle of a request: the wait is made of short ones.)
+    pub fn open_unless(
+        path: &Path,
+        read_only: bool,
+        wait: WaitArg,
+        stop: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<Target, CliError> {
+        let Some(total) = wait.wait else { return Target::open(path, read_only, wait) };
+        if nvme::is_char_device(path) || linux::is_block_device(path) {
+            return Target::open(path, read_only, wait);
+        }
+        // (`None`: as long as it takes.)
+        let until = std::time::Instant::now().checked_add(total);
+        loop {
+            let left = until.map(|u| u.saturating_duration_since(std::time::Instant::now()));
+            let slice = left.map_or(LOCK_SLICE, |l| l.min(LOCK_SLICE));
+            let opts = ImageOptions { read_only, lock_wait: Some(slice), ..ImageOptions::default() };
+            match FileImage::open(path, &opts) {
+                Err(e)
+                    if matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(Hold::ImageLock)))
+                        && left.is_none_or(|l| !l.is_zero()) =>
+                {
+                    if let Some(why) = stop() {
+                        return Err(CliError(why));
+                    }
+                }
+                r => return Ok(Target::Image(Box::new(said(path, read_only, r.map_err(CliError::msg)?)))),
+            }
+        }
     }
 
     /// The image, when it is one.
@@ -140,7 +175,15 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
 /// stderr, one line each.
 pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, CliError> {
     let opts = ImageOptions { read_only, lock_wait: wait.wait, ..ImageOptions::default() };
-    let img = FileImage::open(path, &opts).map_err(CliError::msg)?;
+    Ok(said(path, read_only, FileImage::open(path, &opts).map_err(CliError::msg)?))
+}
+
+/// How often a wait for an image's lock that can be called off looks whether it was
+/// ([`Target::open_unless`]).
+const LOCK_SLICE: Duration = Duration::from_millis(50);
+
+/// Says on standard error what opening `img` found or repaired, one line each.
+fn said(path: &Path, read_only: bool, img: FileImage) -> FileImage {
     for r in img.repairs() {
         let what = if read_only { "found (read-only: not repaired)" } else { "repaired" };
         errln!("zblk: {}: {what}: {r}", path.display());
@@ -148,7 +191,7 @@ pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, Cl
             out::done(format!("{}: repaired: {r}", path.display()));
         }
     }
-    Ok(img)
+    img
 }
 
 /// The issue policy an image runs with by default: the single issuer on a rotational

@@ -94,7 +94,16 @@ pub type SimBuilder = Box<dyn FnOnce() -> Result<Sim, ServeError> + Send>;
 /// What the pacing thread receives.
 enum Msg {
     Req(Req, DoneFn),
+    /// The server is stopping ([`Served::stop`]): no more pacing.
+    Stop,
 }
+
+/// How long a stopping simulation may run its model ahead, as fast as it goes, to
+/// complete the requests it holds; what it has not completed by then fails (EIO).
+/// Simulating is far faster than the model's time (a deep queue of the SMR model's
+/// 1 MiB writes takes milliseconds), so this bound is met only by a model that never
+/// completes what it holds.
+const STOP_RUN_AHEAD: Duration = Duration::from_millis(200);
 
 /// A simulation paced to wall time, served to the ublk queues.
 pub struct PacedSim {
@@ -178,6 +187,13 @@ impl Served for PacedSim {
             done(Reply { result: Err(libc::EIO), buf, copy_out: CopyOut::Nothing });
         }
     }
+
+    /// The model runs ahead of wall time from now on: what it holds completes at once
+    /// (or fails, past [`STOP_RUN_AHEAD`]), and so does every later request.
+    fn stop(&self) {
+        // (A thread that has ended holds nothing.)
+        let _ = self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(Msg::Stop);
+    }
 }
 
 /// A request inside the simulation.
@@ -251,6 +267,8 @@ struct Pacer {
     /// Wall nanoseconds per nanosecond of the model.
     scale: u64,
     turnaround: Turnaround,
+    /// The server is stopping: requests are no longer paced.
+    stopping: bool,
 }
 
 impl Pacer {
@@ -266,6 +284,7 @@ impl Pacer {
             start,
             scale,
             turnaround: Turnaround::default(),
+            stopping: false,
         }
     }
 
@@ -278,6 +297,7 @@ impl Pacer {
         loop {
             let msg = match self.sim.next_event_ns() {
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(_) if self.stopping => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 Some(t) => match t.checked_sub(self.now()) {
                     Some(wait) if wait > 0 => rx.recv_timeout(Duration::from_nanos(wait.saturating_mul(self.scale))),
                     _ => Err(RecvTimeoutError::Timeout),
@@ -304,15 +324,41 @@ impl Pacer {
             }
             self.sim.run_until(self.now());
             self.deliver();
+            if self.stopping {
+                self.run_ahead();
+            }
         }
+    }
+
+    /// Once stopping: runs the model ahead of wall time, as fast as it simulates,
+    /// until it holds nothing, and fails what it still holds after
+    /// [`STOP_RUN_AHEAD`].
+    fn run_ahead(&mut self) {
+        let until = Instant::now() + STOP_RUN_AHEAD;
+        while !self.pending.is_empty() && Instant::now() < until {
+            let Some(t) = self.sim.next_event_ns() else { break };
+            self.sim.run_until(t);
+            self.deliver();
+        }
+        for (_, p) in std::mem::take(&mut self.pending) {
+            (p.done)(Reply { result: Err(libc::EIO), buf: p.buf, copy_out: CopyOut::Nothing });
+        }
+        self.writing = 0;
     }
 
     fn top_geometry(&self) -> Geometry {
         self.sim.stack().info(self.sim.stack().top()).geometry.clone()
     }
 
-    /// A request enters the simulation now.
-    fn take(&mut self, Msg::Req(req, done): Msg) {
+    /// A request enters the simulation now (or, once stopping, is no longer paced).
+    fn take(&mut self, msg: Msg) {
+        let (req, done) = match msg {
+            Msg::Req(req, done) => (req, done),
+            Msg::Stop => {
+                self.stopping = true;
+                return;
+            }
+        };
         self.turnaround.arrival(self.pending.is_empty());
         let len = req.data_len();
         let (op, sector, nr_sectors, flags, buf) = match req {
@@ -527,6 +573,29 @@ mod tests {
             drop(p);
             t.join().unwrap();
         }
+    }
+
+    /// A stop ends what the model holds at once, whatever its time: a write of an
+    /// hour (a command of a minute at a time scale of 60) completes within a second
+    /// of the stop, and so does one sent after it. Without the stop, neither
+    /// completes in that second.
+    #[test]
+    fn a_stop_ends_what_the_model_holds_at_once() {
+        let (p, t) = paced_scaled("nullb:zone_size=4,size=64,completion_nsec=60000000000", 60);
+        let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
+        p.submit(io(Op::Write, 0, &[1u8; 4096]), Box::new(move |r| tx.send(r).unwrap()));
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "an hour's write completed at once");
+        let start = Instant::now();
+        p.stop();
+        let r = rx.recv_timeout(Duration::from_secs(1)).expect("the stop ended the write held");
+        assert_eq!(r.result, Ok(Done::Bytes(4096)), "the model ran ahead and completed it");
+        p.submit(io(Op::Write, 8, &[2u8; 4096]), Box::new(move |r| tx2.send(r).unwrap()));
+        let r = rx.recv_timeout(Duration::from_secs(1)).expect("a request after the stop is not paced");
+        assert_eq!(r.result, Ok(Done::Bytes(4096)));
+        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+        drop(p);
+        t.join().unwrap();
     }
 
     #[test]

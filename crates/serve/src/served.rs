@@ -181,6 +181,15 @@ pub trait Served: Send + Sync {
     fn keeps_data(&self) -> bool {
         true
     }
+
+    /// The server is stopping: every request the device holds, and every one that
+    /// comes from now on, must end at once (fail or complete), whatever it would
+    /// still take. The kernel removes the disk only once no request is in flight
+    /// (del_gendisk waits for them), so a request the device keeps for its own time
+    /// (a paced model's hour at a large time scale) would hold the stop that long.
+    /// A device whose requests end by themselves soon (an image's I/O) has nothing
+    /// to do.
+    fn stop(&self) {}
 }
 
 /// A zone as the kernel's `struct blk_zone` (little-endian x86/arm layout: start, len,

@@ -231,8 +231,8 @@ mod with_ublk {
         // thread's and the queues' inherit the mask from here) and taken synchronously
         // by the thread that waits for them, which then stops the device: no handler
         // runs in the middle of a request.
-        let signals = block_signals();
-        let dev = start_device(a)?;
+        let signals = Arc::new(block_signals());
+        let dev = start_device(a, &signals)?;
         let Device { served, owner, name, persistent, rotational, extra, record } = dev;
         let recovery = match (a.recoverable, a.recover) {
             (_, Some(n)) => Recovery::Recover(n),
@@ -243,7 +243,16 @@ mod with_ublk {
         let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery, poll, record };
         let json = a.json;
         let shown = name.clone();
+        // A signal that came while the device was being made (the lock taken, the
+        // kernel revalidating its zones) stops it before its ready line is printed.
+        let early = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let early_seen = Arc::clone(&early);
         let outcome = zblk_serve::ublk::serve(&cfg, served, move |ready: &Ready| {
+            if let Some(sig) = pending_signal(&signals) {
+                early_seen.store(sig, std::sync::atomic::Ordering::Relaxed);
+                errln!("zblk: signal {sig}: stopping the device before it was ready");
+                return;
+            }
             print_ready(ready, json, &shown, extra);
             let sig = wait_signal(&signals);
             errln!("zblk: signal {sig}: stopping the device");
@@ -265,7 +274,10 @@ mod with_ublk {
         if persistent {
             errln!("zblk: {name}: stopped, every acknowledged write persisted");
         }
-        Ok(())
+        match early.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Ok(()),
+            sig => Err(CliError(format!("{name}: signal {sig} before the device was ready: not served"))),
+        }
     }
 
     /// The ready line: the device's path, or with `--json` an object.
@@ -289,7 +301,7 @@ mod with_ublk {
         out::done(format!("served {}", ready.device));
     }
 
-    fn start_device(a: &ServeArgs) -> Result<Device, CliError> {
+    fn start_device(a: &ServeArgs, signals: &Signals) -> Result<Device, CliError> {
         if let Some(text) = &a.dev {
             let spec = devspec::parse(text)?;
             if matches!(spec.model, ModelParams::Null) && spec.params.completion_nsec == 0 {
@@ -300,7 +312,12 @@ mod with_ublk {
             return start_paced(a);
         }
         let path = a.image.as_ref().ok_or_else(|| CliError::msg("give an image, --dev or --stack"))?;
-        let target = image::Target::open(path, false, a.lock)?;
+        // SIGINT or SIGTERM ends a wait for another holder's lock: nothing is served.
+        let mut stop = || {
+            pending_signal(signals)
+                .map(|sig| format!("{}: signal {sig} while waiting for its lock: not served", path.display()))
+        };
+        let target = image::Target::open_unless(path, false, a.lock, &mut stop)?;
         check_geometry(target.geo()).map_err(serve_error)?;
         // An image is recorded by its identity (and file), so that a recovery takes
         // no other image of the same geometry; a Linux device by its path.
@@ -493,9 +510,20 @@ mod with_ublk {
 
     fn wait_signal(s: &Signals) -> i32 {
         let mut sig = 0;
-        // SAFETY: the set is initialised; sigwait writes the signal number.
-        unsafe { libc::sigwait(&s.0, &mut sig) };
+        // SAFETY: the set is initialised; sigwait writes the signal number. (It
+        // returns 0 or an error number; an interrupted wait, after SIGSTOP and
+        // SIGCONT, waits again.)
+        while unsafe { libc::sigwait(&s.0, &mut sig) } != 0 {}
         sig
+    }
+
+    /// SIGINT or SIGTERM, if one is pending, taken (it is not delivered again).
+    fn pending_signal(s: &Signals) -> Option<i32> {
+        let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: the set is initialised; sigtimedwait with a zero timeout only looks
+        // at and takes a pending signal (no info is asked for).
+        let sig = unsafe { libc::sigtimedwait(&s.0, std::ptr::null_mut(), &now) };
+        (sig > 0).then_some(sig)
     }
 }
 

@@ -17,6 +17,7 @@ use libublk::ctrl::UblkCtrl;
 use libublk::io::UblkDev;
 use libublk::{UblkFlags, sys};
 use std::sync::Arc;
+use std::time::Duration;
 use zblk_core::geometry::Geometry;
 use zblk_core::units::SECTOR_SIZE;
 
@@ -148,9 +149,46 @@ pub struct Ready {
     pub id: u32,
 }
 
+/// How long a device that failed to start waits for its queues' threads to end once
+/// told to (they may still be setting up: in an emulated guest on a loaded host,
+/// seconds).
+const START_FAILED_WAIT: Duration = Duration::from_secs(10);
+
+/// A device that failed to start with no queue's thread started this long after:
+/// libublk failed before it made them (each of them has reported to it before the
+/// start is tried), so none is waited for.
+const NO_QUEUES_AFTER: Duration = Duration::from_secs(1);
+
+/// libublk records every device it adds or recovers in `/run/ublksrvd/N.json` (for
+/// ublk's tools) and fails the device's start when it cannot (a read-only `/run`, a
+/// file of that name, as in a container): checked before the device is added, so
+/// that the reason is said and nothing is left to remove.
+fn check_run_dir() -> Result<(), ServeError> {
+    let dir = std::path::PathBuf::from(UblkCtrl::run_dir());
+    let probe = dir.join(format!(".zblk-{}", std::process::id()));
+    let checked = (|| {
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir)?;
+            // As libublk makes it: its records are read by other users' tools.
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+        }
+        std::fs::File::create(&probe).map(drop)
+    })();
+    let _ = std::fs::remove_file(&probe);
+    checked.map_err(|e| {
+        ServeError(format!(
+            "{}: {e}: the ublk library records each device it adds there, so it must be a writable directory \
+             (mount a tmpfs on /run)",
+            dir.display()
+        ))
+    })
+}
+
 /// Adds a zoned ublk device serving `served`, runs `until_stop` once the kernel has it
 /// (its zones revalidated, the block device present) and stops the device when
-/// `until_stop` returns. Returns once every queue has ended.
+/// `until_stop` returns: what the device still holds ends at once ([`Served::stop`]).
+/// Returns once every queue has ended. A device that fails to start is removed
+/// before the error returns.
 pub fn serve(
     cfg: &ServeConfig,
     served: Arc<dyn Served>,
@@ -158,6 +196,7 @@ pub fn serve(
 ) -> Result<(), ServeError> {
     let geo = served.geometry().clone();
     crate::check_geometry(&geo)?;
+    check_run_dir()?;
     let ctrl = control(cfg, &geo)?;
     let rotational = cfg.rotational;
     let record = cfg.record.to_json();
@@ -172,19 +211,53 @@ pub fn serve(
         Ok(())
     };
     let poll = cfg.poll;
-    let q_fn = move |qid: u16, dev: &UblkDev| queue::serve_queue(qid, dev, &served, poll);
+    let track = Arc::new(queue::Queues::default());
+    let queues = Arc::clone(&track);
+    let stopping = Arc::clone(&served);
+    let q_fn = move |qid: u16, dev: &UblkDev| {
+        queues.started();
+        queue::serve_queue(qid, dev, &served, poll, &queues);
+        queues.ended();
+    };
     let wait = move |ctrl: &UblkCtrl| {
         until_stop(&Ready { device: ctrl.get_bdev_path(), id: ctrl.dev_info().dev_id });
+        // The kernel removes the disk once no request is in flight: what the device
+        // holds ends now, not in its own time.
+        stopping.stop();
         // Removing the device makes the kernel fail its pending commands: the queue
         // threads then return, and run_target joins them.
         let _ = ctrl.kill_dev();
     };
-    ctrl.run_target(tgt_init, q_fn, wait).map_err(|e| ublk_error("serving the ublk device", e))?;
-    Ok(())
+    let nr_queues = u32::from(ctrl.dev_info().nr_hw_queues);
+    let Err(e) = ctrl.run_target(tgt_init, q_fn, wait) else {
+        return Ok(());
+    };
+    // The device was added but not started, and run_target left its queues' threads
+    // running, each waiting on its fetch commands. Dropping the control now would
+    // delete the device, which the kernel finishes only once those threads have
+    // closed its character device: a wait for ever, which SIGINT and SIGTERM cannot
+    // interrupt (every thread blocks them). Nor does stopping a device that never
+    // started abort its fetch commands (Linux 6.12): each queue's thread is told to
+    // end without serving, which closes its ring, and the kernel aborts them then.
+    // (Not stopped first: a recoverable device whose recovery failed stays quiesced,
+    // holding its I/O for the next server, as after its server died; a new device
+    // is removed when the control is dropped.)
+    let err = ublk_error("starting the ublk device", e);
+    track.abandon();
+    if !track.wait_ended(nr_queues, NO_QUEUES_AFTER, START_FAILED_WAIT) {
+        // Not deleted, rather than a delete that never returns: the device stays,
+        // stopped (`ublk del` removes it).
+        ctrl.disown();
+        return Err(ServeError(format!("{}; the device's queues did not stop: it is left added", err.0)));
+    }
+    Err(err)
 }
 
 fn ublk_error(what: &str, e: libublk::UblkError) -> ServeError {
-    let text = e.to_string();
+    let text = match &e {
+        libublk::UblkError::IOError(io) => format!("{e}: {io}"),
+        _ => e.to_string(),
+    };
     let hint = if text.contains("EPERM") || text.contains("-1)") || text.contains("EACCES") {
         " (not permitted: run as root)"
     } else if text.contains("EINVAL") || text.contains("-22") {

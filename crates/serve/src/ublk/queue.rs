@@ -28,8 +28,8 @@ use libublk::{BufDesc, UblkIORes};
 use slab::Slab;
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use zblk_core::bio::Op;
 use zblk_core::units::SECTOR_SIZE;
@@ -53,11 +53,76 @@ struct Mailbox {
 impl Mailbox {
     fn post(&self, tag: u16, r: Reply) {
         self.done.lock().unwrap_or_else(|p| p.into_inner()).push((tag, r));
+        self.wake();
+    }
+
+    /// Wakes the queue's thread: its ring reads the eventfd.
+    fn wake(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: efd is an open eventfd, the buffer 8 bytes. A full counter (never
         // reached: the ring reads it) or a closed ring loses nothing: the vector holds
         // the completion.
         unsafe { libc::write(self.efd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+/// The queues' threads, for a device whose start failed: how many have ended, and
+/// each serving queue's mailbox, to wake its thread. Such a device is removed only
+/// once every queue has ended (the kernel frees the device only when its character
+/// device is closed, which the last queue does).
+#[derive(Default)]
+pub(super) struct Queues {
+    /// Queues' threads started and ended.
+    counts: Mutex<(u32, u32)>,
+    changed: Condvar,
+    /// The device never started: each queue ends without serving ([`abandon`]).
+    abandoned: AtomicBool,
+    mailboxes: Mutex<Vec<Arc<Mailbox>>>,
+}
+
+impl Queues {
+    /// A queue is about to serve; its thread is woken through `mailbox`.
+    fn serving(&self, mailbox: &Arc<Mailbox>) {
+        self.mailboxes.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::clone(mailbox));
+    }
+
+    /// A queue's thread has started.
+    pub(super) fn started(&self) {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+    }
+
+    /// A queue's thread has ended.
+    pub(super) fn ended(&self) {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `n` queues have ended, at most `limit`; whether they have. When
+    /// no queue's thread has started after `none_after` (the device failed before
+    /// libublk made them), there is nothing to wait for.
+    pub(super) fn wait_ended(&self, n: u32, none_after: Duration, limit: Duration) -> bool {
+        let start = std::time::Instant::now();
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        while c.1 < n {
+            let waited = start.elapsed();
+            if c.0 == 0 && waited >= none_after {
+                return true;
+            }
+            let Some(left) = limit.checked_sub(waited) else { return false };
+            let step = if c.0 == 0 { left.min(none_after.saturating_sub(waited)) } else { left };
+            c = self.changed.wait_timeout(c, step).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+
+    /// The device will never start: every queue's thread ends without serving, now
+    /// or as soon as it is set up. (A queue registers its mailbox before it looks at
+    /// the flag, and the flag is set before the mailboxes are woken: none waits on.)
+    pub(super) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+        for m in self.mailboxes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            m.wake();
+        }
     }
 }
 
@@ -124,8 +189,9 @@ fn on_ring(served: &dyn Served, fresh: &mut Vec<LocalIo>, f: impl FnOnce()) {
     }
 }
 
-/// Serves queue `qid` of `dev` until the device stops.
-pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, poll: Duration) {
+/// Serves queue `qid` of `dev` until the device stops, or until `queues` gives the
+/// device up.
+pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, poll: Duration, queues: &Queues) {
     // SAFETY: eventfd takes no pointer; a negative result is checked.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -157,9 +223,32 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, pol
         }
     };
     st.arm_wake(&queue);
-    st.run(&queue, poll);
-    st.drain(&queue);
+    queues.serving(&st.mailbox);
+    if st.run(&queue, poll, &queues.abandoned) {
+        abandon(queue, dev.dev_info.queue_depth);
+    } else {
+        st.drain(&queue);
+    }
     HOME.with(|h| h.set(std::ptr::null()));
+}
+
+/// Ends the queue of a device that never started, its fetch commands still with the
+/// kernel. Dropping the queue would first unregister the ring's files, which waits
+/// (io_rsrc_ref_quiesce) for those very commands for ever; and stopping a device
+/// that never started does not abort them. The ring going does: the queue is
+/// forgotten rather than dropped, its command buffer (a mapping of the character
+/// device, which must go for the kernel to free the device) unmapped here, and the
+/// ring (this thread's) is closed as the thread ends, which cancels the commands.
+fn abandon(queue: UblkQueue, depth: u16) {
+    let base = std::ptr::from_ref(queue.get_iod(0)).cast_mut().cast::<libc::c_void>();
+    // SAFETY: sysconf takes no pointer.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let len = (usize::from(depth) * std::mem::size_of::<libublk::sys::ublksrv_io_desc>()).next_multiple_of(page);
+    std::mem::forget(queue);
+    // SAFETY: the queue's command buffer is mapped at its first descriptor, `len`
+    // bytes as libublk maps it, and nothing reads it any more (the queue is
+    // forgotten).
+    unsafe { libc::munmap(base, len) };
 }
 
 impl Queue {
@@ -170,9 +259,13 @@ impl Queue {
     /// while requests follow each other closer than that, none of them waits for
     /// the thread to be woken (a wake-up from idle is the largest part of a small
     /// request's turnaround at QD 1), at the price of a CPU kept busy meanwhile.
-    fn run(&mut self, q: &UblkQueue, poll: Duration) {
+    /// Whether the device was given up before it started (`abandoned`).
+    fn run(&mut self, q: &UblkQueue, poll: Duration, abandoned: &AtomicBool) -> bool {
         let mut window = PollWindow::new(poll);
         loop {
+            if abandoned.load(Ordering::Acquire) {
+                return true;
+            }
             let to_wait = window.want();
             let handled = q.flush_and_wake_io_tasks(
                 |user_data, cqe, _| {
@@ -187,7 +280,19 @@ impl Queue {
                 to_wait as usize,
             );
             match handled {
-                Err(_) => break,
+                // A wait interrupted is not the end of the queue: a stop signal
+                // (SIGSTOP, a terminal's Ctrl-Z, a debugger attaching) makes
+                // io_uring_enter return EINTR once the thread runs again, and the
+                // queue is as it was. Ending the loop there would drop the ring with
+                // the kernel's fetch commands still on it: the ring's teardown then
+                // waits in io_rsrc_ref_quiesce for commands that complete only when
+                // the device stops, and the device cannot stop while its queue is
+                // neither serving nor gone (every later request hangs). SIGINT and
+                // SIGTERM never interrupt it: every thread of the server blocks them
+                // (the command takes them with sigwait); stop signals cannot be
+                // blocked, so the wait starts again.
+                Err(libublk::UblkError::IOError(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
                 Ok(n) => window.took(to_wait, n > 0, &BATCHES),
             }
         }
