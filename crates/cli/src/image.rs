@@ -12,10 +12,10 @@ use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::parse_size;
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
-use zblk_dev::file::{FileImage, ImageErrorKind, ImageOptions};
+use zblk_dev::Device;
+use zblk_dev::file::{FileImage, ImageOptions};
 use zblk_dev::linux::{self, LinuxOptions, LinuxZoned, RawZone};
 use zblk_dev::nvme::{self, NvmeZns};
-use zblk_dev::{Device, DeviceErrorKind, Hold};
 use zblk_runtime::{Backend, Runtime, RuntimeConfig};
 
 /// What the I/O commands (`write`, `append`, `read`, `bench`, `info`) run on: a zblk
@@ -51,12 +51,16 @@ impl Target {
     /// (`Some`) ends the wait as the error. (A blocking `flock` is interrupted only by
     /// a signal handler, and a server takes its signals with sigwait, so that no
     /// handler runs in the middle of a request: the wait is made of short ones.)
+    /// Only `zblk serve` waits so (the `ublk` feature).
+    #[cfg(feature = "ublk")]
     pub fn open_unless(
         path: &Path,
         read_only: bool,
         wait: WaitArg,
         stop: &mut dyn FnMut() -> Option<String>,
     ) -> Result<Target, CliError> {
+        use zblk_dev::file::ImageErrorKind;
+        use zblk_dev::{DeviceErrorKind, Hold};
         let Some(total) = wait.wait else { return Target::open(path, read_only, wait) };
         if nvme::is_char_device(path) || linux::is_block_device(path) {
             return Target::open(path, read_only, wait);
@@ -180,6 +184,7 @@ pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<FileImage, Cl
 
 /// How often a wait for an image's lock that can be called off looks whether it was
 /// ([`Target::open_unless`]).
+#[cfg(feature = "ublk")]
 const LOCK_SLICE: Duration = Duration::from_millis(50);
 
 /// Says on standard error what opening `img` found or repaired, one line each.
