@@ -134,6 +134,20 @@ pub fn stage(share: &Path, exe: &str) -> String {
     std::fs::create_dir_all(&dir).expect("create the share's bin directory");
     let staged = dir.join(name);
     std::fs::copy(exe, &staged).unwrap_or_else(|e| panic!("copy {exe} into the VM's share: {e}"));
+    // A process forked by another test thread while the copy's file was open for
+    // writing holds that descriptor until it execs, and the kernel refuses to run a
+    // file open for writing (ETXTBSY): run it once, retrying while that lasts, so
+    // that no later run meets it (no new writer can appear once the copy is closed).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Command::new(&staged).arg("--version").output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("run {}: {e}", staged.display()),
+            Ok(_) => break,
+        }
+    }
     staged.display().to_string()
 }
 
