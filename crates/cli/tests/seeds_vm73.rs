@@ -31,7 +31,6 @@
 mod common;
 
 use common::vm;
-use std::path::PathBuf;
 
 /// The device of the order runs: 256 MiB of 16 MiB zones, rotational (so the kernel's
 /// `zoned_qd1_writes` starts at 1), each request 1 ms in the null model, so that fio
@@ -94,20 +93,6 @@ fn simulated_trace(policy: &str, planted: &str, job: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The share of a VM test: a fresh directory under /var/tmp, kept with
-/// `ZBLK_KEEP_VM_DIR=1` for a look after a failure.
-fn share(prefix: &str) -> (Option<tempfile::TempDir>, PathBuf) {
-    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").unwrap();
-    if std::env::var("ZBLK_KEEP_VM_DIR").is_ok_and(|v| v == "1") {
-        let kept = dir.keep();
-        eprintln!("keeping {}", kept.display());
-        (None, kept)
-    } else {
-        let p = dir.path().to_path_buf();
-        (Some(dir), p)
-    }
-}
-
 /// The writes the device received (`D` lines of a trace), in order: (zone, sectors).
 fn writes_received(trace: &str) -> Vec<(u64, u64)> {
     trace
@@ -155,7 +140,7 @@ fn the_kernels_single_issuer_and_zblks_drain_each_zone_before_the_next() {
     else {
         return;
     };
-    let (_keep, share) = share("zblk-qd1-order");
+    let (_keep, share) = vm::share("zblk-qd1-order");
     let share = share.as_path();
     let zblk = vm::stage(share, env!("CARGO_BIN_EXE_zblk"));
     let mut guest = format!(
@@ -260,7 +245,7 @@ fn write_zeroes_reach_zblk_as_the_kernels_rules_say() {
     let Some(script) = vm::ready_for_serve("write_zeroes_reach_zblk_as_the_kernels_rules_say") else {
         return;
     };
-    let (_keep, share) = share("zblk-wz73");
+    let (_keep, share) = vm::share("zblk-wz73");
     let share = share.as_path();
     let zblk = vm::stage(share, env!("CARGO_BIN_EXE_zblk"));
     std::fs::write(share.join("fa.py"), FALLOCATE_PY).unwrap();

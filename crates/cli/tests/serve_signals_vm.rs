@@ -77,15 +77,7 @@ struct Setup {
 
 fn setup(test: &str) -> Option<(std::path::PathBuf, Setup)> {
     let script = vm::ready_for_serve(test)?;
-    let dir = tempfile::Builder::new().prefix("zblk-signals-vm").tempdir_in("/var/tmp").unwrap();
-    let (dir, share) = if std::env::var("ZBLK_KEEP_VM_DIR").is_ok_and(|v| v == "1") {
-        let kept = dir.keep();
-        eprintln!("keeping {}", kept.display());
-        (None, kept)
-    } else {
-        let p = dir.path().to_path_buf();
-        (Some(dir), p)
-    };
+    let (dir, share) = vm::share("zblk-signals-vm");
     let exe = std::env::var("ZBLK_VM_ZBLK").unwrap_or_else(|_| env!("CARGO_BIN_EXE_zblk").to_string());
     let zblk = vm::stage(&share, &exe);
     let img = share.join("a.img").display().to_string();

@@ -124,6 +124,21 @@ pub fn run_on(
     }
 }
 
+/// The share of a VM test: a fresh directory under /var/tmp (the guest's /tmp is its
+/// own tmpfs), removed when the first value is dropped, or kept (and said) with
+/// `ZBLK_KEEP_VM_DIR=1` for a look after a failure.
+pub fn share(prefix: &str) -> (Option<tempfile::TempDir>, PathBuf) {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").unwrap();
+    if std::env::var("ZBLK_KEEP_VM_DIR").is_ok_and(|v| v == "1") {
+        let kept = dir.keep();
+        eprintln!("keeping {}", kept.display());
+        (None, kept)
+    } else {
+        let p = dir.path().to_path_buf();
+        (Some(dir), p)
+    }
+}
+
 /// Copies the host program `exe` into the share and returns its path there (the share
 /// is mounted at the same path in the guest). The guest sees the host's root file
 /// system, but with a tmpfs over /tmp: a build under /tmp (a CI checkout, say) is not
