@@ -198,7 +198,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "is after")]
     fn since_backwards_is_a_bug() {
         let _ = Sector(1).since(Sector(2));
     }

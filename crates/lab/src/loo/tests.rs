@@ -12,7 +12,7 @@ fn the_window_choice_counts_points_within_ten_percent_then_the_worst() {
 /// The leave-one-out table of docs/calibration.md (several minutes):
 /// `cargo test --release -p zblk-lab loo -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "measures docs/calibration.md's leave-one-out table (several minutes): cargo test --release -p zblk-lab loo -- --ignored --nocapture"]
 fn leave_one_out_table() {
     let rows = leave_one_out(&LooOptions::default(), &mut |p| eprintln!("loo: {p}")).unwrap();
     println!("{}", table(&rows));
@@ -22,7 +22,7 @@ fn leave_one_out_table() {
 /// The window family table of docs/calibration.md (about 30 s):
 /// `cargo test --release -p zblk-lab window_family -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "measures docs/calibration.md's window family table (about 30 s): cargo test --release -p zblk-lab window_family -- --ignored --nocapture"]
 fn window_family_table() {
     let rows = window_family(&LooOptions::default(), &mut |p| eprintln!("family: {p}")).unwrap();
     println!("{}", family_table(&rows));
@@ -32,7 +32,7 @@ fn window_family_table() {
 /// The geometry grid of docs/calibration.md, *Revision 3* (about 15 s):
 /// `cargo test --release -p zblk-lab geometry_family -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "measures docs/calibration.md's geometry grid (about 15 s): cargo test --release -p zblk-lab geometry_family -- --ignored --nocapture"]
 fn geometry_family_table() {
     let rows = geometry_family(&LooOptions::default(), &mut |p| eprintln!("geometry: {p}")).unwrap();
     println!("{}", family_table(&rows));
