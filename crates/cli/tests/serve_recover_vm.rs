@@ -15,14 +15,8 @@
 mod common;
 
 use common::vm;
+use common::vm::SERVE_JSON_FN as SERVE_FN;
 use serde_json::Value;
-
-const SERVE_FN: &str = r#"
-serve() { n=$1; shift; rm -f $S/$n.out; $X serve "$@" > $S/$n.out 2> $S/$n.err & P=$!; i=0
-  while ! [ -s $S/$n.out ] && kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
-  D=$(head -1 $S/$n.out | sed 's/.*"device":"\([^"]*\)".*/\1/'); }
-rc() { echo $? > $S/$1.rc; }
-"#;
 
 #[test]
 fn a_recovery_refuses_another_image_of_the_same_geometry() {

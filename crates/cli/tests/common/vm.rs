@@ -124,6 +124,17 @@ pub fn run_on(
     }
 }
 
+/// Guest shell functions: `serve NAME ARGS...` starts `$X serve ARGS` in the background
+/// as $P, its standard output in $S/NAME.out (the ready line, with `--json`: $D is its
+/// device), its standard error in $S/NAME.err; `rc NAME` keeps the last status in
+/// $S/NAME.rc.
+pub const SERVE_JSON_FN: &str = r#"
+serve() { n=$1; shift; rm -f $S/$n.out; $X serve "$@" > $S/$n.out 2> $S/$n.err & P=$!; i=0
+  while ! [ -s $S/$n.out ] && kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+  D=$(head -1 $S/$n.out | sed 's/.*"device":"\([^"]*\)".*/\1/'); }
+rc() { echo $? > $S/$1.rc; }
+"#;
+
 /// The share of a VM test: a fresh directory under /var/tmp (the guest's /tmp is its
 /// own tmpfs), removed when the first value is dropped, or kept (and said) with
 /// `ZBLK_KEEP_VM_DIR=1` for a look after a failure.
