@@ -52,14 +52,7 @@ const CAP_SECTORS: u64 = 3072;
 const THREADS: u32 = 4;
 
 fn geometry() -> GeometryParams {
-    GeometryParams {
-        capacity_bytes: u64::from(SEQ_ZONES + 1) * ZONE_SECTORS * 512,
-        zone_size_bytes: ZONE_SECTORS * 512,
-        zone_capacity_bytes: CAP_SECTORS * 512,
-        nr_conv: 1,
-        max_append_sectors: 0,
-        ..GeometryParams::default()
-    }
+    common::crash_geometry(SEQ_ZONES, ZONE_SECTORS, CAP_SECTORS)
 }
 
 fn runs() -> u64 {

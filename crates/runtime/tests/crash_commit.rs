@@ -42,13 +42,7 @@ const ZONE_SECTORS: u64 = 256;
 const OUTCOMES_PER_CUT: usize = 512;
 
 fn geometry() -> GeometryParams {
-    GeometryParams {
-        capacity_bytes: u64::from(ZONES + 1) * ZONE_SECTORS * 512,
-        zone_size_bytes: ZONE_SECTORS * 512,
-        nr_conv: 1,
-        max_append_sectors: 0,
-        ..GeometryParams::default()
-    }
+    common::crash_geometry(ZONES, ZONE_SECTORS, 0)
 }
 
 #[derive(Clone, Copy, Debug)]

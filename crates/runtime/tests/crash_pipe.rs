@@ -45,13 +45,7 @@ const DEPTH: usize = 8;
 const MUTANT_RUNS: u64 = 40;
 
 fn geometry() -> GeometryParams {
-    GeometryParams {
-        capacity_bytes: u64::from(SEQ_ZONES + 1) * ZONE_SECTORS * 512,
-        zone_size_bytes: ZONE_SECTORS * 512,
-        nr_conv: 1,
-        max_append_sectors: 0,
-        ..GeometryParams::default()
-    }
+    common::crash_geometry(SEQ_ZONES, ZONE_SECTORS, 0)
 }
 
 fn runs() -> u64 {

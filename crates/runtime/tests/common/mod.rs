@@ -104,6 +104,20 @@ pub fn create_fresh(path: &std::path::Path, geometry: zblk_core::geometry::Geome
     FileImage::create(path, &CreateOptions { geometry, rotational: false, force: true, preallocate: false }).unwrap();
 }
 
+/// The crash tests' image: one conventional zone, then `seq_zones` sequential zones of
+/// `zone_sectors` sectors each (`cap_sectors` of them writable; 0: all), no native zone
+/// append (appends emulated, as on an SMR disk).
+pub fn crash_geometry(seq_zones: u32, zone_sectors: u64, cap_sectors: u64) -> zblk_core::geometry::GeometryParams {
+    zblk_core::geometry::GeometryParams {
+        capacity_bytes: u64::from(seq_zones + 1) * zone_sectors * 512,
+        zone_size_bytes: zone_sectors * 512,
+        zone_capacity_bytes: cap_sectors * 512,
+        nr_conv: 1,
+        max_append_sectors: 0,
+        ..zblk_core::geometry::GeometryParams::default()
+    }
+}
+
 /// Runs of a crash test: `ZBLK_CRASH_RUNS`, or `default`.
 pub fn crash_runs(default: u64) -> u64 {
     std::env::var("ZBLK_CRASH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
