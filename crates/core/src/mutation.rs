@@ -89,11 +89,21 @@ pub enum Mutation {
     /// each recovered write pointer (unflushed writes dropped, a write in flight)
     /// instead of discarding it, as it says it does.
     StaleTailKept,
+    /// A write's or append's failure reaches its BIO as EIO (BLK_STS_IOERR)
+    /// whatever the device answered: the open and active limits' ETOOMANYREFS and
+    /// EOVERFLOW are lost on the way, and a file system cannot tell a zone resource
+    /// limit from a media error.
+    DeviceStatusLost,
+    /// Zone write pipelining lets a FUA write join the writes of its zone on the
+    /// device instead of waiting for them: an image makes it durable with the zone's
+    /// write pointer as it stands then, below the writes still out, so a power cut
+    /// after its acknowledgement loses it.
+    FuaJoinsPipeline,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 23] = [
+    pub const ALL: [Mutation; 25] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -117,6 +127,8 @@ impl Mutation {
         Mutation::IssuerOnePerVisit,
         Mutation::AnnouncedAsComplete,
         Mutation::StaleTailKept,
+        Mutation::DeviceStatusLost,
+        Mutation::FuaJoinsPipeline,
     ];
 
     /// Its name on the command line.
@@ -145,6 +157,8 @@ impl Mutation {
             Mutation::IssuerOnePerVisit => "issuer-one-per-visit",
             Mutation::AnnouncedAsComplete => "announced-as-complete",
             Mutation::StaleTailKept => "stale-tail-kept",
+            Mutation::DeviceStatusLost => "device-status-lost",
+            Mutation::FuaJoinsPipeline => "fua-joins-pipeline",
         }
     }
 
@@ -159,6 +173,7 @@ impl Mutation {
                 | Mutation::PipeWpPastFailed
                 | Mutation::PipeFailureSpared
                 | Mutation::FlushCoversHole
+                | Mutation::FuaJoinsPipeline
         )
     }
 
@@ -170,7 +185,13 @@ impl Mutation {
 
     /// Whether only an image meets it: the simulator has no image.
     pub fn image_only(self) -> bool {
-        matches!(self, Mutation::FlushCoversHole | Mutation::AnnouncedAsComplete | Mutation::StaleTailKept)
+        matches!(
+            self,
+            Mutation::FlushCoversHole
+                | Mutation::AnnouncedAsComplete
+                | Mutation::StaleTailKept
+                | Mutation::FuaJoinsPipeline
+        )
     }
 
     /// Whether it plants a bug in the checker's harness rather than in what the

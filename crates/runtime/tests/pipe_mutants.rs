@@ -18,8 +18,13 @@ const OPS: u64 = 400;
 
 /// Each planted bug and the seeds (from 1) within which the runtime's checks catch
 /// it under pipelining.
-const BOUNDS: [(Mutation, u64); 3] =
-    [(Mutation::PipeAckOutOfOrder, 20), (Mutation::PipeWpPastFailed, 20), (Mutation::PipeFailureSpared, 20)];
+const BOUNDS: [(Mutation, u64); 5] = [
+    (Mutation::PipeAckOutOfOrder, 20),
+    (Mutation::PipeWpPastFailed, 20),
+    (Mutation::PipeFailureSpared, 20),
+    (Mutation::FuaJoinsPipeline, 200),
+    (Mutation::DeviceStatusLost, 200),
+];
 
 #[test]
 fn the_planted_bugs_of_pipelining_are_caught() {

@@ -2,7 +2,8 @@
 //! io_uring or the thread pool) over images whose device injects media errors,
 //! checked by the order-independent checks of `zblk_runtime::vopr`.
 //!
-//! `ZBLK_VOPR_RUNTIME_SEEDS=<n>` changes the number of seeds; a failing seed is
+//! `ZBLK_VOPR_RUNTIME_SEEDS=<n>` changes the number of seeds (`ZBLK_VOPR_RUNTIME_FIRST`
+//! the first, 1 by default; `ZBLK_VOPR_TRACE=1` prints each round's replay); a failing seed is
 //! replayed by `zblk vopr --runtime --seed <seed>` (its threads race: the same seed
 //! draws the same setup and workload, not the same interleaving).
 
@@ -14,8 +15,10 @@ const OPS: u64 = 400;
 #[test]
 fn runtime_seeds_with_media_errors_find_no_violation() {
     let n: u64 = std::env::var("ZBLK_VOPR_RUNTIME_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let first: u64 = std::env::var("ZBLK_VOPR_RUNTIME_FIRST").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let dir = tempfile::tempdir().expect("temporary directory");
-    let runs: Vec<RuntimeSeedRun> = (1..=n).map(|seed| vopr::run_runtime_seed(seed, OPS, dir.path())).collect();
+    let runs: Vec<RuntimeSeedRun> =
+        (first..first + n).map(|seed| vopr::run_runtime_seed(seed, OPS, dir.path())).collect();
     for r in &runs {
         println!(
             "seed {}: {} {}, {} I/Os, {} faults, {} checks{}",

@@ -51,10 +51,12 @@ pub struct VoprArgs {
     #[arg(long)]
     pub json: bool,
     /// Run the real runtime (its threads, io_uring or the thread pool) over
-    /// temporary images whose device injects media errors, instead of the
-    /// simulator: seeds one after the other, each checked by order-independent
-    /// checks (docs/vopr.md). Default 10 seeds.
-    #[arg(long, conflicts_with = "mutation")]
+    /// temporary images whose device injects media errors and, in one seed in
+    /// three, loses its power, instead of the simulator: seeds one after the
+    /// other, each request's outcome predicted by a model of the image and the
+    /// simulator's host model (docs/vopr.md). Default 10 seeds. With --mutation,
+    /// the bug is planted on every thread of the run.
+    #[arg(long)]
     pub runtime: bool,
 }
 
@@ -99,6 +101,9 @@ fn parse_mutation(a: &VoprArgs) -> Result<Option<Mutation>, CliError> {
 pub fn run(a: &VoprArgs) -> Result<(), CliError> {
     let mutation = parse_mutation(a)?;
     if a.runtime {
+        // The runtime's engine and device run on whichever thread submits or
+        // completes: the planted bug goes on every thread.
+        zblk_core::mutation::set_global(mutation);
         return run_runtime(a);
     }
     if let Some(seed) = a.seed {
@@ -338,7 +343,7 @@ fn run_runtime(a: &VoprArgs) -> Result<(), CliError> {
         outln!("{}", serde_json::to_string_pretty(&sum).map_err(CliError::msg)?);
     } else {
         outln!(
-            "vopr --runtime (the real runtime over temporary images, media errors injected): {} seeds, {} I/Os, {} faults injected, {} checks, {} violations, {:.1} s",
+            "vopr --runtime (the real runtime over temporary images, media errors injected, power cut in some): {} seeds, {} I/Os, {} faults injected, {} checks, {} violations, {:.1} s",
             sum.seeds,
             sum.ios,
             sum.faults_injected,

@@ -93,6 +93,13 @@ pub(crate) fn end_removed(
         Ok(sector) if frag.append => Some(sector),
         _ => None,
     };
+    let write = matches!(frag.op, crate::bio::Op::Write | crate::bio::Op::ZoneAppend);
+    let result = if write && crate::mutation::on(crate::mutation::Mutation::DeviceStatusLost) {
+        // Planted: a zone resource limit told to the writer as a media error.
+        result.map_err(|s| if s.errno() == 109 || s.errno() == 75 { Status::IoErr } else { s })
+    } else {
+        result
+    };
     if let Some(c) = bios.put(frag.bio, result.map(|_| ()), at) {
         actions.push_back(Action::Complete(c));
     }

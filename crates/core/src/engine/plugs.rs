@@ -117,8 +117,9 @@ pub(crate) enum Front {
 /// of its zone is out, and nothing joins it.
 fn pipelinable(frag: &super::bios::Frag) -> bool {
     use crate::bio::BioFlags;
+    use crate::mutation::{Mutation, on};
     matches!(frag.op, Op::Write | Op::ZoneAppend)
-        && !frag.flags.contains(BioFlags::FUA)
+        && (!frag.flags.contains(BioFlags::FUA) || on(Mutation::FuaJoinsPipeline))
         && !frag.flags.contains(BioFlags::PREFLUSH)
 }
 

@@ -98,8 +98,41 @@ impl FileImage {
             }
             Op::Flush => io(self.commit_io()).map(|()| req.sector),
             op if op.is_zone_mgmt() => self.zone_mgmt(req),
+            Op::Read => self.read_by_zone(req, buf),
             op => unreachable!("{op} is not a blocking operation"),
         }
+    }
+
+    /// Whether read `req` of a zoned image ends in another zone than it starts in.
+    fn crosses_zones(&self, req: &Request) -> bool {
+        let last = req.sector.0 + u64::from(req.nr_sectors).max(1) - 1;
+        self.geo.is_zoned()
+            && last < self.geo.nr_sectors()
+            && self.geo.zone_no(req.sector) != self.geo.zone_no(Sector(last))
+    }
+
+    /// A read across zone boundaries, one transfer per zone.
+    fn read_by_zone(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        let mut out = match buf {
+            IoBuf::Read(out) => Some(out),
+            _ => None,
+        };
+        let end = req.sector.0 + u64::from(req.nr_sectors);
+        let mut s = req.sector.0;
+        while s < end {
+            let z = self.geo.zone_no(Sector(s));
+            let zend = (self.geo.zone_start(z).0 + self.geo.zone_len(z)).min(end);
+            let piece = Request { sector: Sector(s), nr_sectors: (zend - s) as u32, ..*req };
+            let t = self.prepare_transfer(&piece)?;
+            let from = ((s - req.sector.0) * SECTOR_SIZE) as usize;
+            let part = match out.as_deref_mut() {
+                Some(o) => IoBuf::Read(&mut o[from..from + ((zend - s) * SECTOR_SIZE) as usize]),
+                None => IoBuf::None,
+            };
+            self.perform_transfer(&piece, t, part)?;
+            s = zend;
+        }
+        Ok(req.sector)
     }
 
     /// WRITE_ZEROES: accepted as a write (at the write pointer of a sequential
@@ -218,6 +251,11 @@ impl Device for FileImage {
         }
         let synced = req.flags.contains(BioFlags::FUA) || req.flags.contains(BioFlags::PREFLUSH);
         match req.op {
+            // A read across a zone boundary is read zone by zone: past each zone's
+            // write pointer it reads as zeroes, which one transfer's `valid_sectors`
+            // (a prefix) cannot say. The engine splits every BIO at zone boundaries:
+            // only direct callers (`read_direct`, tools) send such a read.
+            Op::Read if self.crosses_zones(req) => self.prepare_transfer(req).map(|_| Plan::Blocking),
             Op::Read => self.prepare_transfer(req).map(Plan::Transfer),
             // A FUA or PREFLUSH write commits around its data: a thread that may block
             // does all of it.

@@ -296,3 +296,29 @@ fn a_failed_write_that_filled_its_zone_never_exceeds_the_active_limit() {
     img.read_direct(Sector(2048), &mut out).unwrap();
     assert!(out[..4096] == one[..] && out[4096..].iter().all(|&b| b == 0), "acknowledged data, then zeroes");
 }
+
+/// A read across a zone boundary reads as zeroes past each zone's write pointer: the
+/// first zone reset after a write (its old data still in the file), the next one
+/// written, one read over both. Read as one transfer, the next zone's readable
+/// sectors counted as a prefix of the whole gave back the first zone's old data.
+#[test]
+fn a_read_across_zones_reads_zeroes_past_each_write_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = open_new(dir.path(), params());
+    let old = vec![0x11u8; 16 * 512];
+    img.execute(&req(Op::Write, 2048, 16), IoBuf::Write(&old)).unwrap();
+    img.execute(&req(Op::ZoneReset, 2048, 0), IoBuf::None).unwrap();
+    let new = vec![0x22u8; 16 * 512];
+    img.execute(&req(Op::Write, 4096, 16), IoBuf::Write(&new)).unwrap();
+    // The last 16 sectors of zone 1's length lie past its capacity; read from the
+    // zone's start over its whole length and 16 sectors of zone 2.
+    let mut out = vec![9u8; (2048 + 16) * 512];
+    img.read_direct(Sector(2048), &mut out).unwrap();
+    let (first, second) = out.split_at(2048 * 512);
+    assert!(
+        first.iter().all(|&b| b == 0),
+        "zone 1, reset, reads zeroes (first non-zero byte at {:?})",
+        first.iter().position(|&b| b != 0)
+    );
+    assert!(second.iter().all(|&b| b == 0x22), "zone 2 reads its data");
+}

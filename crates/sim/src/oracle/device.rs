@@ -183,6 +183,28 @@ impl DeviceOracle {
         self.zones[z.idx()].cond = Cond::of(cond);
     }
 
+    /// Zone `z` set to `cond` with its write pointer at offset `wp_offset`: what a
+    /// device that takes a failed write back (an image) does to the zone, beyond
+    /// null_blk's rules.
+    pub fn set_zone(&mut self, z: ZoneNo, cond: Cond, wp_offset: u64) {
+        let zone = &mut self.zones[z.idx()];
+        zone.cond = cond;
+        zone.wp = zone.start + wp_offset;
+    }
+
+    /// The zone set was rebuilt from its descriptors (an image's `ZoneSet::from_zones`
+    /// after a roll back): the search for an implicitly open zone to close starts
+    /// again at the first sequential zone.
+    pub fn rebuilt(&mut self) {
+        self.imp_close_next = self.nr_conv;
+    }
+
+    /// Zones active now (implicitly or explicitly open, or closed), and the limit
+    /// (0: none).
+    pub fn active(&self) -> (usize, usize) {
+        (self.nr_active(), self.max_active)
+    }
+
     /// Zone `z`'s condition and write pointer offset.
     pub fn zone(&self, z: ZoneNo) -> (Cond, u64) {
         let zone = &self.zones[z.idx()];

@@ -66,6 +66,9 @@ pub struct HostBio {
     /// EOPNOTSUPP), with no fault injected: a request the host must never send for
     /// a valid BIO (beyond the device's limits, or malformed).
     dev_refused: Option<(Request, Status)>,
+    /// The errno of a device's answer to a request of it when no fault was injected
+    /// (the first one): a BIO of one request completes with it.
+    dev_errno: Option<i32>,
     /// A request of it was issued to a device.
     pub issued: bool,
     /// A FLUSH request of it executed on a device.
@@ -485,6 +488,9 @@ impl HostOracle {
     /// to `req` when no fault was injected into it.
     pub fn on_device_error(&mut self, rec: &mut HostBio, req: &Request, failed: bool, refused: Option<Status>) {
         rec.dev_err = true;
+        if let Some(s) = refused {
+            rec.dev_errno.get_or_insert(super::kernel_errno(s.code()));
+        }
         if let Some(s) = refused.filter(|s| matches!(s.errno(), EINVAL | EOPNOTSUPP)) {
             rec.dev_refused.get_or_insert((*req, s));
         }
@@ -493,6 +499,15 @@ impl HostOracle {
             if failed {
                 self.zones[z as usize].failed = true;
             }
+        }
+    }
+
+    /// A request failed on the device in zone `z` (a checker that cannot tell which
+    /// BIO it came from): what the zone's BIOs in flight answer is excused, and the
+    /// write pointer is lost until the zone is quiet again.
+    pub fn on_zone_error(&mut self, z: ZoneNo) {
+        if self.zones.get(z.idx()).is_some() && self.seq(z.0) {
+            self.disturb(z.0);
         }
     }
 
@@ -613,6 +628,20 @@ impl HostOracle {
                 "valid {bio:?}: the device refused its request {req:?} with {} ({s:?}): beyond the device's limits or malformed",
                 s.errno_name()
             ));
+        }
+        if let (Some(want), false) = (rec.dev_errno, rec.pipelined) {
+            // One request, refused by the device: the BIO completes with the device's
+            // answer (the kernel's bio_endio() with the request's status), not
+            // another error. Under pipelining a failure before it may fail it first.
+            let got = super::errno_of(result);
+            let one = bio.op.has_range() && bio.nr_sectors > 0 && rec.zones.len() <= 1 && self.one_piece(&bio);
+            if one && got != want {
+                return Err(format!(
+                    "{bio:?}: the device answered its request with {} ({want}), its user sees {result:?} ({})",
+                    name(want),
+                    name(got)
+                ));
+            }
         }
         if result == Err(Status::Again) || rec.dev_err {
             return Ok(()); // the device's answer, checked by the device oracle
