@@ -9,9 +9,8 @@
 //!
 //! A planted bug here is active on every thread of the process (the image's
 //! recovery runs on the checker's thread, its commits on the runtime's), so this
-//! binary holds one test. Built with the planted bugs (`scripts/test` builds the
-//! workspace with `zblk-cli/mutations`); without them it fails, unless
-//! `ZBLK_ALLOW_NO_MUTATIONS=1` says that a build without them is meant.
+//! binary holds one test. The crate's tests build zblk-core with its planted bugs
+//! (a dev-dependency feature).
 
 use zblk_core::mutation::{self, Mutation};
 use zblk_runtime::vopr;
