@@ -149,9 +149,11 @@ pub struct Ready {
     pub id: u32,
 }
 
-/// How long a device that failed to start waits for its queues' threads to end once
-/// told to (they may still be setting up: in an emulated guest on a loaded host,
-/// seconds).
+/// How long a device that failed to start waits, with no queue's thread starting or
+/// ending meanwhile, for its queues' threads to end once told to (they may still be
+/// setting up: in an emulated guest on a loaded host, seconds each; 17 s in all were
+/// seen at a load of 8 on 2 cores, when a 10 s limit on the whole wait left the
+/// device added).
 const START_FAILED_WAIT: Duration = Duration::from_secs(10);
 
 /// A device that failed to start with no queue's thread started this long after:

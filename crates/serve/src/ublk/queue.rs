@@ -89,6 +89,7 @@ impl Queues {
     /// A queue's thread has started.
     pub(super) fn started(&self) {
         self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+        self.changed.notify_all();
     }
 
     /// A queue's thread has ended.
@@ -97,18 +98,25 @@ impl Queues {
         self.changed.notify_all();
     }
 
-    /// Waits until `n` queues have ended, at most `limit`; whether they have. When
-    /// no queue's thread has started after `none_after` (the device failed before
-    /// libublk made them), there is nothing to wait for.
-    pub(super) fn wait_ended(&self, n: u32, none_after: Duration, limit: Duration) -> bool {
+    /// Waits until `n` queues have ended; whether they have. Gives up once no queue's
+    /// thread has started or ended for `stalled` (threads still setting up on a
+    /// loaded machine keep it waiting: each one that moves starts the wait again).
+    /// When no queue's thread has started after `none_after` (the device failed
+    /// before libublk made them), there is nothing to wait for.
+    pub(super) fn wait_ended(&self, n: u32, none_after: Duration, stalled: Duration) -> bool {
         let start = std::time::Instant::now();
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = (start, *c);
         while c.1 < n {
-            let waited = start.elapsed();
+            let now = std::time::Instant::now();
+            if *c != last.1 {
+                last = (now, *c);
+            }
+            let waited = now - start;
             if c.0 == 0 && waited >= none_after {
                 return true;
             }
-            let Some(left) = limit.checked_sub(waited) else { return false };
+            let Some(left) = stalled.checked_sub(now - last.0) else { return false };
             let step = if c.0 == 0 { left.min(none_after.saturating_sub(waited)) } else { left };
             c = self.changed.wait_timeout(c, step).unwrap_or_else(|p| p.into_inner()).0;
         }
