@@ -6,10 +6,11 @@ use crate::CliError;
 use indicatif::ProgressBar;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
+use std::path::Path;
 use zblk_core::geometry::Geometry;
 use zblk_core::params::DeviceParams;
 use zblk_sim::presets::DeviceSpec;
-use zblk_sim::{BenchReport, JobSpec, SimConfig, run_jobs_on};
+use zblk_sim::{BenchReport, JobSpec, Sim, SimConfig, run_jobs_on};
 use zblk_workload::stats::DirSummary;
 
 /// Progress on stderr while a long simulation runs (only on a terminal).
@@ -39,8 +40,12 @@ impl Progress {
         cfg: &SimConfig,
         jobs: &[JobSpec],
         group: bool,
+        trace: Option<&Path>,
     ) -> Result<BenchReport, CliError> {
         let mut sim = spec.sim(cfg).map_err(|e| CliError(format!("--dev: {e}")))?;
+        if let Some(path) = trace {
+            trace_to(&mut sim, path)?;
+        }
         if let Some(bar) = &self.bar {
             let bar = bar.clone();
             let time_based = self.runtime_ns.is_some();
@@ -55,6 +60,31 @@ impl Progress {
         }
         Ok(report)
     }
+}
+
+/// Writes every event of `sim` to `path` (`zblk bench --trace`), blkparse-style as
+/// `zblk trace` prints them, a header naming the devices first.
+fn trace_to(sim: &mut Sim, path: &Path) -> Result<(), CliError> {
+    use std::io::Write;
+    let shown = path.display().to_string();
+    let file = std::fs::File::create(path).map_err(|e| CliError(format!("--trace {shown}: {e}")))?;
+    let mut out = std::io::BufWriter::new(file);
+    sim.start_tracing();
+    let mut head = vec!["# zblk bench: a simulated device, virtual time (SIMULATED)".to_string()];
+    head.extend(crate::cmd::trace::describe_devices(sim.stack()).into_iter().map(|l| format!("# {l}")));
+    let mut failed = head.iter().try_for_each(|l| writeln!(out, "{l}")).err();
+    let mut writer = zblk_core::stack::TraceWriter::new(sim.stack());
+    let mut said = false;
+    sim.set_trace_sink(Box::new(move |e| {
+        if failed.is_none() {
+            failed = writeln!(out, "{}", writer.line(e)).err();
+        }
+        if let (Some(err), false) = (&failed, said) {
+            said = true;
+            crate::out::errln!("zblk: --trace {shown}: {err}: the trace stops here");
+        }
+    }));
+    Ok(())
 }
 
 /// fio's `num2str` style: 3 significant digits with k/M/G.

@@ -94,6 +94,10 @@ pub struct BenchArgs {
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]
     pub group_reporting: bool,
+    /// Write every event of the simulated device to FILE as `zblk trace` prints it
+    /// (blkparse-style, virtual time), as `zblk serve --trace` writes a served one.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
     /// With --image: writes go as zone appends to their zone's start (native on an
     /// NVMe generic device, emulated by zblk elsewhere), as fio's zone_append write
     /// mode; fio's zone rules still choose the zones.

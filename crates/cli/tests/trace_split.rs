@@ -115,3 +115,28 @@ fn sweep_split_json_rows() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("All numbers are simulated"), "{}", stdout(&o));
 }
+
+#[test]
+fn bench_trace_writes_every_request_and_reset_of_the_simulated_device() {
+    // Two 1 MiB zones written twice over by one zbd job: two resets, each write
+    // queued (Q), issued (D) and completed (C) on the device; --image refuses it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.txt");
+    let trace = path.to_str().unwrap();
+    let dev = "nullb:size=8,zone_size=1";
+    let args = ["bench", "--dev", dev, "--rw", "write", "--bs", "256k", "--size", "2M", "--io_size", "4M"];
+    let o = zblk(&[&args[..], &["--zonemode", "zbd", "--trace", trace]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = std::fs::read_to_string(&path).unwrap();
+    assert!(t.starts_with("# zblk bench: a simulated device, virtual time (SIMULATED)"), "{t}");
+    let count = |action: &str, rwbs: &str| {
+        t.lines()
+            .filter(|l| l.split_whitespace().nth(5) == Some(action) && l.split_whitespace().nth(6) == Some(rwbs))
+            .count()
+    };
+    assert_eq!((count("Q", "W"), count("D", "W"), count("C", "W")), (16, 16, 16), "{t}");
+    assert_eq!(t.lines().filter(|l| l.contains("ZONE_RESET")).count(), 4, "two resets, queued and issued: {t}");
+    let o = zblk(&["bench", "--image", trace, "--trace", trace]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--trace are for simulated devices"), "{}", stderr(&o));
+}

@@ -41,7 +41,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         keeps_zone_order: false,
     };
     let progress = crate::fio_out::Progress::start(&job, &geo);
-    let report = progress.run(&spec, &cfg, &[job], a.group_reporting)?;
+    let report = progress.run(&spec, &cfg, &[job], a.group_reporting, a.trace.as_deref())?;
     let json = a.json || a.output_format == Some(OutputFormat::Json);
     if json {
         outln!("{}", fio_out::json(&report, &device));

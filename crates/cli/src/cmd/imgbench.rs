@@ -53,8 +53,8 @@ impl Watch {
 
 /// Runs the jobs `a` describes on the image at `path`.
 pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
-    if a.check || a.write_error_ppm > 0 {
-        return Err(CliError::msg("--check and --write-error-ppm are for simulated devices, not --image"));
+    if a.check || a.write_error_ppm > 0 || a.trace.is_some() {
+        return Err(CliError::msg("--check, --write-error-ppm and --trace are for simulated devices, not --image"));
     }
     // Limits on what a real run allocates (a buffer per I/O in flight, a thread per job).
     if a.iodepth > 4096 || a.numjobs > MAX_NUMJOBS {
