@@ -2,56 +2,16 @@
 //! by the writes acknowledged in it, acknowledged data reads back, plugs agree with
 //! the device) and the zone management between rounds.
 
-use super::{ArcDevice, Done, RuntimeSeedRun};
+use super::{Done, RuntimeSeedRun};
 use crate::Runtime;
 use rand::RngExt;
 use rand::rngs::ChaCha8Rng;
 use std::collections::BTreeSet;
-use std::io;
-use zblk_core::bio::{Op, Request, Status};
+use zblk_core::bio::{Op, Status};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::{ZoneCond, ZoneInfo};
-use zblk_dev::IoBuf;
-use zblk_dev::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
-use zblk_dev::error::DeviceError;
 use zblk_workload::pattern::{self, Decoded};
-
-impl<D: Device> Device for ArcDevice<D> {
-    fn geometry(&self) -> &Geometry {
-        self.0.geometry()
-    }
-    fn rotational(&self) -> bool {
-        self.0.rotational()
-    }
-    fn keeps_zone_order(&self) -> bool {
-        self.0.keeps_zone_order()
-    }
-    fn name(&self) -> String {
-        self.0.name()
-    }
-    fn data_fds(&self) -> DataFds<'_> {
-        self.0.data_fds()
-    }
-    fn prepare(&self, req: &Request) -> Result<Plan, Status> {
-        self.0.prepare(req)
-    }
-    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
-        self.0.perform(req, plan, buf)
-    }
-    fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
-        self.0.finish(req, t, io)
-    }
-    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
-        self.0.report_zones(from, max, out)
-    }
-    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
-        self.0.zeroing(nounmap)
-    }
-    fn close(&self) -> Result<(), DeviceError> {
-        self.0.close()
-    }
-}
 
 /// What the round did in zone `zi`, in the order the completions came: a per-zone
 /// violation shows it, so that a race that will not replay can still be read.

@@ -296,3 +296,42 @@ impl<D: Device> Device for FaultyDevice<D> {
         self.inner.close()
     }
 }
+
+/// A shared device handed to the runtime while the run keeps a handle on it.
+pub(super) struct ArcDevice<D: Device>(pub(super) Arc<FaultyDevice<D>>);
+
+impl<D: Device> Device for ArcDevice<D> {
+    fn geometry(&self) -> &Geometry {
+        self.0.geometry()
+    }
+    fn rotational(&self) -> bool {
+        self.0.rotational()
+    }
+    fn keeps_zone_order(&self) -> bool {
+        self.0.keeps_zone_order()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn data_fds(&self) -> DataFds<'_> {
+        self.0.data_fds()
+    }
+    fn prepare(&self, req: &Request) -> Result<Plan, Status> {
+        self.0.prepare(req)
+    }
+    fn perform(&self, req: &Request, plan: Plan, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        self.0.perform(req, plan, buf)
+    }
+    fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
+        self.0.finish(req, t, io)
+    }
+    fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
+        self.0.report_zones(from, max, out)
+    }
+    fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
+        self.0.zeroing(nounmap)
+    }
+    fn close(&self) -> Result<(), DeviceError> {
+        self.0.close()
+    }
+}

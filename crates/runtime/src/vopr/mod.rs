@@ -49,6 +49,7 @@ mod model;
 mod power;
 mod replay;
 
+use device::ArcDevice;
 pub use device::FaultyDevice;
 
 use crate::{Backend, Io, Runtime, RuntimeConfig};
@@ -458,10 +459,6 @@ impl Round<'_> {
         Ok(out)
     }
 }
-
-/// A shared device handed to the runtime while the run keeps a handle on it (its
-/// `Device` implementation passes everything on: `checks.rs`).
-struct ArcDevice<D: zblk_dev::Device>(Arc<FaultyDevice<D>>);
 
 #[cfg(test)]
 mod tests {
