@@ -242,7 +242,10 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
     let cfg = RuntimeConfig { engine: s.engine, backend: s.backend, ..RuntimeConfig::default() };
     let rt = Runtime::start(ArcDevice(dev.clone()), cfg).map_err(|e| format!("start: {e}"))?;
     run.backend = rt.backend().to_string();
-    let cut_at = s.power_permille.map(|p| ops * p / 1000);
+    // Before an I/O the seed does submit: its rounds submit fewer than `ops` when
+    // they do not divide it.
+    let (rounds, per_thread) = plan(ops, s.threads);
+    let cut_at = s.power_permille.map(|p| rounds * per_thread * s.threads * p / 1000);
     run.power_cut = cut_at;
     let mut seed_run = SeedRun {
         seed,
@@ -267,10 +270,11 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
         std::mem::forget(rt);
         return outcome;
     }
-    if seed_run.power.is_some() {
+    if let Some((pc, cut, _)) = &seed_run.power {
         // The power is off: closing would fail to write anything.
         drop(rt);
-        return Ok(());
+        // A seed that drew a power cut and checked none would pass for nothing.
+        return if pc.is_off() { Ok(()) } else { Err(format!("the power cut drawn before I/O {cut} never came")) };
     }
     rt.close().map_err(|e| format!("close: {e}"))?;
     Ok(())
@@ -283,6 +287,13 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "a panic with a non-text payload".to_string())
+}
+
+/// The rounds of a seed of about `ops` I/Os from `threads` submitting threads, and
+/// the I/Os each thread submits in a round.
+fn plan(ops: u64, threads: u64) -> (u64, u64) {
+    let rounds = ops.div_ceil(100).max(1);
+    (rounds, (ops / rounds / threads).max(1))
 }
 
 /// A seed's run, between its set-up and its end.
@@ -322,8 +333,7 @@ impl SeedRun<'_> {
         let seq: Vec<u32> = (self.geo.nr_conv()..self.geo.nr_zones()).collect();
         let stamps = AtomicU64::new(1);
         let submitted = AtomicU64::new(0);
-        let rounds = ops.div_ceil(100).max(1);
-        let per_thread = (ops / rounds / s.threads).max(1);
+        let (rounds, per_thread) = plan(ops, s.threads);
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x0123_4567);
         let emulated_zwl = !s.engine.policy.plugs() && self.geo.emulates_zone_append();
         for round in 0..rounds {
@@ -358,8 +368,7 @@ impl SeedRun<'_> {
                 format!("{v}; the round in zone {z}:{}", checks::zone_history(&self.geo, &done, z))
             })?;
             self.history.round(&self.geo, &done, &events);
-            if let Some((pc, cut, after)) = self.power.as_ref().filter(|p| submitted.load(Ordering::SeqCst) > p.1) {
-                let _ = cut;
+            if let Some((pc, _, after)) = self.power.as_ref().filter(|p| submitted.load(Ordering::SeqCst) > p.1) {
                 return self.history.check_after_cut(pc, self.seed, after);
             }
             checks::check_round(self.rt, &self.geo, &zones_before, &done, &hit, run)?;
