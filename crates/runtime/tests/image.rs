@@ -208,11 +208,29 @@ fn readers_share_the_image() {
     assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_))), "{e}");
 }
 
+/// File permissions do not bind root, which the suite runs as: as root, the test runs
+/// again as uid 65534 (a copy of this binary in a directory that user can read), and
+/// passes only if that run ran the check and passed.
 #[test]
 fn permission_denied() {
     if rustix::process::geteuid().is_root() {
-        let _ =
-            writeln!(std::io::stderr(), "SKIPPED permission_denied: running as root, file permissions do not apply");
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        const NOBODY: u32 = 65534;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = dir.path().join("image-test");
+        std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        let out = std::process::Command::new(&exe)
+            .args(["permission_denied", "--exact", "--nocapture", "--test-threads=1"])
+            .env("TMPDIR", "/tmp")
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "as uid {NOBODY}:\n{text}");
+        assert!(text.contains("permission denied checked"), "the run as uid {NOBODY} did not check:\n{text}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -221,6 +239,7 @@ fn permission_denied() {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o400)).unwrap();
     let e = open(&p).unwrap_err();
     assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::PermissionDenied)), "{e}");
+    let _ = writeln!(std::io::stderr(), "permission denied checked");
 }
 
 #[test]
