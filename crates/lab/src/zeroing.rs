@@ -6,18 +6,16 @@
 //! simulator number.
 
 use zblk_core::bio::{Bio, BioFlags, Op};
-use zblk_core::engine::ZeroingMethod;
+use zblk_core::engine::{MAX_ZEROOUT_BIO_SECTORS, ZeroingMethod};
 use zblk_core::params::ParamError;
 use zblk_core::units::{SECTOR_SHIFT, Sector};
 use zblk_sim::presets::DeviceSpec;
 use zblk_sim::{FioJobs, Sim, SimCompletion, SimConfig, Workload};
 use zblk_workload::job::{JobError, JobSpec, Rw, ZoneMode};
 
-/// Zeroing completions carry this bit in their token (fio-like jobs use 62 and 63).
-const ZERO_FLAG: u64 = 1 << 61;
-/// The largest BIO the zeroer submits: the last block-aligned sector count that fits
-/// a BIO's `u32` (the engine splits it at the device's limits).
-const MAX_BIO_SECTORS: u64 = (u32::MAX as u64) & !7;
+/// Zeroing completions carry this bit in their token (allocated beside fio-like
+/// jobs' bits).
+const ZERO_FLAG: u64 = zblk_workload::token::ZEROER;
 /// Zero buffers go as 1 MiB writes, 32 in flight (dd through the page cache and its
 /// writeback keeps many in flight).
 const BUF_SECTORS: u32 = 2048;
@@ -70,8 +68,8 @@ impl Zeroer {
     fn fill(&mut self, sim: &mut Sim) {
         while self.next < self.end && self.error.is_none() {
             let (op, n, flags, depth) = match self.method {
-                ZeroingMethod::Unmap => (Op::WriteZeroes, MAX_BIO_SECTORS, BioFlags::NONE, 1),
-                ZeroingMethod::WriteZeroes => (Op::WriteZeroes, MAX_BIO_SECTORS, BioFlags::NOUNMAP, 1),
+                ZeroingMethod::Unmap => (Op::WriteZeroes, MAX_ZEROOUT_BIO_SECTORS, BioFlags::NONE, 1),
+                ZeroingMethod::WriteZeroes => (Op::WriteZeroes, MAX_ZEROOUT_BIO_SECTORS, BioFlags::NOUNMAP, 1),
                 ZeroingMethod::ZeroBuffers => (Op::Write, u64::from(BUF_SECTORS), BioFlags::NONE, BUF_DEPTH),
             };
             if self.inflight >= depth {

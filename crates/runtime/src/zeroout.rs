@@ -5,7 +5,7 @@
 
 use crate::runtime::Runtime;
 use zblk_core::bio::{BioFlags, Op, Status};
-use zblk_core::engine::{AttrError, ZeroingMethod};
+use zblk_core::engine::{AttrError, MAX_ZEROOUT_BIO_SECTORS, ZeroingMethod};
 use zblk_core::units::{SECTOR_SIZE, Sector};
 use zblk_dev::DeviceZeroing;
 use zblk_dev::buf::AlignedBuf;
@@ -35,11 +35,6 @@ pub struct ZeroingReport {
     pub bytes: u64,
 }
 
-/// The largest WRITE_ZEROES BIO [`Runtime::write_zeroes`] submits at once (the
-/// engine splits it further): 1 TiB, a whole number of 4 KiB blocks within a BIO's
-/// 32-bit sector count.
-const MAX_ZEROES_BIO_SECTORS: u64 = 1 << 31;
-
 /// Bytes per write when zeroes are written as ordinary writes.
 const ZERO_BUFFER_BYTES: usize = 4 << 20;
 
@@ -62,7 +57,7 @@ impl Runtime {
             let bio_flags = if flags.nounmap { BioFlags::NOUNMAP } else { BioFlags::NONE };
             let mut done = 0;
             while done < nr_sectors {
-                let n = (nr_sectors - done).min(MAX_ZEROES_BIO_SECTORS) as u32;
+                let n = (nr_sectors - done).min(MAX_ZEROOUT_BIO_SECTORS) as u32;
                 match self.wait_bio(Op::WriteZeroes, sector + done, bio_flags, None, n) {
                     Ok(_) => done += u64::from(n),
                     // The device lost WRITE_ZEROES between the check and the

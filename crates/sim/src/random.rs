@@ -191,7 +191,7 @@ pub struct LoggedOp {
     pub lost: bool,
 }
 
-const INVALID_FLAG: u64 = 1 << 62;
+const INVALID_FLAG: u64 = zblk_workload::token::RANDOM_INVALID;
 
 impl RandomOps {
     /// `ops` random operations on `geo`, seeded.

@@ -31,6 +31,7 @@
 
 use crate::job::{JobError, JobResult, JobSpec, ZoneMode};
 use crate::stats::Tally;
+use crate::token::{FIO_FLUSH as FLUSH_FLAG, FIO_RESET as RESET_FLAG};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::collections::VecDeque;
@@ -42,11 +43,6 @@ use zblk_core::zone::{ZoneCond, ZoneInfo};
 fn job_err(option: &'static str, message: String) -> JobError {
     JobError { option, message }
 }
-
-/// Tokens of zone resets carry this bit, with the job number below.
-const RESET_FLAG: u64 = 1 << 63;
-/// Tokens of end-of-job flushes carry this bit, with the job number below.
-const FLUSH_FLAG: u64 = 1 << 62;
 
 /// A BIO the generator wants submitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub mod fio;
 pub mod job;
 pub mod pattern;
 pub mod stats;
+pub mod token;
 
 pub use fio::{FioAction, FioDone, FioGen, FioIo};
 pub use job::{JobError, JobResult, JobSpec, Rw, ZoneMode};

@@ -41,6 +41,12 @@ pub enum AttrError {
     },
 }
 
+/// The largest WRITE_ZEROES BIO a zeroer (`blkdev_issue_zeroout()`: the runtime's
+/// `write_zeroes`, the lab's simulated zeroer) submits at once; the engine splits it
+/// further at `write_zeroes_max_bytes` and zone ends. 1 TiB: a whole number of 4 KiB
+/// blocks within a BIO's 32-bit sector count.
+pub const MAX_ZEROOUT_BIO_SECTORS: u64 = 1 << 31;
+
 /// How a WRITE_ZEROES makes its range read as zeroes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -47,7 +47,7 @@ mod scenarios;
 pub(crate) mod testing;
 
 pub use crate::split::SplitLimits;
-pub use attrs::{AttrError, ZeroingMethod};
+pub use attrs::{AttrError, MAX_ZEROOUT_BIO_SECTORS, ZeroingMethod};
 pub use policy::{IssuePolicy, POLICIES, PolicyInfo};
 pub use submit::validate_bio;
 
