@@ -31,10 +31,9 @@ use rand::{RngExt, SeedableRng};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zblk_core::bio::{BioFlags, Op};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::mutation::{self, Mutation};
@@ -392,7 +391,6 @@ fn crash_child() {
 /// failure.
 fn kill_runs(runs: u64, base: u64, mutant: Option<Mutation>) -> Result<(usize, usize), String> {
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let (mut acked, mut unclean) = (0usize, 0usize);
     for run in 0..runs {
         let seed = base + run;
@@ -400,22 +398,8 @@ fn kill_runs(runs: u64, base: u64, mutant: Option<Mutation>) -> Result<(usize, u
         let log: PathBuf = dir.path().join("kill.log");
         create(&img);
         let _ = std::fs::remove_file(&log);
-        let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, format!("{}|{}|{seed}", img.display(), log.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        // Let the child get going (its first log line), then a random while more.
-        let t = Instant::now();
-        while read_log(&log).is_empty() && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(Duration::from_millis(rng.random_range(1..60)));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let spec = format!("{}|{}|{seed}", img.display(), log.display());
+        common::kill_nine("crash_child", (CHILD_ENV, spec), &log, seed, 1..60);
         let lines: Vec<String> = read_log(&log).into_iter().filter(|l| !l.starts_with('#')).collect();
         acked += lines.iter().filter(|l| l.starts_with("A ")).count();
         mutation::set(mutant);

@@ -22,10 +22,9 @@ use rand::{RngExt, SeedableRng};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zblk_core::bio::BioFlags;
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::{Geometry, GeometryParams};
@@ -252,27 +251,13 @@ fn pipe_child() {
 /// `runs` kill -9 runs (with `mutant` planted in the child): the first failure.
 fn kill_runs(runs: u64, mutant: Option<Mutation>) -> Option<(u64, String)> {
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let m = mutant.map_or("none", |m| m.name());
     for seed in 1..=runs {
         let (img, log) = (dir.path().join("kill.img"), dir.path().join("kill.log"));
         create(&img);
         let _ = std::fs::remove_file(&log);
-        let mut child = Command::new(&exe)
-            .args(["--exact", "pipe_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, format!("{}|{}|{seed}|{m}", img.display(), log.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let t = Instant::now();
-        while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(Duration::from_millis(rng.random_range(5..60)));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let spec = format!("{}|{}|{seed}|{m}", img.display(), log.display());
+        common::kill_nine("pipe_child", (CHILD_ENV, spec), &log, seed, 5..60);
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         // Nothing fails before the kill: no media errors here, and a write of a
         // pipelined zone refused by the image (reaching it out of order) would be one.

@@ -162,3 +162,29 @@ pub fn zeroes_past_write_pointers(img: &zblk_dev::file::FileImage, path: &std::p
     }
     Ok(())
 }
+
+/// The kill -9 harness of the crash tests: runs `child`, an ignored test of this test
+/// binary, in a process of its own with `env` set (it reads what to do from it and
+/// logs to `log`), waits for its first complete log line (at most 10 s), lets it run
+/// a random while more (`delay_ms`, drawn from `seed`), and kills it with SIGKILL. The
+/// caller then reopens the image and checks it against the log.
+pub fn kill_nine(child: &str, env: (&str, String), log: &std::path::Path, seed: u64, delay_ms: std::ops::Range<u64>) {
+    use rand::{RngExt, SeedableRng};
+    use std::time::{Duration, Instant};
+    let mut proc = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", child, "--ignored", "--nocapture", "--test-threads=1"])
+        .env(env.0, env.1)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the child");
+    let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed);
+    let started = || std::fs::read_to_string(log).is_ok_and(|t| t.contains('\n'));
+    let t = Instant::now();
+    while !started() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(rng.random_range(delay_ms)));
+    proc.kill().expect("SIGKILL the child");
+    proc.wait().expect("reap the child");
+}
