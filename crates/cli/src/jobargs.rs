@@ -8,10 +8,9 @@ use clap::{Args, ValueEnum};
 use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
 use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 
-/// The most copies of a job `zblk bench` runs, simulated or on an image: each keeps
-/// its own latency histograms (about half a MiB), and on an image a thread and its
-/// buffers. `--numjobs`'s help says the number.
-pub const MAX_NUMJOBS: u32 = 256;
+/// The most copies of a job (the workload's limit, checked by the library too);
+/// `--numjobs`'s help says the number.
+pub use zblk_workload::job::MAX_NUMJOBS;
 
 /// Job options use fio's names (`--rw`, `--bs`, `--iodepth`, `--numjobs`, `--size`,
 /// `--io_size`, `--runtime`, `--offset`, `--zonemode`, `--max_open_zones`).

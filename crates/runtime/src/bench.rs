@@ -87,6 +87,32 @@ impl CpuUse {
     }
 }
 
+/// The deepest job a real run takes ([`JobSpec::iodepth`]): a buffer per I/O in
+/// flight.
+pub const MAX_IODEPTH: u32 = 4096;
+/// The most buffer memory a real run allocates: `bs` x `iodepth` x `numjobs` over
+/// all jobs.
+pub const MAX_BUFFER_BYTES: u64 = 4 << 30;
+
+/// The limits that protect a real run's memory: [`MAX_IODEPTH`] and
+/// [`MAX_BUFFER_BYTES`] (and the workload's own, [`zblk_workload::job::MAX_NUMJOBS`],
+/// which `JobSpec::validate` checks).
+pub fn check_limits(specs: &[JobSpec]) -> Result<(), JobError> {
+    if let Some(s) = specs.iter().find(|s| s.iodepth > MAX_IODEPTH) {
+        return Err(JobError { option: "iodepth", message: format!("is at most {MAX_IODEPTH}, got {}", s.iodepth) });
+    }
+    let buffers = specs.iter().fold(0u64, |sum, s| {
+        sum.saturating_add(s.bs_bytes.saturating_mul(u64::from(s.iodepth)).saturating_mul(u64::from(s.numjobs)))
+    });
+    if buffers > MAX_BUFFER_BYTES {
+        return Err(JobError {
+            option: "bs",
+            message: format!("bs x iodepth x numjobs is {buffers} bytes of buffers, more than {MAX_BUFFER_BYTES}"),
+        });
+    }
+    Ok(())
+}
+
 /// Runs `specs` on the runtime's device, named `image` in the report, and measures
 /// them. The zone write pointers fio starts from are the device's, as reported now.
 pub fn run_jobs(rt: &Runtime, image: &str, specs: &[JobSpec], seed: u64, group: bool) -> Result<RealReport, JobError> {
@@ -112,6 +138,7 @@ pub fn run_jobs_watched(
     append: bool,
     watch: &mut dyn FnMut(Duration, u64),
 ) -> Result<RealReport, JobError> {
+    check_limits(specs)?;
     let geo = rt.geometry().clone();
     let zones = if geo.is_zoned() {
         rt.report_zones().map_err(|e| JobError { option: "zonemode", message: format!("zone report failed: {e}") })?
@@ -390,5 +417,21 @@ fn done_of(io: &FioIo) -> FioDone {
         nr_sectors: b.nr_sectors,
         result: Ok(b.sector),
         latency_ns: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_real_run_refuses_what_would_exhaust_its_memory() {
+        let job = |bs_bytes, iodepth, numjobs| JobSpec { bs_bytes, iodepth, numjobs, ..JobSpec::default() };
+        assert!(check_limits(&[job(4096, MAX_IODEPTH, 1)]).is_ok());
+        assert_eq!(check_limits(&[job(4096, MAX_IODEPTH + 1, 1)]).unwrap_err().option, "iodepth");
+        // 1 MiB x 4096 = 4 GiB: at the limit; one more job over it.
+        assert!(check_limits(&[job(1 << 20, 4096, 1)]).is_ok());
+        assert_eq!(check_limits(&[job(1 << 20, 4096, 1), job(4096, 1, 1)]).unwrap_err().option, "bs");
+        assert_eq!(check_limits(&[job(u64::MAX, 2, 2)]).unwrap_err().option, "bs");
     }
 }

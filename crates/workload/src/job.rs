@@ -128,6 +128,11 @@ pub struct JobError {
     pub message: String,
 }
 
+/// The most copies of a job ([`JobSpec::numjobs`]) a job may ask for, simulated or
+/// real: each keeps its own latency histograms (about half a MiB), and on a real
+/// device a thread and its buffers.
+pub const MAX_NUMJOBS: u32 = 256;
+
 fn job_err(option: &'static str, message: String) -> JobError {
     JobError { option, message }
 }
@@ -151,6 +156,9 @@ impl JobSpec {
         }
         if self.numjobs == 0 {
             return Err(job_err("numjobs", "must be at least 1".to_string()));
+        }
+        if self.numjobs > MAX_NUMJOBS {
+            return Err(job_err("numjobs", format!("is at most {MAX_NUMJOBS}, got {}", self.numjobs)));
         }
         if self.offset_bytes % lbs != 0 || self.offset_bytes >= dev_bytes {
             return Err(job_err(

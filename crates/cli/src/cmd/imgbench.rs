@@ -9,7 +9,7 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;
 use zblk_core::engine::EngineConfig;
-use zblk_runtime::bench::{RealReport, run_jobs_watched};
+use zblk_runtime::bench::{MAX_BUFFER_BYTES, MAX_IODEPTH, RealReport, run_jobs_watched};
 use zblk_runtime::{Backend, RuntimeConfig};
 
 /// Progress on stderr while a real bench runs, only on a terminal: the run's time (or
@@ -57,11 +57,15 @@ pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
         return Err(CliError::msg("--check, --write-error-ppm and --trace are for simulated devices, not --image"));
     }
     // Limits on what a real run allocates (a buffer per I/O in flight, a thread per job).
-    if a.iodepth > 4096 || a.numjobs > MAX_NUMJOBS {
-        return Err(CliError(format!("--iodepth is at most 4096 and --numjobs at most {MAX_NUMJOBS} with --image")));
+    // The runtime's bench checks them too (check_limits); here they are said before
+    // the image is opened, in the options' words.
+    if a.iodepth > MAX_IODEPTH || a.numjobs > MAX_NUMJOBS {
+        return Err(CliError(format!(
+            "--iodepth is at most {MAX_IODEPTH} and --numjobs at most {MAX_NUMJOBS} with --image"
+        )));
     }
     let buffers = a.bs.saturating_mul(u64::from(a.iodepth)).saturating_mul(u64::from(a.numjobs));
-    if buffers > 4 << 30 {
+    if buffers > MAX_BUFFER_BYTES {
         return Err(CliError::msg("--bs x --iodepth x --numjobs is more than 4 GiB of buffers"));
     }
     let img = image::Target::open(path, false, a.lock)?;

@@ -133,3 +133,12 @@ fn offset_increment_gives_each_job_its_own_region() {
     let unaligned = JobSpec { offset_increment_bytes: zone + 4096, ..spec };
     assert_eq!(unaligned.validate(&geo).unwrap_err().option, "offset_increment");
 }
+
+#[test]
+fn a_job_asks_for_at_most_max_numjobs_copies() {
+    let g = geo(0);
+    let spec = |numjobs| JobSpec { numjobs, bs_bytes: 4096, size_bytes: Some(1 << 20), ..JobSpec::default() };
+    assert!(spec(crate::job::MAX_NUMJOBS).validate(&g).is_ok());
+    let e = spec(crate::job::MAX_NUMJOBS + 1).validate(&g).unwrap_err();
+    assert_eq!((e.option, e.message.as_str()), ("numjobs", "is at most 256, got 257"));
+}
