@@ -7,7 +7,8 @@
 //!   path that splits and remaps BIOs down to each disk's engine.
 //! - [`zone`]: the device side's zone state machine, which every emulated device
 //!   shares and which checks independently of the host's plugs.
-//! - [`corebench`]: the engine alone under a minimal driver, to measure what it costs.
+//! - `corebench` (feature `corebench`): the engine alone under a minimal driver, to
+//!   measure what it costs (`zblk corebench`).
 //! - [`geometry`], [`bio`], [`units`], [`params`], [`split`]: the vocabulary;
 //!   [`rule`]: the rule that refused a request, carried in its status.
 //!
@@ -16,8 +17,10 @@
 //! `docs/ARCHITECTURE.md` explains the engine's call-order contract.
 
 pub mod bio;
+#[cfg(feature = "corebench")]
 pub mod corebench;
 pub mod engine;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod geometry;
 pub mod mutation;

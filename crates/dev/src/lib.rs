@@ -14,6 +14,7 @@ pub mod buf;
 pub mod device;
 pub mod error;
 pub mod file;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod linux;
 pub mod mem;

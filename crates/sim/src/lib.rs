@@ -9,6 +9,7 @@ pub mod checks;
 mod disk;
 pub mod driver;
 pub mod faults;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod hdd;
 pub mod model;
