@@ -192,12 +192,6 @@ impl DeviceSpec {
         }
         d.params.apply(&rest.join(","))?;
         d.params.validate()?;
-        if let ModelParams::Hdd(h) = &mut d.model {
-            // The model follows the geometry the user asked for.
-            h.capacity_bytes = d.params.geometry.capacity_bytes;
-            h.zone_bytes = if d.params.geometry.zoned { d.params.geometry.zone_size_bytes } else { 0 };
-            h.ncq_depth = d.params.hw_queue_depth;
-        }
         Ok(d)
     }
 
@@ -215,14 +209,30 @@ impl DeviceSpec {
         }
     }
 
+    /// The disk model's parameters, for a disk preset: the preset's disk with the
+    /// geometry the device has (capacity, zones, NCQ depth). The device parameters are
+    /// the one source of the geometry: a preset derives them from its disk once
+    /// ([`smr_device`]), overrides change only them, and the model reads them here.
+    pub fn hdd_params(&self) -> Option<HddParams> {
+        let ModelParams::Hdd(h) = &self.model else { return None };
+        let g = &self.params.geometry;
+        Some(HddParams {
+            capacity_bytes: g.capacity_bytes,
+            zone_bytes: if g.zoned { g.zone_size_bytes } else { 0 },
+            ncq_depth: self.params.hw_queue_depth,
+            ..h.clone()
+        })
+    }
+
     /// The timing model, seeded.
     pub fn model(&self, seed: u64) -> Box<dyn DeviceModel> {
         match &self.model {
             ModelParams::Null => {
                 Box::new(NullModel::new(self.params.completion_nsec, self.params.completion_dist, seed))
             }
-            ModelParams::Hdd(h) => {
-                Box::new(HddModel::new(HddParams { layout_seed: h.layout_seed ^ seed, ..h.clone() }))
+            ModelParams::Hdd(_) => {
+                let h = self.hdd_params().expect("a disk preset");
+                Box::new(HddModel::new(HddParams { layout_seed: h.layout_seed ^ seed, ..h }))
             }
             ModelParams::Ssd(s) => Box::new(SsdModel::new(s.clone())),
         }
@@ -261,10 +271,12 @@ mod tests {
 
     #[test]
     fn overrides_and_refusals() {
-        let d = DeviceSpec::parse("smr-30tb:write_cache=0,size=1T").unwrap();
-        let ModelParams::Hdd(h) = &d.model else { panic!() };
+        let d = DeviceSpec::parse("smr-30tb:write_cache=0,size=1T,hw_queue_depth=8").unwrap();
+        let h = d.hdd_params().expect("a disk");
         assert!(!h.write_cache);
-        assert_eq!(h.capacity_bytes, 1 << 40);
+        assert_eq!((h.capacity_bytes, h.zone_bytes, h.ncq_depth), (1 << 40, 256 << 20, 8));
+        let h = DeviceSpec::parse("smr-30tb:zoned=0").unwrap().hdd_params().expect("a disk");
+        assert_eq!(h.zone_bytes, 0, "a disk the device shows unzoned has no zones in the model");
         let e = DeviceSpec::parse("nullb:write_cache=0").unwrap_err();
         assert_eq!(e.param, "write_cache");
         let e = DeviceSpec::parse("smr-30tb:write_cache=2").unwrap_err();
