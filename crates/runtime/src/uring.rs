@@ -18,6 +18,8 @@ use zblk_core::bio::Request;
 use zblk_dev::Transfer;
 use zblk_dev::buf::Region;
 
+use crate::shared::RawBuf;
+
 /// The `user_data` of the entry that wakes the completion thread.
 pub(super) const WAKE: u64 = u64::MAX;
 
@@ -27,8 +29,8 @@ pub(super) struct Inflight {
     pub req: Request,
     /// Where the data goes: `t.offset` bytes into `fd`.
     pub t: Transfer,
-    pub ptr: *mut u8,
-    pub len: usize,
+    /// The request's part of its BIO's buffer (read-only for a write).
+    pub buf: RawBuf,
     pub fd: RawFd,
     /// Carried as the device's passthrough command ([`zblk_dev::UringCmd`]), not a
     /// read or write of `fd`.
@@ -42,8 +44,8 @@ impl Inflight {
     /// use the pages the registration pinned instead of pinning them again (the
     /// second value says so).
     pub fn entry(&self, fixed: Option<&Region>) -> (io_uring::squeue::Entry, bool) {
-        let (fd, ptr, len, off) = (types::Fd(self.fd), self.ptr, self.len as u32, self.t.offset);
-        let registered = fixed.is_some_and(|r| r.offset_of(ptr, self.len).is_some());
+        let (fd, ptr, len, off) = (types::Fd(self.fd), self.buf.ptr, self.buf.len as u32, self.t.offset);
+        let registered = fixed.is_some_and(|r| r.offset_of(ptr, self.buf.len).is_some());
         let entry = match (self.t.write, registered) {
             (true, false) => opcode::Write::new(fd, ptr, len).offset(off).build(),
             (false, false) => opcode::Read::new(fd, ptr, len).offset(off).build(),
@@ -61,14 +63,16 @@ impl Inflight {
         // SAFETY: `fd` is the device's data descriptor, open while the device lives,
         // which outlives its requests.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-        // SAFETY: `ptr..ptr+len` is the request's part of its BIO's buffer, which
-        // nobody else touches until the request completes (as for the ring's entry).
-        let r = unsafe {
-            if self.t.write {
-                rustix::io::pwrite(fd, std::slice::from_raw_parts(self.ptr, self.len), self.t.offset)
-            } else {
-                rustix::io::pread(fd, std::slice::from_raw_parts_mut(self.ptr, self.len), self.t.offset)
-            }
+        // The request's part of its BIO's buffer is lent until the request completes
+        // and moved by this request alone, on this thread (as for the ring's entry).
+        let r = if self.t.write {
+            // SAFETY: lent as above; a write only reads it.
+            let data = unsafe { self.buf.bytes() };
+            rustix::io::pwrite(fd, data, self.t.offset)
+        } else {
+            // SAFETY: lent as above, writable (a read's).
+            let data = unsafe { self.buf.bytes_mut() };
+            rustix::io::pread(fd, data, self.t.offset)
         };
         match r {
             Ok(n) => i32::try_from(n).expect("a request moves less than 2 GiB"),
@@ -76,10 +80,6 @@ impl Inflight {
         }
     }
 }
-
-// SAFETY: `ptr` points into a BIO's buffer, which its submitter keeps valid until the
-// BIO completes; the request is owned by exactly one thread at a time.
-unsafe impl Send for Inflight {}
 
 /// The ring: plain entries, or the wide ones a passthrough command needs.
 enum Ring {
