@@ -136,7 +136,9 @@ pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     /// Signalled when no BIO is in the engine.
     pub(crate) idle: Condvar,
-    pub(crate) uring: Option<Uring>,
+    /// The ring's submission side (its completions are the completion thread's,
+    /// [`crate::uring::Completions`]).
+    pub(crate) uring: Option<Arc<Uring>>,
     pub(crate) jobs: Sender<Job>,
     pub(crate) timers: Sender<Timer>,
     /// The device's data descriptors ([`Device::data_fds`]), valid while `device`
