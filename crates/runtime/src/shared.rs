@@ -35,7 +35,9 @@ pub(crate) struct RawBuf {
     pub(crate) ptr: *mut u8,
     pub(crate) len: usize,
     /// Lent as `&mut [u8]` (a read fills it): the only kind a `&mut [u8]` is made of.
-    pub(crate) writable: bool,
+    /// Private: a `RawBuf` is made only by [`RawBuf::reading`], [`RawBuf::filling`]
+    /// and [`RawBuf::part`], so it says how its memory was lent.
+    writable: bool,
 }
 
 // SAFETY: the buffer is owned by the BIO's submitter, which keeps it alive and does
