@@ -80,7 +80,9 @@ pub(crate) fn completion_loop(sh: Arc<Shared>, mut cq: Completions, poll: Durati
                 stop |= sh.stopping.load(Ordering::Acquire);
                 continue;
             }
-            // SAFETY: every other token is a request pushed by push_rw, reaped once.
+            // SAFETY: every other token is a request's box, leaked by push_rw or
+            // push_cmd as its entry's user data; the kernel posts one completion per
+            // entry, so each is taken back once.
             let r = unsafe { uring::take(token) };
             let result = match sh.device.uring_cmd() {
                 Some(pc) if r.passthrough => pc.complete(&r.req, res, big),
