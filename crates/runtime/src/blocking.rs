@@ -16,15 +16,14 @@ impl Runtime {
         op: Op,
         sector: Sector,
         flags: BioFlags,
-        buf: Option<&mut [u8]>,
+        buf: Option<RawBuf>,
         nr: u32,
     ) -> Result<Sector, Status> {
-        let raw = buf.map(|b| RawBuf { ptr: b.as_mut_ptr(), len: b.len() });
         let w = Arc::new(Waiter::default());
         let bio = Bio { op, sector, nr_sectors: nr, flags, user_data: 0 };
         // The caller's buffer is borrowed for this call, and the call returns only
         // once the BIO has completed: no request can use it afterwards.
-        self.sh().submit_bio(bio, raw, Done::Wake(w.clone()));
+        self.sh().submit_bio(bio, buf, Done::Wake(w.clone()));
         let mut g = w.result.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(r) = g.take() {
@@ -50,13 +49,8 @@ impl Runtime {
     /// Writes `data` at `sector` with `flags` (FUA: durable when it returns) and waits.
     pub fn write_at_flags(&self, sector: Sector, data: &[u8], flags: BioFlags) -> Result<(), Status> {
         let nr = Runtime::sectors_of(data.len())?;
-        // The write path never writes into the buffer: the mutable pointer is only
-        // the common currency of reads and writes.
-        let ptr = data.as_ptr().cast_mut();
-        // SAFETY: `data` is valid for `data.len()` bytes during this call, and the
-        // runtime only reads through the pointer of a write.
-        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, data.len()) };
-        self.wait_bio(Op::Write, sector, flags, Some(buf), nr).map(|_| ())
+        // Lent read-only: the write path reads the caller's bytes, never writes them.
+        self.wait_bio(Op::Write, sector, flags, Some(RawBuf::reading(data)), nr).map(|_| ())
     }
 
     /// Appends `data` to the zone starting at `zone_start`, waits, and returns the
@@ -68,16 +62,13 @@ impl Runtime {
     /// [`Runtime::append`] with flags.
     pub fn append_flags(&self, zone_start: Sector, data: &[u8], flags: BioFlags) -> Result<Sector, Status> {
         let nr = Runtime::sectors_of(data.len())?;
-        let ptr = data.as_ptr().cast_mut();
-        // SAFETY: as in write_at_flags.
-        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, data.len()) };
-        self.wait_bio(Op::ZoneAppend, zone_start, flags, Some(buf), nr)
+        self.wait_bio(Op::ZoneAppend, zone_start, flags, Some(RawBuf::reading(data)), nr)
     }
 
     /// Reads `buf.len()` bytes at `sector` and waits.
     pub fn read_at(&self, sector: Sector, buf: &mut [u8]) -> Result<(), Status> {
         let nr = Runtime::sectors_of(buf.len())?;
-        self.wait_bio(Op::Read, sector, BioFlags::NONE, Some(buf), nr).map(|_| ())
+        self.wait_bio(Op::Read, sector, BioFlags::NONE, Some(RawBuf::filling(buf)), nr).map(|_| ())
     }
 
     /// A zone management operation (RESET, OPEN, CLOSE, FINISH on the zone starting

@@ -47,7 +47,7 @@ impl Default for RuntimeConfig {
 /// Whether this kernel lets this process use io_uring (a ring is set up and a NOP
 /// goes through it); the error says why not.
 pub fn io_uring_available() -> io::Result<()> {
-    Uring::new(1, false).map(|_| ())
+    Uring::new(1, false).map(drop)
 }
 
 /// A runtime that could not start.

@@ -62,16 +62,20 @@ pub(super) fn take(sh: &Shared, r: Inflight) -> Taken {
 /// would (bytes moved, or a negative errno).
 fn on_the_spot(sh: &Shared, r: &Inflight) -> i32 {
     if let Some(m) = &sh.mapped {
-        // SAFETY: the request's part of its BIO's buffer, which nobody else touches
-        // until the request completes (as for the ring's entry).
-        let buf = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
+        // The request's part of its BIO's buffer is lent until the request completes
+        // and moved by this request alone, on this thread (as for the ring's entry).
         let done = if r.t.write {
-            m.write(r.t.offset, buf, sh.device.data_fds().holes_punched)
+            // SAFETY: lent as above; a write only reads it (a `&mut` of a write's
+            // buffer, which the caller lent as `&[u8]`, would be undefined behaviour).
+            let data = unsafe { r.buf.bytes() };
+            m.write(r.t.offset, data, sh.device.data_fds().holes_punched)
         } else {
-            m.read(r.t.offset, buf)
+            // SAFETY: lent as above, writable (a read's).
+            let data = unsafe { r.buf.bytes_mut() };
+            m.read(r.t.offset, data)
         };
         if done {
-            return i32::try_from(r.len).expect("a request moves less than 2 GiB");
+            return i32::try_from(r.buf.len).expect("a request moves less than 2 GiB");
         }
     }
     r.run_sync()

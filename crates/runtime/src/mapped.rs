@@ -111,9 +111,10 @@ impl MappedFile {
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> bool {
         let Some(src) = self.at(offset, dst.len()) else { return false };
         // SAFETY: `src..src + dst.len()` lies in the mapping, which lives as long as
-        // `self`; the bytes are the page cache's, which a write of the same range in
-        // flight meanwhile may change under the copy, as under a `pread` racing a
-        // `pwrite` (the read sees some of either; bytes, not Rust values, are moved).
+        // `self`, and is read through the raw pointer only: a concurrent write of the
+        // same bytes (see the module's doc) may tear what is read, as under a `pread`
+        // racing a `pwrite`. `dst` is the caller's, exclusively borrowed, and not in
+        // the mapping (a BIO's buffer), so the two are apart.
         unsafe { copy_by_pages(src, dst.as_mut_ptr(), dst.len()) };
         true
     }
@@ -130,8 +131,11 @@ impl MappedFile {
         if !self.allocated(offset, src.len(), punched) {
             return false;
         }
-        // SAFETY: as for `read`; the mapping is writable and shared, so the bytes
-        // reach the file's pages as a `pwrite` of them would.
+        // SAFETY: `dst..dst + src.len()` lies in the mapping, which is writable and
+        // lives as long as `self`, and is written through the raw pointer only (the
+        // bytes reach the file's pages as a `pwrite` of them would; a concurrent
+        // reader may see them torn). `src` is the caller's, borrowed shared and only
+        // read, and not in the mapping.
         unsafe { copy_by_pages(src.as_ptr(), dst, src.len()) };
         true
     }
@@ -247,7 +251,11 @@ impl MappedFile {
 ///
 /// # Safety
 ///
-/// `src..src + len` readable, `dst..dst + len` writable, the two apart.
+/// `src..src + len` readable, `dst..dst + len` writable, the two apart. A range in
+/// the file's mapping may be written or read meanwhile by others (the kernel,
+/// another process, another copy), never through a Rust reference: the bytes may
+/// then be torn (some from before a concurrent write, some from after), which the
+/// caller accepts, as of a `pread` racing a `pwrite`.
 unsafe fn copy_by_pages(src: *const u8, dst: *mut u8, len: usize) {
     let mut done = 0;
     while done < len {

@@ -143,7 +143,7 @@ impl Shared {
             // buffer stays the BIO's until the completion thread reaps it.
             let cmd = pc.command(&req, b.ptr, b.len);
             let fd = pc.fd().as_raw_fd();
-            u.push_cmd(Box::new(Inflight { req, t, ptr: b.ptr, len: b.len, fd, passthrough: true }), pc.cmd_op(), cmd);
+            u.push_cmd(Box::new(Inflight { req, t, buf: b, fd, passthrough: true }), pc.cmd_op(), cmd);
             return Started::Ring;
         }
         if let (Plan::Transfer(t), Some(b)) = (plan, buf) {
@@ -152,7 +152,7 @@ impl Shared {
                 _ => None,
             };
             if let Some(fd) = direct.or(self.buffered) {
-                let r = match local::take(self, Inflight { req, t, ptr: b.ptr, len: b.len, fd, passthrough: false }) {
+                let r = match local::take(self, Inflight { req, t, buf: b, fd, passthrough: false }) {
                     local::Taken::Queued => return Started::Local,
                     local::Taken::Done(r, res) => return Started::Done(self.finish_transfer(&r, res)),
                     local::Taken::No(r) => r,
@@ -177,8 +177,9 @@ impl Shared {
     pub(crate) fn finish_transfer(&self, r: &Inflight, res: i32) -> Result<Sector, Status> {
         let io = transfer_result(r, res);
         if !r.t.write {
-            // SAFETY: the request's part of its BIO's buffer, as in threads::worker_loop.
-            zero_past(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) }, r.t.valid_sectors);
+            // SAFETY: the request's part of its BIO's buffer, as in threads::worker_loop;
+            // a read's, lent writable.
+            zero_past(unsafe { r.buf.bytes_mut() }, r.t.valid_sectors);
         }
         self.device.finish(&r.req, r.t, io)
     }
@@ -202,10 +203,12 @@ enum Started {
 /// `buf` must be the request's part of its BIO's buffer, valid and used by nobody
 /// else until the request completes.
 pub(crate) unsafe fn iobuf<'a>(op: Op, buf: Option<RawBuf>) -> IoBuf<'a> {
-    // SAFETY: the caller's guarantee.
     match (buf, op) {
-        (Some(b), Op::Read) => IoBuf::Read(unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }),
-        (Some(b), _) => IoBuf::Write(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }),
+        // SAFETY: the caller's guarantee; a read's buffer was lent writable
+        // (`bytes_mut` checks it).
+        (Some(b), Op::Read) => IoBuf::Read(unsafe { b.bytes_mut() }),
+        // SAFETY: the caller's guarantee; the device only reads a write's data.
+        (Some(b), _) => IoBuf::Write(unsafe { b.bytes() }),
         (None, _) => IoBuf::None,
     }
 }
@@ -218,15 +221,18 @@ fn transfer_result(r: &Inflight, res: i32) -> io::Result<()> {
     let mut done = res as usize;
     // SAFETY: the descriptor is the device's, open while the runtime runs.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(r.fd) };
-    while done < r.len {
+    while done < r.buf.len {
         let off = r.t.offset + done as u64;
-        // SAFETY: the request's part of its BIO's buffer, as in threads::worker_loop.
-        let n = unsafe {
-            if !r.t.write {
-                rustix::io::pread(fd, std::slice::from_raw_parts_mut(r.ptr.add(done), r.len - done), off)
-            } else {
-                rustix::io::pwrite(fd, std::slice::from_raw_parts(r.ptr.add(done), r.len - done), off)
-            }
+        // The request's part of its BIO's buffer, as in threads::worker_loop (the
+        // ring is done with it: its completion came).
+        let n = if !r.t.write {
+            // SAFETY: lent as above, writable (a read's).
+            let data = unsafe { r.buf.bytes_mut() };
+            rustix::io::pread(fd, &mut data[done..], off)
+        } else {
+            // SAFETY: lent as above; a write only reads it.
+            let data = unsafe { r.buf.bytes() };
+            rustix::io::pwrite(fd, &data[done..], off)
         }?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "short transfer"));

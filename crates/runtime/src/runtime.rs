@@ -8,7 +8,7 @@ use crate::io::{FutState, Io, IoDone, IoFuture, Submitter};
 use crate::mapped::MappedFile;
 use crate::shared::{Core, Job, Shared, Timer};
 use crate::threads::{completion_loop, timer_loop, worker_loop};
-use crate::uring::{RingStats, Uring};
+use crate::uring::{Completions, RingStats, Uring};
 use crossbeam_channel::Receiver;
 use slab::Slab;
 use std::io;
@@ -48,7 +48,11 @@ fn describe(uring: bool, direct: Option<u64>, buffered: bool, workers: usize, in
 /// The runtime's ring, as `cfg.backend` asks: none for the thread pool, none for a
 /// device without data descriptors (a ring would carry nothing), a refusal when
 /// io_uring is required and cannot be had.
-fn open_ring(device: &dyn Device, cfg: &RuntimeConfig, has_fds: bool) -> Result<Option<Uring>, RuntimeError> {
+fn open_ring(
+    device: &dyn Device,
+    cfg: &RuntimeConfig,
+    has_fds: bool,
+) -> Result<Option<(Arc<Uring>, Completions)>, RuntimeError> {
     // A device whose transfers are passthrough commands needs the wide entries.
     let wide = device.uring_cmd().is_some();
     Ok(match cfg.backend {
@@ -111,7 +115,7 @@ impl Runtime {
         let buffered = fds.buffered.map(|fd| fd.as_raw_fd());
         // A passthrough device moves its data through the ring too.
         let has_fds = direct.is_some() || buffered.is_some() || device.uring_cmd().is_some();
-        let uring = open_ring(&*device, &cfg, has_fds)?;
+        let (uring, completions) = open_ring(&*device, &cfg, has_fds)?.unzip();
         let workers = worker_count(&*device, &cfg, uring.is_some());
         let description =
             describe(uring.is_some(), direct.map(|(_, a)| a), buffered.is_some(), workers, device.inline());
@@ -125,9 +129,9 @@ impl Runtime {
         };
         let data_fd = direct.map(|(fd, _)| fd).or(buffered);
         let memory_file = in_memory(data_fd);
-        let uring = uring.map(|mut u| {
-            u.take_posted(memory_file);
-            u
+        let completions = completions.map(|mut c| {
+            c.take_posted(memory_file);
+            c
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let (timers, timer_rx) = crossbeam_channel::unbounded();
@@ -147,7 +151,7 @@ impl Runtime {
             batches: Default::default(),
         });
         let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };
-        let spawned = rt.spawn_threads(&shared, &rx, timer_rx, cfg.poll);
+        let spawned = rt.spawn_threads(&shared, &rx, timer_rx, completions, cfg.poll);
         // Before `rt` can drop: its shutdown waits until it holds the last reference
         // to the shared state, so a failed spawn must not keep this one.
         drop(shared);
@@ -161,6 +165,7 @@ impl Runtime {
         shared: &Arc<Shared>,
         jobs: &Receiver<Job>,
         timer_rx: Receiver<Timer>,
+        completions: Option<Completions>,
         poll: Duration,
     ) -> Result<(), RuntimeError> {
         for i in 0..self.workers {
@@ -168,9 +173,11 @@ impl Runtime {
             let t = std::thread::Builder::new().name(format!("zblk-worker-{i}")).spawn(move || worker_loop(sh, rx));
             self.threads.push(t.map_err(RuntimeError::Thread)?);
         }
-        if shared.uring.is_some() {
+        if let Some(cq) = completions {
+            // The ring's completion queue moves into its thread, its only reader.
             let sh = shared.clone();
-            let t = std::thread::Builder::new().name("zblk-completion".into()).spawn(move || completion_loop(sh, poll));
+            let t =
+                std::thread::Builder::new().name("zblk-completion".into()).spawn(move || completion_loop(sh, cq, poll));
             self.threads.push(t.map_err(RuntimeError::Thread)?);
         }
         let sh = shared.clone();
@@ -220,7 +227,7 @@ impl Runtime {
     /// How the io_uring ring handed its entries to the kernel so far (`None` without
     /// a ring).
     pub fn ring_stats(&self) -> Option<RingStats> {
-        self.sh().uring.as_ref().map(Uring::stats)
+        self.sh().uring.as_ref().map(|u| u.stats())
     }
 
     /// Which I/O driver runs, in words: io_uring or threads, `O_DIRECT` or buffered.

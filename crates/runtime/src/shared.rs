@@ -22,24 +22,74 @@ use zblk_core::units::{SECTOR_SIZE, Sector};
 use zblk_dev::{Device, Plan};
 
 /// A BIO's buffer, lent to the runtime until the BIO completes.
+///
+/// A write's buffer comes from the caller's `&[u8]`: the runtime may only read it
+/// (the device, the ring's `IORING_OP_WRITE`, a copy into a file's mapping), never
+/// write into it, so it is made only by [`RawBuf::reading`] and never becomes a
+/// `&mut [u8]`; a read's buffer ([`RawBuf::filling`]) may be written into, by one
+/// request at a time for each part of it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawBuf {
+    /// The first byte. A `*mut` for both kinds, as a kernel's iovec is: whether it
+    /// may be written through is `writable`.
     pub(crate) ptr: *mut u8,
     pub(crate) len: usize,
+    /// Lent as `&mut [u8]` (a read fills it): the only kind a `&mut [u8]` is made of.
+    /// Private: a `RawBuf` is made only by [`RawBuf::reading`], [`RawBuf::filling`]
+    /// and [`RawBuf::part`], so it says how its memory was lent.
+    writable: bool,
 }
 
 // SAFETY: the buffer is owned by the BIO's submitter, which keeps it alive and does
-// not touch it until the BIO completes; requests use disjoint parts of it.
+// not touch it until the BIO completes; requests use disjoint parts of it, each
+// carried by one thread at a time (the one that starts, performs or reaps it).
 unsafe impl Send for RawBuf {}
 
 impl RawBuf {
+    /// The buffer of a write: read by the runtime, never written into.
+    pub(crate) fn reading(b: &[u8]) -> RawBuf {
+        // The cast does not make it writable: `writable` is false, and every
+        // `&mut [u8]` the runtime makes checks it (`RawBuf::bytes_mut`).
+        RawBuf { ptr: b.as_ptr().cast_mut(), len: b.len(), writable: false }
+    }
+
+    /// The buffer of a read: the runtime fills it.
+    pub(crate) fn filling(b: &mut [u8]) -> RawBuf {
+        RawBuf { ptr: b.as_mut_ptr(), len: b.len(), writable: true }
+    }
+
     /// The part of the buffer request `req` moves.
     pub(crate) fn part(self, req: &Request) -> RawBuf {
         let off = (u64::from(req.bio_offset) * SECTOR_SIZE) as usize;
         let len = (u64::from(req.nr_sectors) * SECTOR_SIZE) as usize;
         assert!(off + len <= self.len, "request {req:?} outside its BIO's buffer");
-        // SAFETY: in bounds of the buffer, checked above.
-        RawBuf { ptr: unsafe { self.ptr.add(off) }, len }
+        // SAFETY: `off + len <= self.len` (checked above): the pointer stays within
+        // the buffer's allocation.
+        RawBuf { ptr: unsafe { self.ptr.add(off) }, len, writable: self.writable }
+    }
+
+    /// The bytes, to read them.
+    ///
+    /// # Safety
+    /// The buffer is still lent (its BIO has not completed) and no `&mut` to any of
+    /// it is live for `'a`.
+    pub(crate) unsafe fn bytes<'a>(self) -> &'a [u8] {
+        // SAFETY: `ptr..ptr + len` is valid for reads while the buffer is lent; the
+        // caller rules out a `&mut` to it for `'a`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, to fill them. Panics for a write's buffer, which came from a
+    /// `&[u8]` and must not be written into.
+    ///
+    /// # Safety
+    /// The buffer is still lent and nothing else refers to this part of it for `'a`
+    /// (one request moves it, on one thread).
+    pub(crate) unsafe fn bytes_mut<'a>(self) -> &'a mut [u8] {
+        assert!(self.writable, "a write's buffer (lent as &[u8]) written into");
+        // SAFETY: lent as `&mut [u8]` (checked above), valid while lent; the caller
+        // guarantees exclusive use for `'a`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 
@@ -88,7 +138,9 @@ pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     /// Signalled when no BIO is in the engine.
     pub(crate) idle: Condvar,
-    pub(crate) uring: Option<Uring>,
+    /// The ring's submission side (its completions are the completion thread's,
+    /// [`crate::uring::Completions`]).
+    pub(crate) uring: Option<Arc<Uring>>,
     pub(crate) jobs: Sender<Job>,
     pub(crate) timers: Sender<Timer>,
     /// The device's data descriptors ([`Device::data_fds`]), valid while `device`
@@ -127,10 +179,9 @@ impl Shared {
             deliver(Box::new(move |result| done(IoDone { result, buf })), Err(Status::IoErr));
             return;
         }
-        let raw = buf.as_mut().map(|b| {
-            let s = b.as_mut_slice();
-            RawBuf { ptr: s.as_mut_ptr(), len: s.len() }
-        });
+        // The buffer is the runtime's (moved in): lent as writable whatever the
+        // operation, as the caller's `&mut [u8]` would be.
+        let raw = buf.as_mut().map(|b| RawBuf::filling(b.as_mut_slice()));
         let bio = Bio { op, sector, nr_sectors, flags, user_data: 0 };
         // The buffer moves into the callback: its heap memory, which `raw` points
         // to, stays where it is until the callback hands it back.
@@ -194,5 +245,65 @@ impl Shared {
             core.engine.complete(id, r);
         }
         self.pump(core);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RawBuf;
+    use zblk_core::bio::{Op, Request};
+    use zblk_core::units::Sector;
+
+    /// The request of sectors `from..from + n` of a BIO at sector 0.
+    fn part(from: u32, n: u32) -> Request {
+        Request { bio_offset: from, ..Request::direct(Op::Write, Sector(u64::from(from)), n) }
+    }
+
+    /// A write's buffer, lent as `&[u8]`, is read in parts and never made a `&mut`
+    /// (run under Miri too: docs/ARCHITECTURE.md, "Unsafe code").
+    #[test]
+    fn a_writes_buffer_is_read_in_parts() {
+        let data: Vec<u8> = (0..2048).map(|i| (i / 512) as u8).collect();
+        let lent = RawBuf::reading(&data);
+        for s in 0..4u32 {
+            // SAFETY: `data` outlives the part, and nothing writes it.
+            let bytes = unsafe { lent.part(&part(s, 1)).bytes() };
+            assert!(bytes.len() == 512 && bytes.iter().all(|&b| u32::from(b) == s));
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { lent.part(&part(1, 2)).bytes() }, &data[512..1536]);
+        assert_eq!(data[0], 0, "the caller's borrow still reads");
+    }
+
+    /// A write's buffer written into is a bug the runtime stops at, not undefined
+    /// behaviour.
+    #[test]
+    #[should_panic(expected = "a write's buffer (lent as &[u8]) written into")]
+    fn a_writes_buffer_is_never_made_mutable() {
+        let data = vec![0u8; 512];
+        // SAFETY: `data` outlives the slice (which is never made).
+        let _ = unsafe { RawBuf::reading(&data).bytes_mut() };
+    }
+
+    /// A read's buffer is filled in parts, each by its own request.
+    #[test]
+    fn a_reads_buffer_is_filled_in_parts() {
+        let mut data = vec![0u8; 2048];
+        let lent = RawBuf::filling(&mut data);
+        let (a, b) = (lent.part(&part(0, 2)), lent.part(&part(2, 2)));
+        // SAFETY: `data` outlives both parts, which are apart, and is not used
+        // meanwhile.
+        let (a, b) = unsafe { (a.bytes_mut(), b.bytes_mut()) };
+        a.fill(1);
+        b.fill(2);
+        assert!(data[..1024].iter().all(|&x| x == 1) && data[1024..].iter().all(|&x| x == 2));
+    }
+
+    /// A request reaching past its BIO's buffer is refused before any pointer is made.
+    #[test]
+    #[should_panic(expected = "outside its BIO's buffer")]
+    fn a_part_outside_the_buffer_is_refused() {
+        let data = vec![0u8; 1024];
+        let _ = RawBuf::reading(&data).part(&part(1, 2));
     }
 }

@@ -6,7 +6,7 @@
 use crate::poll::PollWindow;
 use crate::pump::{REAPER, iobuf};
 use crate::shared::{Job, Shared, Timer};
-use crate::uring::{self, WAKE};
+use crate::uring::{self, Completions, WAKE};
 use crossbeam_channel::Receiver;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -62,7 +62,7 @@ pub(crate) fn worker_loop(sh: Arc<Shared>, rx: Receiver<Job>) {
 /// With `poll`, after a batch the thread looks again without sleeping (an
 /// `io_uring_enter` that waits for nothing) for that long: completions that follow
 /// each other closer than that never wait for the thread to be woken.
-pub(crate) fn completion_loop(sh: Arc<Shared>, poll: Duration) {
+pub(crate) fn completion_loop(sh: Arc<Shared>, mut cq: Completions, poll: Duration) {
     REAPER.with(|r| r.set(true));
     let u = sh.uring.as_ref().expect("completion thread without a ring");
     let mut batch = Vec::new();
@@ -71,7 +71,7 @@ pub(crate) fn completion_loop(sh: Arc<Shared>, poll: Duration) {
     loop {
         batch.clear();
         let want = window.want();
-        let r = u.reap(&mut batch, want);
+        let r = cq.reap(&mut batch, want);
         assert!(r.is_ok(), "io_uring wait failed: {r:?}");
         window.took(want, !batch.is_empty(), &sh.batches);
         let mut stop = false;
@@ -80,7 +80,9 @@ pub(crate) fn completion_loop(sh: Arc<Shared>, poll: Duration) {
                 stop |= sh.stopping.load(Ordering::Acquire);
                 continue;
             }
-            // SAFETY: every other token is a request pushed by push_rw, reaped once.
+            // SAFETY: every other token is a request's box, leaked by push_rw or
+            // push_cmd as its entry's user data; the kernel posts one completion per
+            // entry, so each is taken back once.
             let r = unsafe { uring::take(token) };
             let result = match sh.device.uring_cmd() {
                 Some(pc) if r.passthrough => pc.complete(&r.req, res, big),

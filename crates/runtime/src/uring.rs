@@ -1,5 +1,8 @@
 //! The io_uring driver: one ring shared by every thread. Submitters push entries under
-//! a short lock on the submission queue; one completion thread reaps completions.
+//! a short lock on the submission queue ([`Uring`]); one completion thread reaps
+//! completions, through the ring's one [`Completions`], which it owns: the completion
+//! queue has a single consumer (its head is advanced without a lock), and that is
+//! what the type enforces.
 //! Reads and writes of the data region go through it (`O_DIRECT` when the buffer,
 //! offset and length are aligned, the page cache otherwise); everything that may
 //! block (flushes, zone management) goes to the worker threads.
@@ -18,6 +21,8 @@ use zblk_core::bio::Request;
 use zblk_dev::Transfer;
 use zblk_dev::buf::Region;
 
+use crate::shared::RawBuf;
+
 /// The `user_data` of the entry that wakes the completion thread.
 pub(super) const WAKE: u64 = u64::MAX;
 
@@ -27,8 +32,8 @@ pub(super) struct Inflight {
     pub req: Request,
     /// Where the data goes: `t.offset` bytes into `fd`.
     pub t: Transfer,
-    pub ptr: *mut u8,
-    pub len: usize,
+    /// The request's part of its BIO's buffer (read-only for a write).
+    pub buf: RawBuf,
     pub fd: RawFd,
     /// Carried as the device's passthrough command ([`zblk_dev::UringCmd`]), not a
     /// read or write of `fd`.
@@ -42,8 +47,8 @@ impl Inflight {
     /// use the pages the registration pinned instead of pinning them again (the
     /// second value says so).
     pub fn entry(&self, fixed: Option<&Region>) -> (io_uring::squeue::Entry, bool) {
-        let (fd, ptr, len, off) = (types::Fd(self.fd), self.ptr, self.len as u32, self.t.offset);
-        let registered = fixed.is_some_and(|r| r.offset_of(ptr, self.len).is_some());
+        let (fd, ptr, len, off) = (types::Fd(self.fd), self.buf.ptr, self.buf.len as u32, self.t.offset);
+        let registered = fixed.is_some_and(|r| r.offset_of(ptr, self.buf.len).is_some());
         let entry = match (self.t.write, registered) {
             (true, false) => opcode::Write::new(fd, ptr, len).offset(off).build(),
             (false, false) => opcode::Read::new(fd, ptr, len).offset(off).build(),
@@ -61,14 +66,16 @@ impl Inflight {
         // SAFETY: `fd` is the device's data descriptor, open while the device lives,
         // which outlives its requests.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-        // SAFETY: `ptr..ptr+len` is the request's part of its BIO's buffer, which
-        // nobody else touches until the request completes (as for the ring's entry).
-        let r = unsafe {
-            if self.t.write {
-                rustix::io::pwrite(fd, std::slice::from_raw_parts(self.ptr, self.len), self.t.offset)
-            } else {
-                rustix::io::pread(fd, std::slice::from_raw_parts_mut(self.ptr, self.len), self.t.offset)
-            }
+        // The request's part of its BIO's buffer is lent until the request completes
+        // and moved by this request alone, on this thread (as for the ring's entry).
+        let r = if self.t.write {
+            // SAFETY: lent as above; a write only reads it.
+            let data = unsafe { self.buf.bytes() };
+            rustix::io::pwrite(fd, data, self.t.offset)
+        } else {
+            // SAFETY: lent as above, writable (a read's).
+            let data = unsafe { self.buf.bytes_mut() };
+            rustix::io::pread(fd, data, self.t.offset)
         };
         match r {
             Ok(n) => i32::try_from(n).expect("a request moves less than 2 GiB"),
@@ -76,10 +83,6 @@ impl Inflight {
         }
     }
 }
-
-// SAFETY: `ptr` points into a BIO's buffer, which its submitter keeps valid until the
-// BIO completes; the request is owned by exactly one thread at a time.
-unsafe impl Send for Inflight {}
 
 /// The ring: plain entries, or the wide ones a passthrough command needs.
 enum Ring {
@@ -97,7 +100,7 @@ macro_rules! with_ring {
     };
 }
 
-/// The ring and its submission lock.
+/// The ring's submission side and its lock, shared by every thread.
 pub(super) struct Uring {
     ring: Ring,
     sq: Mutex<()>,
@@ -114,9 +117,20 @@ pub(super) struct Uring {
     fixed: OnceLock<Arc<Region>>,
     /// Set up with `IORING_SETUP_COOP_TASKRUN` (see [`build`]).
     coop: bool,
-    /// [`Uring::reap`] takes completions already posted without a system call
-    /// ([`Uring::take_posted`]).
+}
+
+/// The ring's completion queue: its one reader. Made once per ring, by
+/// [`Uring::new`], neither `Clone` nor `Sync`, and reading takes `&mut self`: whoever
+/// owns it (the runtime's completion thread, into which it is moved) is the only
+/// thread that can advance the queue's head, as `io_uring_cqe_seen()` requires of a
+/// ring without a lock around its completion queue.
+pub(super) struct Completions {
+    uring: Arc<Uring>,
+    /// [`Completions::reap`] takes completions already posted without a system call
+    /// ([`Completions::take_posted`]).
     take_posted: bool,
+    /// Not `Sync`: moved to one thread, never shared.
+    _one_reader: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 /// A ring of `entries` entries (completion queue twice as deep) whose completions'
@@ -138,7 +152,7 @@ fn build<S: squeue::EntryMarker, C: cqueue::EntryMarker>(entries: u32) -> io::Re
     let mut plain = IoUring::builder();
     plain.setup_cqsize(entries * 2);
     // With the cooperative task work, the kernel says in the ring's flags when it
-    // holds some for the ring's task (`IORING_SETUP_TASKRUN_FLAG`): [`Uring::reap`]
+    // holds some for the ring's task (`IORING_SETUP_TASKRUN_FLAG`): [`Completions::reap`]
     // then enters the kernel even with completions already posted.
     match plain.clone().setup_coop_taskrun().setup_taskrun_flag().build(entries) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((plain.build(entries)?, false)),
@@ -183,8 +197,9 @@ impl std::fmt::Debug for Uring {
 
 impl Uring {
     /// A ring with room for `depth` requests in flight (and wake-ups); with `wide`,
-    /// 128-byte entries and 32-byte completions (for passthrough commands).
-    pub fn new(depth: u32, wide: bool) -> io::Result<Uring> {
+    /// 128-byte entries and 32-byte completions (for passthrough commands): its
+    /// submission side, to share, and its completion queue's only reader.
+    pub fn new(depth: u32, wide: bool) -> io::Result<(Arc<Uring>, Completions)> {
         let entries = (depth * 2 + 8).next_power_of_two();
         let (ring, coop) = if wide {
             let (r, coop) = build(entries)?;
@@ -194,35 +209,22 @@ impl Uring {
             (Ring::Plain(r), coop)
         };
         // The probe the io-uring crate's own tests do: a NOP must come back.
-        let u = Uring {
+        let u = Arc::new(Uring {
             ring,
             sq: Mutex::new(()),
             inflight: AtomicUsize::new(0),
             handed: Default::default(),
             fixed: OnceLock::new(),
             coop,
-            take_posted: false,
-        };
+        });
+        let mut c = Completions { uring: u.clone(), take_posted: false, _one_reader: std::marker::PhantomData };
         u.push(opcode::Nop::new().build().user_data(WAKE));
         let mut out = Vec::new();
-        u.reap(&mut out, 1)?;
+        c.reap(&mut out, 1)?;
         if !out.first().is_some_and(|&(t, res, _)| t == WAKE && res >= 0) {
             return Err(io::Error::other("io_uring NOP did not complete"));
         }
-        Ok(u)
-    }
-
-    /// With `on`, [`Uring::reap`] takes completions already posted without entering
-    /// the kernel (see there). For a file in memory only: every write of tmpfs goes
-    /// to io_uring's workers and is posted by the task work the next submission
-    /// runs, so the completion thread's wait found it posted for nearly every write
-    /// (4 KiB writes at QD 16: 8-18 % more IOPS without the second call). On a file
-    /// on a disk there is little to save: completions come from interrupts, a dozen
-    /// or so at a time, and the thread made about 1.08 calls per write with the
-    /// wait included; the rule measured no gain there (docs/real-io.md), so the
-    /// thread enters the kernel after each batch as before.
-    pub fn take_posted(&mut self, on: bool) {
-        self.take_posted = on;
+        Ok((u, c))
     }
 
     /// Whether the ring has the wide entries passthrough commands need.
@@ -363,11 +365,26 @@ impl Uring {
         self.push(opcode::Nop::new().build().user_data(WAKE));
         let _ = self.submit();
     }
+}
+
+impl Completions {
+    /// With `on`, [`Completions::reap`] takes completions already posted without entering
+    /// the kernel (see there). For a file in memory only: every write of tmpfs goes
+    /// to io_uring's workers and is posted by the task work the next submission
+    /// runs, so the completion thread's wait found it posted for nearly every write
+    /// (4 KiB writes at QD 16: 8-18 % more IOPS without the second call). On a file
+    /// on a disk there is little to save: completions come from interrupts, a dozen
+    /// or so at a time, and the thread made about 1.08 calls per write with the
+    /// wait included; the rule measured no gain there (docs/real-io.md), so the
+    /// thread enters the kernel after each batch as before.
+    pub fn take_posted(&mut self, on: bool) {
+        self.take_posted = on;
+    }
 
     /// Waits for at least `want` completions (0: none, a look) and moves every
     /// available one into `out` as `(user_data, result, first big-CQE word)` (the
-    /// last 0 on a plain ring). Only the completion thread calls this.
-    pub fn reap(&self, out: &mut Vec<(u64, i32, u64)>, want: u32) -> io::Result<()> {
+    /// last 0 on a plain ring).
+    pub fn reap(&mut self, out: &mut Vec<(u64, i32, u64)>, want: u32) -> io::Result<()> {
         // Entering the kernel even to wait for nothing runs the task work that posts
         // this thread's completions. With `take_posted`, not when completions are
         // posted already and the kernel holds no task work for the ring, nothing is
@@ -377,15 +394,19 @@ impl Uring {
         // otherwise make two calls per write (one to submit, one to find what the
         // first posted) where one does.
         if !(self.take_posted && self.posted()) {
-            match self.count(with_ring!(&self.ring, r => r.submit_and_wait(want as usize))) {
+            let u = &*self.uring;
+            match u.count(with_ring!(&u.ring, r => r.submit_and_wait(want as usize))) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        // SAFETY: only the completion thread reads the completion queue.
-        match &self.ring {
+        match &self.uring.ring {
             Ring::Plain(r) => {
+                // SAFETY: `self` is the ring's only reader of its completion queue
+                // (one per ring, not `Clone`, borrowed mutably here), so no other
+                // `CompletionQueue` of this ring exists while this one advances the
+                // head.
                 let mut cq = unsafe { r.completion_shared() };
                 cq.sync();
                 out.extend(cq.map(|c| (c.user_data(), c.result(), 0)));
@@ -400,15 +421,17 @@ impl Uring {
         Ok(())
     }
 
-    /// Whether [`Uring::reap`] can take completions without entering the kernel:
+    /// Whether [`Completions::reap`] can take completions without entering the kernel:
     /// some are posted, none is held as task work (flagged only with the cooperative
     /// task work; without it the kernel interrupts the thread to post them), no
     /// entry is queued and the completion queue has not overflowed.
-    fn posted(&self) -> bool {
-        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
-        with_ring!(&self.ring, r => {
-            // SAFETY: only the completion thread reads the completion queue; the
-            // submission queue is only touched under `sq`.
+    fn posted(&mut self) -> bool {
+        let u = &*self.uring;
+        let _g = u.sq.lock().unwrap_or_else(|p| p.into_inner());
+        with_ring!(&u.ring, r => {
+            // SAFETY: `self` is the completion queue's only reader (see `reap`), and
+            // is borrowed mutably here; the submission queue is only touched under
+            // `sq`, held.
             let (sq, cq) = unsafe { (r.submission_shared(), r.completion_shared()) };
             !cq.is_empty() && sq.is_empty() && !sq.taskrun() && !sq.cq_overflow()
         })
@@ -450,7 +473,7 @@ mod tests {
             return;
         }
         let nop = || opcode::Nop::new().build().user_data(7);
-        let u = Uring::new(16, true).expect("a wide ring");
+        let (u, mut c) = Uring::new(16, true).expect("a wide ring");
         let start = u.stats();
         u.inflight.store(16, Ordering::Relaxed);
         for i in 0..4 {
@@ -467,13 +490,13 @@ mod tests {
         assert!(u.submit_due(), "1 of 3 queued");
         let mut out = Vec::new();
         while out.len() < 5 {
-            u.reap(&mut out, 1).unwrap();
+            c.reap(&mut out, 1).unwrap();
         }
         let s = u.stats().since(start);
         assert_eq!((s.submissions, s.entries), (2, 5), "the wait submitted the fifth");
         u.completed(3);
         // Files: at once.
-        let plain = Uring::new(16, false).expect("a plain ring");
+        let (plain, _) = Uring::new(16, false).expect("a plain ring");
         plain.inflight.store(16, Ordering::Relaxed);
         assert!(plain.submit_due());
     }
@@ -489,24 +512,24 @@ mod tests {
         }
         let nop = || opcode::Nop::new().build().user_data(7);
         for wide in [false, true] {
-            let mut u = Uring::new(16, wide).expect("a ring");
+            let (u, mut c) = Uring::new(16, wide).expect("a ring");
             let mut out = Vec::new();
             // Not asked to: the completion is found by a call, as on a disk.
             u.push(nop());
             u.submit().unwrap();
             let start = u.stats();
-            u.reap(&mut out, 1).unwrap();
+            c.reap(&mut out, 1).unwrap();
             assert_eq!((out.len(), u.stats().since(start).calls), (1, 1), "wide {wide}: by default, a call");
-            u.take_posted(true);
+            c.take_posted(true);
             out.clear();
             u.push(nop());
             u.submit().unwrap();
             let start = u.stats();
-            u.reap(&mut out, 1).unwrap();
+            c.reap(&mut out, 1).unwrap();
             assert_eq!(out.len(), 1, "wide {wide}: the NOP came back");
             assert_eq!(u.stats().since(start).calls, 0, "wide {wide}: posted, taken without a call");
             // Nothing posted: a look (want 0) enters the kernel, to run task work.
-            u.reap(&mut out, 0).unwrap();
+            c.reap(&mut out, 0).unwrap();
             assert_eq!(u.stats().since(start).calls, 1, "wide {wide}: nothing posted, one call");
             // Posted, but an entry queued behind it: this reap's call submits it
             // (held back, it would wait until nothing is posted).
@@ -514,11 +537,11 @@ mod tests {
             u.submit().unwrap();
             u.push(nop());
             out.clear();
-            u.reap(&mut out, 1).unwrap();
+            c.reap(&mut out, 1).unwrap();
             let s = u.stats().since(start);
             assert_eq!((s.calls, s.submissions, s.entries), (3, 2, 2), "wide {wide}: the queued entry went");
             while out.len() < 2 {
-                u.reap(&mut out, 1).unwrap();
+                c.reap(&mut out, 1).unwrap();
             }
         }
     }
@@ -533,7 +556,8 @@ mod tests {
         }
         let release = rustix::system::uname().release().to_string_lossy().into_owned();
         let mut v = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
-        let (wide, plain) = (Uring::new(16, true).expect("a wide ring"), Uring::new(16, false).expect("a plain ring"));
+        let (wide, plain) =
+            (Uring::new(16, true).expect("a wide ring").0, Uring::new(16, false).expect("a plain ring").0);
         if (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (5, 19) {
             assert!(wide.coop && plain.coop, "Linux {release} has IORING_SETUP_COOP_TASKRUN: {wide:?}, {plain:?}");
         } else {
