@@ -498,6 +498,25 @@ impl Status {
         }
     }
 
+    /// The status a device's failed call stands for, from its errno, as the kernel's
+    /// `errno_to_blk_status()` maps one back: an errno that only one status has
+    /// ([`Status::errno`]: EINVAL, EOPNOTSUPP, ETOOMANYREFS, EOVERFLOW) is that status;
+    /// anything else, EAGAIN included (a device's transient refusal, which the block
+    /// layer fails as an I/O error), is [`Status::IoErr`]. Every device that gets
+    /// errnos (a Linux zoned block device, an NVMe generic device) reads them here.
+    pub fn from_errno(errno: i32) -> Status {
+        const EIO: i32 = 5;
+        const EAGAIN: i32 = 11;
+        if errno == EIO || errno == EAGAIN {
+            return Status::IoErr;
+        }
+        let mut named = Status::ALL.into_iter().filter(|s| s.errno() == errno);
+        match (named.next(), named.next()) {
+            (Some(s), None) => s,
+            _ => Status::IoErr,
+        }
+    }
+
     /// The errno's symbolic name, e.g. `EIO`.
     pub fn errno_name(self) -> &'static str {
         match self.errno() {
@@ -577,6 +596,23 @@ mod tests {
         for s in Status::ALL {
             assert!(!s.errno_name().is_empty());
             assert!(!s.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_devices_errno_maps_back_to_the_status_only_it_names() {
+        for (errno, s) in [(22, Status::Invalid), (95, Status::NotSupported), (109, Status::ZoneOpenResource)] {
+            assert_eq!(Status::from_errno(errno), s);
+        }
+        assert_eq!(Status::from_errno(75), Status::ZoneActiveResource);
+        for errno in [5, 11, 0, -1, 28, 4095] {
+            assert_eq!(Status::from_errno(errno), Status::IoErr, "errno {errno}");
+        }
+        // Back and forth: a status whose errno is its own comes back as itself.
+        for s in Status::ALL {
+            let back = Status::from_errno(s.errno());
+            assert!(back == s || back == Status::IoErr, "{s} -> {} -> {back}", s.errno());
+            assert_eq!(back.errno() == s.errno(), back == s || s.errno() == 5, "{s}");
         }
     }
 

@@ -28,7 +28,7 @@ use crate::error::{DeviceError, DeviceErrorKind};
 use crate::{IoBuf, check_discard, check_range, check_write_zeroes};
 pub use ioctl::{REPORT_BATCH, RawZone, ZoneCtl, is_block_device};
 use rustix::fs::{FallocateFlags, fallocate, fdatasync};
-use rustix::io::{Errno, ReadWriteFlags};
+use rustix::io::ReadWriteFlags;
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsFd;
@@ -254,15 +254,10 @@ impl LinuxZoned {
     }
 }
 
-/// The status of a failed system call, as the block layer's errno maps back.
+/// The status of a failed system call, as the block layer's errno maps back
+/// ([`Status::from_errno`]).
 fn status_of(e: &io::Error) -> Status {
-    match e.raw_os_error().map(Errno::from_raw_os_error) {
-        Some(Errno::INVAL) => Status::Invalid,
-        Some(Errno::OPNOTSUPP) => Status::NotSupported,
-        Some(Errno::TOOMANYREFS) => Status::ZoneOpenResource,
-        Some(Errno::OVERFLOW) => Status::ZoneActiveResource,
-        _ => Status::IoErr,
-    }
+    e.raw_os_error().map_or(Status::IoErr, Status::from_errno)
 }
 
 impl Device for LinuxZoned {
@@ -362,6 +357,7 @@ mod tests {
 
     #[test]
     fn errnos_map_back_to_statuses() {
+        use rustix::io::Errno;
         let s = |e: Errno| status_of(&io::Error::from(e));
         assert_eq!(s(Errno::INVAL), Status::Invalid);
         assert_eq!(s(Errno::TOOMANYREFS), Status::ZoneOpenResource);

@@ -367,13 +367,10 @@ fn identify(file: &File, path: &Path, nsid: u32) -> Result<Identity, DeviceError
     Identity::parse(&ns, &zns, &ctrl, &zctrl).map_err(|m| unsupported(path, m))
 }
 
-/// A passthrough call that failed before reaching the drive, as a status.
+/// A passthrough call that failed before reaching the drive, as a status
+/// ([`Status::from_errno`]).
 fn errno_status(e: Errno) -> Status {
-    match e {
-        Errno::INVAL => Status::Invalid,
-        Errno::OPNOTSUPP => Status::NotSupported,
-        _ => Status::IoErr,
-    }
+    Status::from_errno(e.raw_os_error())
 }
 
 /// The status of a passthrough completion's `res`: an NVMe status (positive) or a
