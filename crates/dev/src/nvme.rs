@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{SECTOR_SHIFT, Sector};
-use zblk_core::zone::ZoneInfo;
+use zblk_core::zone::{ZoneCond, ZoneInfo};
 
 /// Zone descriptors per Zone Management Receive: 64 KiB of report.
 const REPORT_ZONES: usize = 1023;
@@ -240,7 +240,8 @@ impl NvmeZns {
                 let d = &buf[64 * (i + 1)..64 * (i + 2)];
                 let at = |o: usize| u64::from_le_bytes(d[o..o + 8].try_into().expect("8 bytes")) << shift;
                 let (start, cond) = (at(16), d[1] >> 4);
-                let wp = if cond == 0xe { start + len } else { at(24) };
+                // ZNS's zone states have the kernel's condition codes (ZSF = FULL).
+                let wp = if cond == ZoneCond::Full.code() { start + len } else { at(24) };
                 RawZone { start, len, capacity: at(8), wp, ztype: d[0] & 0xf, cond, reset: 0, non_seq: 0 }
             })
             .filter(|z| z.start < self.geo_end())

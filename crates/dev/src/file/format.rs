@@ -383,17 +383,6 @@ pub struct Entry {
     pub wp_offset: u64,
 }
 
-const CONDS: [ZoneCond; 8] = [
-    ZoneCond::NotWp,
-    ZoneCond::Empty,
-    ZoneCond::ImpOpen,
-    ZoneCond::ExpOpen,
-    ZoneCond::Closed,
-    ZoneCond::Full,
-    ZoneCond::ReadOnly,
-    ZoneCond::Offline,
-];
-
 fn entry_check(z: ZoneNo, code: u8, wp: u64, id: ImageId) -> u64 {
     let mut h = crc32fast::Hasher::new();
     h.update(&z.0.to_le_bytes());
@@ -419,10 +408,8 @@ impl Entry {
         if (word >> WP_BITS) & 0xffff != entry_check(z, code, wp_offset, id) {
             return Err(format!("zone {}: entry {word:#018x} fails its check", z.0));
         }
-        let cond = CONDS
-            .into_iter()
-            .find(|c| c.code() == code)
-            .ok_or_else(|| format!("zone {}: unknown condition code {code:#x}", z.0))?;
+        // The image stores the kernel's condition codes (`ZoneCond::code`).
+        let cond = ZoneCond::of_code(code).ok_or_else(|| format!("zone {}: unknown condition code {code:#x}", z.0))?;
         Ok(Entry { cond, wp_offset })
     }
 

@@ -107,23 +107,23 @@ pub fn zone_info(geo: &Geometry, z: &RawZone) -> Result<ZoneInfo, String> {
         ));
     }
     let wp_offset = z.wp.checked_sub(z.start).filter(|&o| o <= z.capacity);
-    let (cond, wp_offset) = match (z.cond, wp_offset) {
-        (0x1, _) => (ZoneCond::Empty, 0),
-        (0x2, Some(o)) => (ZoneCond::ImpOpen, o),
-        (0x3, Some(o)) => (ZoneCond::ExpOpen, o),
-        (0x4, Some(o)) => (ZoneCond::Closed, o),
+    let open_or_closed = |c| matches!(c, ZoneCond::ImpOpen | ZoneCond::ExpOpen | ZoneCond::Closed);
+    let (cond, wp_offset) = match (ZoneCond::of_code(z.cond), wp_offset) {
+        (Some(ZoneCond::Empty), _) => (ZoneCond::Empty, 0),
+        (Some(c), Some(o)) if open_or_closed(c) => (c, o),
         // The write pointer of these is not valid (ZBC): zblk's convention is the
         // zone end for FULL, the start otherwise.
-        (0xd, _) => (ZoneCond::ReadOnly, 0),
-        (0xe, _) => (ZoneCond::Full, z.len),
-        (0xf, _) => (ZoneCond::Offline, 0),
-        (0x2..=0x4, None) => {
+        (Some(ZoneCond::ReadOnly), _) => (ZoneCond::ReadOnly, 0),
+        (Some(ZoneCond::Full), _) => (ZoneCond::Full, z.len),
+        (Some(ZoneCond::Offline), _) => (ZoneCond::Offline, 0),
+        (Some(c), None) if open_or_closed(c) => {
             return Err(format!(
                 "(start {:#x}) has its write pointer {:#x} outside its capacity {:#x}",
                 z.start, z.wp, z.capacity
             ));
         }
-        (c, _) => return Err(format!("(start {:#x}) has an unknown condition {c:#x}", z.start)),
+        // NOT_WP on a sequential zone, or a code no condition has.
+        _ => return Err(format!("(start {:#x}) has an unknown condition {:#x}", z.start, z.cond)),
     };
     Ok(ZoneInfo::of(geo, zno, cond, wp_offset))
 }
