@@ -6,6 +6,10 @@
 //! reopens (recovered as after a SIGKILL), `zblk check` then finds it clean, and what
 //! was flushed before reads back.
 //!
+//! The suite's build unwinds (`test-release`): the runtime fails the write with EIO
+//! and `zblk` raises the panic at the runtime's close (status 101); a release build
+//! aborts at the panic itself (SIGABRT). Either way the process ends.
+//!
 //! Before, the write waited for ever for a completion that was on the thread that
 //! died: the process hung.
 //!
