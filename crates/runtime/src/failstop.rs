@@ -10,6 +10,10 @@
 //! the device returns); every later submission ends with EIO at once; and closing
 //! the runtime reports the panic instead of closing the device, which is left as a
 //! crash leaves it (an image recovers at its next open).
+//!
+//! Not waited for: a transfer on a thread's own ring (`Submitter::on_local_ring`,
+//! a ublk queue's), which only that thread reaps; `zblk serve` ends the process at
+//! any panic instead.
 
 use crate::callback::Done;
 use crate::pump::REAPER;
