@@ -123,20 +123,21 @@ fn main() -> ExitCode {
         Command::Finish(a) => cmd::zones::run(cmd::zones::ZoneCmd::Finish, &a),
         Command::Info(a) => cmd::info::run(&a),
         Command::Check(a) => return out::exit_check(cmd::check::run(&a)),
-        Command::Write(a) => cmd::io::run(cmd::io::IoCmd::Write, &a),
-        Command::Append(a) => cmd::io::run(cmd::io::IoCmd::Append, &a),
-        Command::Read(a) => cmd::io::run(cmd::io::IoCmd::Read, &a),
+        Command::Write(a) => plant_from_env().and_then(|()| cmd::io::run(cmd::io::IoCmd::Write, &a)),
+        Command::Append(a) => plant_from_env().and_then(|()| cmd::io::run(cmd::io::IoCmd::Append, &a)),
+        Command::Read(a) => plant_from_env().and_then(|()| cmd::io::run(cmd::io::IoCmd::Read, &a)),
         Command::Fallocate(a) => cmd::fallocate::run(&a),
         Command::Serve(a) => plant_from_env().and_then(|()| cmd::serve::run(&a)),
     };
     out::exit(result)
 }
 
-/// Plants the bug `ZBLK_MUTATION` names in every thread of a served device or a
-/// trace, for the tests that show a check against the kernel catches it (docs/vopr.md, "Planted
-/// bugs"). Only builds with the `mutations` feature have them: elsewhere, and for a
-/// name that is none of them, the variable is refused rather than ignored, so that
-/// such a test cannot pass without its bug.
+/// Plants the bug `ZBLK_MUTATION` names in every thread of a served device, a
+/// trace or a single I/O, for the tests that show a check against the kernel catches
+/// it (docs/vopr.md, "Planted bugs") and the fail-stop tests (a planted panic). Only
+/// builds with the `mutations` feature have them: elsewhere, and for a name that is
+/// none of them, the variable is refused rather than ignored, so that such a test
+/// cannot pass without its bug.
 fn plant_from_env() -> Result<(), CliError> {
     use zblk_core::mutation::{self, Mutation};
     let Some(name) = std::env::var_os("ZBLK_MUTATION") else { return Ok(()) };

@@ -4,7 +4,8 @@
 //! image of the same geometry (with more commits) is given to `--recover`: refused,
 //! naming both images, and the device left as it was; the image it was served from
 //! then recovers it, the fsynced data reads back, and the next write at the kernel's
-//! write pointer lands.
+//! write pointer lands. And a server whose queue's thread panicked (a planted
+//! assertion) stops, and is recovered the same way.
 //!
 //! Runs when the VM is ready (see `common/vm.rs`); says SKIPPED otherwise.
 
@@ -85,4 +86,66 @@ $X read /tmp/a.img -o 9M -l 1M -O $S/image.bin 2> $S/image-read.err
     assert_eq!(rc("right-write"), "0", "the next write at the write pointer: {}", file("right-write.err"));
     assert_eq!(rc("right-stop"), "0", "{}", file("right.err"));
     assert!(bytes("image.bin") == data, "and the image holds it: {}", file("image-read.err"));
+}
+
+/// Fail-stop of a server (docs/serve.md, "Recovery"): an assertion planted on a
+/// queue's thread (`ZBLK_MUTATION=panic-on-serve-queue`, on the first write the
+/// kernel brings) ends the server within a bound, with a non-zero status and the
+/// assertion's message, instead of leaving the queue without a thread and every
+/// request on it waiting. The device, recoverable, is then taken over by
+/// `zblk serve --recover` as after a SIGKILL: what the image held reads back, a
+/// write lands, and the image, closed by that server, is clean.
+///
+/// Before, the queue's thread unwound alone: the server went on (its main thread
+/// waiting for a signal) with the write held for ever.
+#[cfg(feature = "mutations")]
+#[test]
+fn a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery() {
+    let Some(script) = vm::ready_for_serve("a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery") else {
+        return;
+    };
+    let dir = tempfile::Builder::new().prefix("zblk-serve-failstop").tempdir_in("/var/tmp").unwrap();
+    let share = dir.path();
+    let zblk = vm::stage(share, env!("CARGO_BIN_EXE_zblk"));
+    // Zones of 4 MiB, the first two conventional; zone 2 starts at 8 MiB. The server
+    // is given 30 s to die; a hang is reported, and the server killed.
+    let guest = format!(
+        r#"S={share}; mount -t tmpfs tmpfs /run; cp {zblk} /tmp/zblk; X=/tmp/zblk
+{SERVE_FN}
+G="--size 64M -p zone_size=4,zone_nr_conv=2,zone_max_open=8"
+$X create /tmp/a.img $G > /dev/null
+$X write /tmp/a.img -o 4M -l 1M -p 0x5a > /dev/null
+export ZBLK_MUTATION=panic-on-serve-queue
+serve planted --json --recoverable /tmp/a.img
+unset ZBLK_MUTATION
+N=${{D#/dev/ublkb}}; echo $D > $S/dev
+dd if=/dev/zero of=$D bs=64k count=1 seek=128 oflag=direct status=none 2> $S/held.err & W=$!
+i=0; while kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+if kill -0 $P 2>/dev/null; then echo hung > $S/hung; kill -KILL $P; fi
+wait $P; rc planted
+serve right --json --recover $N /tmp/a.img
+wait $W; rc held
+dd if=$D bs=1M skip=4 count=1 iflag=direct status=none > $S/back.bin
+dd if=/dev/zero of=$D bs=64k count=1 seek=192 oflag=direct conv=fsync status=none 2> $S/next.err; rc next
+kill -TERM $P; wait $P; rc right-stop
+$X check /tmp/a.img > $S/check.out 2>&1; rc check
+"#,
+        share = share.display(),
+    );
+    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk"], &guest);
+    let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
+    let rc = |f: &str| file(&format!("{f}.rc")).trim().to_string();
+    let err = file("planted.err");
+    assert!(!share.join("hung").exists(), "the server still ran 30 s after its queue's thread panicked: {err}");
+    assert_ne!(rc("planted"), "0", "{err}");
+    assert!(err.contains("planted bug panic-on-serve-queue: assertion failed"), "{}: {err}", rc("planted"));
+    let ready: Value = serde_json::from_str(file("right.out").lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the recovery: {e}: {}", file("right.err")));
+    assert_eq!(ready["device"].as_str(), Some(file("dev").trim()), "{ready}");
+    println!("the write held while the server died: exit {} {}", rc("held"), file("held.err"));
+    let back = std::fs::read(share.join("back.bin")).unwrap();
+    assert!(back.len() == 1 << 20 && back.iter().all(|&b| b == 0x5a), "the image's data reads back after the recovery");
+    assert_eq!(rc("next"), "0", "a write after the recovery: {}", file("next.err"));
+    assert_eq!(rc("right-stop"), "0", "{}", file("right.err"));
+    assert_eq!((rc("check"), file("check.out").trim()), ("0".into(), "/tmp/a.img: clean"), "zblk check");
 }

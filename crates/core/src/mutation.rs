@@ -99,11 +99,21 @@ pub enum Mutation {
     /// write pointer as it stands then, below the writes still out, so a power cut
     /// after its acknowledgement loses it.
     FuaJoinsPipeline,
+    /// The runtime's io_uring completion thread panics under the engine lock when it
+    /// has reaped a completion, as an engine assertion fires there: the process must
+    /// stop with the assertion's message (fail-stop, docs/ARCHITECTURE.md), not hang.
+    PanicOnCompletion,
+    /// A runtime worker thread panics under the engine lock when it takes a request,
+    /// as a device or engine assertion fires there.
+    PanicOnWorker,
+    /// A ublk queue's thread of `zblk serve` panics when the kernel brings it a
+    /// request: the server stops, and the device waits for `zblk serve --recover`.
+    PanicOnServeQueue,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 25] = [
+    pub const ALL: [Mutation; 28] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -129,6 +139,9 @@ impl Mutation {
         Mutation::StaleTailKept,
         Mutation::DeviceStatusLost,
         Mutation::FuaJoinsPipeline,
+        Mutation::PanicOnCompletion,
+        Mutation::PanicOnWorker,
+        Mutation::PanicOnServeQueue,
     ];
 
     /// Its name on the command line.
@@ -159,6 +172,9 @@ impl Mutation {
             Mutation::StaleTailKept => "stale-tail-kept",
             Mutation::DeviceStatusLost => "device-status-lost",
             Mutation::FuaJoinsPipeline => "fua-joins-pipeline",
+            Mutation::PanicOnCompletion => "panic-on-completion",
+            Mutation::PanicOnWorker => "panic-on-worker",
+            Mutation::PanicOnServeQueue => "panic-on-serve-queue",
         }
     }
 
@@ -198,6 +214,13 @@ impl Mutation {
     /// checks look at: nothing is there to catch, only a seed to report.
     pub fn harness_only(self) -> bool {
         self == Mutation::SeedSetupPanics
+    }
+
+    /// Whether it plants a panic on one of the threads of a runtime or a server, for
+    /// the fail-stop tests (the process must end, not hang): no check catches it,
+    /// the process's end is the point.
+    pub fn planted_panic(self) -> bool {
+        matches!(self, Mutation::PanicOnCompletion | Mutation::PanicOnWorker | Mutation::PanicOnServeQueue)
     }
 
     /// The mutation named `name`.

@@ -55,6 +55,7 @@ pub mod zeroing;
 mod blocking;
 mod callback;
 mod config;
+mod failstop;
 mod io;
 mod local;
 mod mapped;

@@ -58,6 +58,13 @@ impl Shared {
             if sc.results.is_empty() && sc.answers.is_empty() {
                 break;
             }
+            if self.failed() {
+                // The engine is not touched again: what it was to be told is moot,
+                // every BIO ends with EIO (crate::failstop).
+                sc.results.clear();
+                sc.answers.clear();
+                break;
+            }
             core = self.lock_core();
             feed_back(&mut core, &mut sc);
         }
@@ -114,6 +121,9 @@ impl Shared {
     fn issue_all(&self, sc: &mut Scratch) {
         let mut queued = false;
         for (req, buf, plan) in sc.issues.drain(..) {
+            // Marked busy while the request is handed on: a failed runtime ends its
+            // BIO only once nothing here uses its buffer (crate::failstop).
+            let Some(_busy) = self.busy() else { continue };
             match self.start(req, buf, plan) {
                 Started::Ring => queued = true,
                 Started::Local | Started::Worker => {}

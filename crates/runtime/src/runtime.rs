@@ -4,6 +4,7 @@
 //! the device closed).
 
 use crate::config::{Backend, RuntimeConfig, RuntimeError};
+use crate::failstop::{panic_text, run_thread};
 use crate::io::{FutState, Io, IoDone, IoFuture, Submitter};
 use crate::mapped::MappedFile;
 use crate::shared::{Core, Job, Shared, Timer};
@@ -148,6 +149,9 @@ impl Runtime {
             memory_file,
             mapped: memory_file.then(|| data_fd.and_then(MappedFile::new)).flatten(),
             stopping: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+            why: Default::default(),
+            busy: Default::default(),
             batches: Default::default(),
         });
         let mut rt = Runtime { shared: Some(shared.clone()), threads: Vec::new(), workers, description };
@@ -168,20 +172,27 @@ impl Runtime {
         completions: Option<Completions>,
         poll: Duration,
     ) -> Result<(), RuntimeError> {
+        // Each thread runs under run_thread: a panic on it fails the runtime
+        // (crate::failstop) instead of leaving the BIOs it held waiting for ever.
         for i in 0..self.workers {
             let (sh, rx) = (shared.clone(), jobs.clone());
-            let t = std::thread::Builder::new().name(format!("zblk-worker-{i}")).spawn(move || worker_loop(sh, rx));
+            let t = std::thread::Builder::new()
+                .name(format!("zblk-worker-{i}"))
+                .spawn(move || run_thread(sh, |sh| worker_loop(sh, rx)));
             self.threads.push(t.map_err(RuntimeError::Thread)?);
         }
         if let Some(cq) = completions {
             // The ring's completion queue moves into its thread, its only reader.
             let sh = shared.clone();
-            let t =
-                std::thread::Builder::new().name("zblk-completion".into()).spawn(move || completion_loop(sh, cq, poll));
+            let t = std::thread::Builder::new()
+                .name("zblk-completion".into())
+                .spawn(move || run_thread(sh, move |sh| completion_loop(sh, cq, poll)));
             self.threads.push(t.map_err(RuntimeError::Thread)?);
         }
         let sh = shared.clone();
-        let t = std::thread::Builder::new().name("zblk-timer".into()).spawn(move || timer_loop(sh, timer_rx));
+        let t = std::thread::Builder::new()
+            .name("zblk-timer".into())
+            .spawn(move || run_thread(sh, |sh| timer_loop(sh, timer_rx)));
         self.threads.push(t.map_err(RuntimeError::Thread)?);
         Ok(())
     }
@@ -315,27 +326,23 @@ impl Runtime {
 
     /// Waits for every I/O, stops the threads, and closes the device (an image:
     /// commit, live table marked clean), saying why if it cannot.
+    ///
+    /// # Panics
+    /// If a thread of the runtime panicked ([`Runtime::failure`]), with its message:
+    /// the device is then left as a crash leaves it, not closed.
     pub fn close(mut self) -> Result<(), DeviceError> {
         match self.shutdown() {
-            Some(device) => device.close(),
+            Some(Ok(device)) => device.close(),
+            Some(Err(why)) => panic!("{why}"),
             None => Ok(()),
         }
     }
 
     /// Waits for every I/O and stops the threads; returns the device unless it was
-    /// done already.
-    fn shutdown(&mut self) -> Option<Arc<dyn Device>> {
+    /// done already, or why the runtime failed (its device forgotten, unclosed).
+    fn shutdown(&mut self) -> Option<Result<Arc<dyn Device>, String>> {
         let shared = self.shared.take()?;
-        {
-            let mut core = shared.lock_core();
-            core.idle_waiters += 1;
-            while !core.bios.is_empty() {
-                core = shared.idle.wait(core).unwrap_or_else(|p| p.into_inner());
-            }
-            core.idle_waiters -= 1;
-            // Idle: the engine's invariants cost O(plugs) here.
-            core.engine.check_invariants();
-        }
+        shared.wait_idle();
         shared.stopping.store(true, Ordering::Release);
         for _ in 0..self.workers {
             let _ = shared.jobs.send(Job::Stop);
@@ -345,7 +352,11 @@ impl Runtime {
             u.wake();
         }
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            // A thread's panic is caught where it runs (failstop::run_thread) and
+            // kept as the runtime's failure: the join itself does not fail.
+            if let Err(p) = t.join() {
+                shared.fail(format!("a runtime thread panicked: {}", panic_text(&*p)));
+            }
         }
         // A submitter's call that raced with closing may still hold the runtime for
         // a moment.
@@ -359,13 +370,27 @@ impl Runtime {
                 }
             }
         };
-        Some(shared.device)
+        match shared.why.get() {
+            None => Some(Ok(shared.device)),
+            Some(why) => {
+                // Not closed (an image would commit the state of a runtime whose
+                // engine broke, and mark it clean): left for the next open to
+                // recover, as after a crash.
+                std::mem::forget(shared.device);
+                Some(Err(format!("the runtime failed: {why}")))
+            }
+        }
     }
 }
 
 impl Drop for Runtime {
+    /// Closes the runtime as [`Runtime::close`] does (errors ignored); a failed
+    /// runtime's panic is raised again, unless this thread is unwinding already.
     fn drop(&mut self) {
-        drop(self.shutdown());
+        match self.shutdown() {
+            Some(Err(why)) if !std::thread::panicking() => panic!("{why}"),
+            _ => {}
+        }
     }
 }
 

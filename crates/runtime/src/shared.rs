@@ -13,8 +13,8 @@ use crate::uring::Uring;
 use crossbeam_channel::Sender;
 use slab::Slab;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use zblk_core::bio::{Bio, ReqId, Request, Status};
 use zblk_core::engine::Engine;
 use zblk_core::geometry::Geometry;
@@ -156,6 +156,13 @@ pub(crate) struct Shared {
     pub(crate) mapped: Option<MappedFile>,
     /// The runtime closes: BIOs submitted now complete with EIO.
     pub(crate) stopping: AtomicBool,
+    /// A thread of the runtime panicked: nothing touches the engine again, and every
+    /// BIO ends with EIO ([`crate::failstop`]).
+    pub(crate) broken: AtomicBool,
+    /// Why (the first panic's thread and message).
+    pub(crate) why: OnceLock<String>,
+    /// Requests being carried out outside the engine lock ([`Shared::busy`]).
+    pub(crate) busy: AtomicUsize,
     /// Batches of completions the io_uring completion thread took without waiting
     /// (found while polling, [`RuntimeConfig::poll`](crate::RuntimeConfig::poll)),
     /// and after a wait in `io_uring_enter`.
@@ -217,14 +224,12 @@ impl Shared {
         assert!(r.is_ok(), "io_uring submission failed: {r:?}");
     }
 
-    /// The engine lock (a panic under it leaves the engine as the panic found it).
-    pub(crate) fn lock_core(&self) -> MutexGuard<'_, Core> {
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Hands `bio` to the engine and carries out what it does about it.
+    /// Hands `bio` to the engine and carries out what it does about it; ends it with
+    /// EIO at once if the runtime has failed ([`crate::failstop`]).
     pub(crate) fn submit_bio(&self, mut bio: Bio, buf: Option<RawBuf>, done: Done) {
-        let mut core = self.lock_core();
+        let Some(mut core) = self.lock_for_submit() else {
+            return done.run(Err(Status::IoErr));
+        };
         let key = core.bios.insert(BioCtx { buf, done });
         bio.user_data = key as u64;
         core.engine.submit(bio);
@@ -233,6 +238,10 @@ impl Shared {
 
     /// Completes request `id` in the engine and carries out what follows.
     pub(crate) fn complete_one(&self, id: ReqId, result: Result<Sector, Status>) {
+        if self.failed() {
+            // Its BIO ends with the others' EIO.
+            return;
+        }
         let mut core = self.lock_core();
         core.engine.complete(id, result);
         self.pump(core);
@@ -240,6 +249,11 @@ impl Shared {
 
     /// Completes a batch of requests under one taking of the lock, emptying `results`.
     pub(crate) fn complete_many(&self, results: &mut Vec<(ReqId, Result<Sector, Status>)>) {
+        if self.failed() {
+            // Their BIOs end with the others' EIO.
+            results.clear();
+            return;
+        }
         let mut core = self.lock_core();
         for (id, r) in results.drain(..) {
             core.engine.complete(id, r);

@@ -328,6 +328,11 @@ impl Uring {
         assert!(before >= n, "{n} requests completed of {before} pushed");
     }
 
+    /// Requests pushed and not yet completed (a failed runtime waits for none).
+    pub fn inflight(&self) -> usize {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
     /// Entries queued and not yet handed to the kernel.
     fn queued(&self) -> usize {
         let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());

@@ -156,16 +156,24 @@ impl PacedSim {
         let info = match info_rx.recv() {
             Ok(Ok(info)) => info,
             Ok(Err(e)) => {
-                let _ = thread.join();
+                join_or_raise(thread);
                 return Err(e);
             }
             Err(_) => {
-                let _ = thread.join();
+                join_or_raise(thread);
                 return Err(ServeError("internal error: the simulation's thread ended".into()));
             }
         };
         let geo = info.geo.clone();
         Ok((Arc::new(PacedSim { tx: Mutex::new(tx), geo, keeps_data }), info, thread))
+    }
+}
+
+/// Joins the simulation's thread; a panic that ended it (a simulator assertion) is
+/// raised again here, its message kept, rather than dropped.
+fn join_or_raise(thread: std::thread::JoinHandle<()>) {
+    if let Err(panic) = thread.join() {
+        std::panic::resume_unwind(panic);
     }
 }
 

@@ -221,6 +221,20 @@ mod with_ublk {
         record: ServedRecord,
     }
 
+    /// Fail-stop for a build that unwinds (the release build aborts at a panic
+    /// anyway): a panic on any thread of the server (the runtime's, a queue's, the
+    /// pacing thread's) ends the process once its message is out. A server that went
+    /// on without that thread would leave the kernel's requests waiting on it, or
+    /// fail every one of them, with the device still up; ended, the device is the
+    /// kernel's to fail or, recoverable, to hold for `zblk serve --recover`.
+    fn stop_on_panic() {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            report(info);
+            std::process::abort();
+        }));
+    }
+
     fn serve_error(e: zblk_serve::ServeError) -> CliError {
         CliError(e.0)
     }
@@ -232,6 +246,7 @@ mod with_ublk {
         // by the thread that waits for them, which then stops the device: no handler
         // runs in the middle of a request.
         let signals = Arc::new(block_signals());
+        stop_on_panic();
         let dev = start_device(a, &signals)?;
         let Device { served, owner, name, persistent, rotational, extra, record } = dev;
         let recovery = match (a.recoverable, a.recover) {

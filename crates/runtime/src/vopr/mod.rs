@@ -49,6 +49,7 @@ mod model;
 mod power;
 mod replay;
 
+use crate::failstop::panic_text;
 use device::ArcDevice;
 pub use device::FaultyDevice;
 
@@ -265,10 +266,7 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
     run.faults = dev.injected();
     run.power_checked = seed_run.history.counts();
     if outcome.is_err() {
-        // A completion may never have come: dropping the runtime would wait for it
-        // forever. The failed run leaves its threads behind.
-        std::mem::forget(rt);
-        return outcome;
+        return abandon(rt, outcome);
     }
     if let Some((pc, cut, _)) = &seed_run.power {
         // The power is off: closing would fail to write anything.
@@ -280,13 +278,23 @@ fn run_setup(seed: u64, ops: u64, s: &Setup, path: &Path, run: &mut RuntimeSeedR
     Ok(())
 }
 
-/// The message of a panic's payload.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic with a non-text payload".to_string())
+/// Ends the runtime of a seed that failed (`outcome`). A runtime whose thread
+/// panicked has failed: its BIOs ended with EIO, and the panic is the seed's
+/// violation, raised again when it drops (caught here). A BIO whose completion never
+/// came without any panic (a lost completion) would make the drop wait for ever:
+/// that runtime alone is forgotten, its threads left behind.
+fn abandon(rt: Runtime, outcome: Result<(), String>) -> Result<(), String> {
+    let outcome = match rt.failure() {
+        Some(why) => Err(format!("panic: {why}")),
+        None => outcome,
+    };
+    let lost = !rt.sh().failed() && rt.sh().core.lock().is_ok_and(|c| !c.bios.is_empty());
+    if lost {
+        std::mem::forget(rt);
+    } else {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rt)));
+    }
+    outcome
 }
 
 /// The rounds of a seed of about `ops` I/Os from `threads` submitting threads, and

@@ -218,7 +218,15 @@ pub fn serve(
     let stopping = Arc::clone(&served);
     let q_fn = move |qid: u16, dev: &UblkDev| {
         queues.started();
-        queue::serve_queue(qid, dev, &served, poll, &queues);
+        // Fail-stop: a panic on a queue's thread (an assertion of the engine or the
+        // device, which run here) leaves the kernel's requests on that queue with no
+        // one to complete them, and the device hung. The process ends instead: the
+        // ublk driver then fails or, for a recoverable device, holds the device's
+        // I/O until `zblk serve --recover` takes it over, as after a SIGKILL.
+        let run = std::panic::AssertUnwindSafe(|| queue::serve_queue(qid, dev, &served, poll, &queues));
+        if std::panic::catch_unwind(run).is_err() {
+            std::process::abort();
+        }
         queues.ended();
     };
     let wait = move |ctrl: &UblkCtrl| {

@@ -350,6 +350,12 @@ impl Queue {
             Ok(req) => req,
             Err((errno, buf)) => return self.finish(q, tag, buf, Err(errno)),
         };
+        // The planted assertion of the fail-stop test (a write only: the kernel's
+        // partition scan, which reads, lets the device start first).
+        let planted = zblk_core::mutation::Mutation::PanicOnServeQueue;
+        if zblk_core::mutation::on(planted) && matches!(req, Req::Io { op: Op::Write, .. }) {
+            panic!("planted bug {}: assertion failed when the kernel brought a write", planted.name());
+        }
         // (A device that keeps no data needs none: its writes' data is not copied in.)
         if let Req::Io { op: Op::Write | Op::ZoneAppend, nr_sectors, buf, .. } = &mut req
             && self.served.keeps_data()
