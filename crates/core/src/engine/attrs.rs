@@ -9,7 +9,7 @@
 
 use super::plugs::CondCache;
 use super::policy::Policy;
-use super::policy::{self, IssuePolicy};
+use super::policy::{self, IssuePolicy, PolicyTraits};
 use super::{Engine, Queue};
 use crate::bio::Bio;
 use crate::units::SECTOR_SIZE;
@@ -158,11 +158,9 @@ impl Engine {
             "work across a switch"
         );
         self.q.cfg.policy = policy;
-        self.q.pipe_depth = super::pipe::pipe_depth_of(&self.q.cfg);
-        self.q.pipelining = policy == IssuePolicy::Pipeline;
+        self.q.traits = PolicyTraits::of(&self.q.cfg);
         self.policy = policy::build(&self.q.cfg);
-        self.independent = self.policy.plugs_independent();
-        if !policy.plugs() {
+        if !self.q.traits.plugs {
             self.q.forget_plugs();
         }
         let held: Vec<Bio> = self.q.frozen.drain(..).collect();

@@ -48,7 +48,7 @@ pub(crate) mod testing;
 
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, ZeroingMethod};
-pub use policy::{IssuePolicy, POLICIES, PolicyInfo};
+pub use policy::{IssuePolicy, POLICIES, PolicyInfo, PolicyTraits, ZoneWrites};
 pub use submit::validate_bio;
 
 use crate::bio::{Bio, Request, Status};
@@ -228,11 +228,9 @@ pub(crate) struct Queue {
     /// The last anticipation token handed out (kept across policy switches, so that
     /// a stale timer never matches a new anticipation).
     anticipation_token: u64,
-    /// Writes of one zone out at once (`pipe.rs`): the policy's, kept here because
-    /// every zone write asks. Set with the policy.
-    pub pipe_depth: usize,
-    /// The policy pipelines zone writes (`pipe.rs`). Set with the policy.
-    pub pipelining: bool,
+    /// What the policy allows ([`PolicyTraits::of`] the configuration), kept here
+    /// because every zone write and completion asks. Set with the policy.
+    pub traits: PolicyTraits,
     /// The engine checks its invariants itself (`check.rs`).
     pub self_check: bool,
     /// Inputs since the engine last checked its invariants.
@@ -254,9 +252,6 @@ impl Queue {
 pub struct Engine {
     q: Queue,
     policy: policy::AnyPolicy,
-    /// The policy's [`Policy::plugs_independent`], asked on every zone write and
-    /// completion. Set with the policy.
-    independent: bool,
 }
 
 impl Engine {
@@ -281,8 +276,7 @@ impl Engine {
             freeze: None,
             frozen: VecDeque::new(),
             anticipation_token: 0,
-            pipe_depth: pipe::pipe_depth_of(&cfg),
-            pipelining: cfg.policy == IssuePolicy::Pipeline,
+            traits: PolicyTraits::of(&cfg),
             self_check: true,
             inputs_unchecked: 0,
             actions: VecDeque::new(),
@@ -311,8 +305,7 @@ impl Engine {
             q.cond.push(c);
         }
         let policy = policy::build(&q.cfg);
-        let independent = policy.plugs_independent();
-        Engine { q, policy, independent }
+        Engine { q, policy }
     }
 
     /// An engine for a device in its initial state: every sequential zone EMPTY.
@@ -329,6 +322,14 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.q.cfg
+    }
+
+    /// What the running policy allows: writes in flight per zone, acknowledgement in
+    /// zone order, a single issuer, plugging. Computed when the policy is set (at
+    /// construction, and when a policy switch completes after its freeze), so that
+    /// callers check what the policy allows instead of which policy runs.
+    pub fn policy_traits(&self) -> PolicyTraits {
+        self.q.traits
     }
 
     /// Counters.
@@ -404,7 +405,7 @@ impl Engine {
         // A policy that treats plugs independently only drains the plug's front, keeps
         // no list to update and has nothing to kick: the policy is not asked at all,
         // three calls saved on every completion.
-        if self.independent {
+        if self.q.traits.independent_plugs {
             // One look at the plug for what `maybe_request_report` and `drain_front`
             // ask first (asking for a report changes neither answer).
             let plug = &self.q.plugs[p];
