@@ -72,9 +72,12 @@ impl Engine {
         u8::from(self.q.geo.is_zoned() && self.q.freeze.unwrap_or(self.q.cfg.policy).single_issuer())
     }
 
-    /// Writes `zoned_qd1_writes`: 1 selects the single issuer, 0 per-zone plugging.
-    /// The queue is frozen for the switch (see the module documentation). Refused on
-    /// a regular device.
+    /// Writes `zoned_qd1_writes`: 1 selects the single issuer; 0 the plugging policy
+    /// without one that the engine last ran (per-zone plugging, or pipelining on an
+    /// engine that pipelined). As the kernel's attribute, writing the value it reads
+    /// changes nothing: a pipelining engine written 0 keeps pipelining, a batching
+    /// one written 1 keeps batching. A change freezes the queue for the switch (see
+    /// the module documentation). Refused on a regular device.
     pub fn set_zoned_qd1_writes(&mut self, value: u64) -> Result<(), AttrError> {
         if !self.q.geo.is_zoned() {
             return Err(AttrError::NotZoned);
@@ -82,7 +85,10 @@ impl Engine {
         if value > 1 {
             return Err(AttrError::BadValue(value));
         }
-        let policy = IssuePolicy::selected_by_zoned_qd1_writes(value == 1);
+        if value == u64::from(self.zoned_qd1_writes()) {
+            return Ok(());
+        }
+        let policy = if value == 1 { IssuePolicy::selected_by_zoned_qd1_writes(true) } else { self.qd1_off };
         self.set_policy(policy);
         Ok(())
     }
@@ -159,6 +165,7 @@ impl Engine {
         );
         self.q.cfg.policy = policy;
         self.q.traits = PolicyTraits::of(&self.q.cfg);
+        self.qd1_off = qd1_off(self.q.traits, self.qd1_off);
         self.policy = policy::build(&self.q.cfg);
         if !self.q.traits.plugs {
             self.q.forget_plugs();
@@ -168,6 +175,14 @@ impl Engine {
             self.enter(bio);
         }
     }
+}
+
+/// The policy `zoned_qd1_writes` 0 selects once a policy allowing `traits` is set:
+/// that policy if it plugs without a single issuer (so that turning the single
+/// issuer off brings back the per-zone policy it replaced, pipelining included),
+/// else still `before`.
+pub(super) fn qd1_off(traits: PolicyTraits, before: IssuePolicy) -> IssuePolicy {
+    if traits.plugs && !traits.single_issuer { traits.policy } else { before }
 }
 
 impl Queue {

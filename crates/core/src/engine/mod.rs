@@ -252,6 +252,8 @@ impl Queue {
 pub struct Engine {
     q: Queue,
     policy: policy::AnyPolicy,
+    /// The policy `zoned_qd1_writes` 0 selects ([`attrs::qd1_off`]).
+    qd1_off: IssuePolicy,
 }
 
 impl Engine {
@@ -305,7 +307,8 @@ impl Engine {
             q.cond.push(c);
         }
         let policy = policy::build(&q.cfg);
-        Engine { q, policy }
+        let qd1_off = attrs::qd1_off(q.traits, IssuePolicy::selected_by_zoned_qd1_writes(false));
+        Engine { q, policy, qd1_off }
     }
 
     /// An engine for a device in its initial state: every sequential zone EMPTY.

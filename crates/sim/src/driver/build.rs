@@ -158,7 +158,6 @@ fn sim_disks(
             in_order: false,
             arrived: Default::default(),
             arrivals: 0,
-            pipelines: traits.acks_in_zone_order,
         });
     }
     (disks, disk_of)
