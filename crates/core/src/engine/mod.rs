@@ -201,8 +201,9 @@ pub struct PlugView {
 }
 
 /// The engine's state apart from the issue policy: the request queue and the disk's
-/// zone state. Policies act on it through its operations (`drain_front`,
-/// `dispatch`, `maybe_release`, ...), spread over the files named after each concern.
+/// zone state. Policies read it and change it only through its operations
+/// (`list`, `drain_front`, `dispatch`, `anticipate`, ...: see [`policy::Policy`]),
+/// spread over the files named after each concern.
 #[derive(Debug)]
 pub(crate) struct Queue {
     pub geo: Geometry,
@@ -240,10 +241,25 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// A fresh token for an [`Action::Anticipate`].
-    pub(crate) fn next_anticipation_token(&mut self) -> u64 {
+    /// Asks the driver to call back after `ns` ([`Action::Anticipate`], with a
+    /// fresh token, which it returns): the batching issuer waits for a zone's next
+    /// write that long before it moves the head elsewhere.
+    pub(crate) fn anticipate(&mut self, ns: u64) -> u64 {
         self.anticipation_token += 1;
-        self.anticipation_token
+        let token = self.anticipation_token;
+        self.stats.anticipations += 1;
+        self.actions.push_back(Action::Anticipate { token, ns });
+        token
+    }
+
+    /// Counts an anticipated write that came before its time was over.
+    pub(crate) fn count_anticipation_hit(&mut self) {
+        self.stats.anticipation_hits += 1;
+    }
+
+    /// Counts a visit of the single issuer to a plug (a head switch on a disk).
+    pub(crate) fn count_issuer_visit(&mut self) {
+        self.stats.issuer_visits += 1;
     }
 }
 

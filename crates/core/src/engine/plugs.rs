@@ -507,6 +507,17 @@ impl Queue {
         self.release_idle(p);
     }
 
+    /// Puts plug `p` on the single issuer's list: the policy keeps the list, the
+    /// plug carries the mark the engine's checks read.
+    pub(crate) fn list(&mut self, p: PlugId) {
+        self.plugs[p].listed = true;
+    }
+
+    /// Takes plug `p` off the single issuer's list.
+    pub(crate) fn unlist(&mut self, p: PlugId) {
+        self.plugs[p].listed = false;
+    }
+
     /// [`Queue::maybe_release`] of a plug with nothing queued, out or held.
     fn release_idle(&mut self, p: PlugId) {
         let plug = &self.plugs[p];

@@ -131,8 +131,11 @@ pub(crate) struct UnpluggedDone {
 }
 
 /// An issue policy: see the module documentation for when each hook runs. Every hook
-/// gets the engine's [`Queue`], whose operations (releasing a plug's front,
-/// dispatching, releasing an idle plug) are the policy's only way to act.
+/// gets the engine's [`Queue`]. A policy reads its state, and changes it only
+/// through its operations: listing and unlisting a plug (`list`, `unlist`),
+/// releasing a plug's front (`drain_front`), dispatching (`dispatch`), holding a
+/// request in its scheduler (`hold_in_scheduler`), releasing an idle plug
+/// (`maybe_release`), anticipating (`anticipate`) and counting what it did.
 pub(crate) trait Policy: fmt::Debug + Send {
     /// Which policy this is.
     fn kind(&self) -> IssuePolicy;
