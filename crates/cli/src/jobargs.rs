@@ -5,7 +5,7 @@
 
 use crate::{CliError, devspec, parse};
 use clap::{Args, ValueEnum};
-use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery};
+use zblk_core::engine::{EngineConfig, IssuePolicy, WpRecovery, ZoneWrites};
 use zblk_workload::job::{JobSpec, Rw, ZoneMode};
 
 /// The most copies of a job (the workload's limit, checked by the library too);
@@ -241,7 +241,8 @@ pub fn choose_policy(
 /// silently ignored).
 pub fn check_pipeline_depth(a: &BenchArgs, policy: IssuePolicy) -> Result<(), CliError> {
     match (a.pipeline_depth, policy) {
-        (0, _) | (_, IssuePolicy::Pipeline) => Ok(()),
+        (0, _) => Ok(()),
+        (_, p) if p.zone_writes() == ZoneWrites::Pipelined => Ok(()),
         (d, p) => Err(CliError(format!(
             "--pipeline-depth {d}: the policy is {}, which keeps one write per zone on the device (--policy pipeline)",
             p.name()

@@ -17,7 +17,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use zblk_core::bio::{BioFlags, Op, ReqId, Request, Status};
-use zblk_core::engine::{Engine, IssuePolicy};
+use zblk_core::engine::{Engine, PolicyTraits};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneCond;
@@ -38,7 +38,8 @@ enum Held {
 pub struct Checker {
     seed: u64,
     geo: Geometry,
-    policy: IssuePolicy,
+    /// What the engine's policy allows, as of the last request it issued.
+    traits: PolicyTraits,
     /// Device content model: absent sectors read as zeroes.
     shadow: BTreeMap<u64, Held>,
     /// Zone writes issued and not executed, per zone.
@@ -68,9 +69,6 @@ pub struct Checker {
     /// request is out (for the writes in flight per zone, and for the write
     /// pointer movers) until [`Checker::on_done`], not until its execution.
     pub done_at_completion: bool,
-    /// Writes of one zone the engine may have on the device at once under
-    /// pipelining (`pipeline_depth`, or the queue depth).
-    pub pipe_depth: u32,
     /// Zones where a plugged write failed on the device while writes of the zone
     /// were out under pipelining: the writes behind it, already on the device, fail
     /// there as unaligned, as null_blk answers them, until none is out.
@@ -91,12 +89,13 @@ pub struct Checker {
 pub type Acked = (u64, Origin, u64);
 
 impl Checker {
-    /// A checker for a fresh device (no data).
-    pub fn new(geo: &Geometry, policy: IssuePolicy, seed: u64) -> Checker {
+    /// A checker for a fresh device (no data), whose engine's policy allows
+    /// `traits` ([`zblk_core::engine::Engine::policy_traits`]).
+    pub fn new(geo: &Geometry, traits: PolicyTraits, seed: u64) -> Checker {
         Checker {
             seed,
             geo: geo.clone(),
-            policy,
+            traits,
             shadow: BTreeMap::new(),
             writes_out: FxHashMap::default(),
             zone_writes_out: 0,
@@ -112,7 +111,6 @@ impl Checker {
             reset_seq: vec![0; geo.nr_zones() as usize],
             durable: BTreeMap::new(),
             done_at_completion: false,
-            pipe_depth: 1,
             pipe_broken: FxHashSet::default(),
             issued_doomed: FxHashSet::default(),
         }
@@ -160,25 +158,24 @@ impl Checker {
         }
     }
 
-    /// The engine issued `req` to the device, under issue policy `policy` (which
-    /// changes when `zoned_qd1_writes` is written), for a BIO submitted with
+    /// The engine issued `req` to the device, under a policy that allows `traits`
+    /// (which change when `zoned_qd1_writes` is written), for a BIO submitted with
     /// `bio_flags` while the engine's `write_zeroes_unmap_max_bytes` was 0
     /// (`unmap_disabled`) or not.
-    pub fn on_issue(&mut self, req: &Request, policy: IssuePolicy, bio_flags: BioFlags, unmap_disabled: bool) {
+    pub fn on_issue(&mut self, req: &Request, traits: PolicyTraits, bio_flags: BioFlags, unmap_disabled: bool) {
         self.checks += 1;
-        self.policy = policy;
+        self.traits = traits;
         self.check_request(req, bio_flags, unmap_disabled);
         if let Some(z) = self.plugged_write_zone(req) {
             let n = self.writes_out.entry(z).or_insert(0);
             *n += 1;
             self.zone_writes_out += 1;
             let (n, total) = (*n, self.zone_writes_out);
-            let most = if policy == IssuePolicy::Pipeline { self.pipe_depth.max(1) } else { 1 };
-            if policy != IssuePolicy::Passthrough && n > most {
-                self.fail(format!("{n} writes in flight to zone {z} under {} (at most {most})", policy.name()));
+            if let Some(most) = traits.zone_writes_in_flight.filter(|&most| n as usize > most) {
+                self.fail(format!("{n} writes in flight to zone {z} under {} (at most {most})", traits.policy.name()));
             }
-            if policy.single_issuer() && total > 1 {
-                self.fail(format!("{total} zone writes in flight under the single issuer ({})", policy.name()));
+            if traits.single_issuer && total > 1 {
+                self.fail(format!("{total} zone writes in flight under the single issuer ({})", traits.policy.name()));
             }
         }
     }
@@ -257,11 +254,12 @@ impl Checker {
             // device already: it arrives off the write pointer and fails there,
             // unaligned, as null_blk answers it; the engine fails it anyway.
             let doomed = self.issued_doomed.remove(&req.id);
-            let behind_failed = self.policy == IssuePolicy::Pipeline && (doomed || self.pipe_broken.contains(&z));
-            if self.policy.plugs() && refused && !behind_failed {
+            let pipelined = self.traits.acks_in_zone_order;
+            let behind_failed = pipelined && (doomed || self.pipe_broken.contains(&z));
+            if self.traits.plugs && refused && !behind_failed {
                 self.fail(format!("device refused plugged write {req:?}: {:?}", result.unwrap_err()));
             }
-            if self.policy == IssuePolicy::Pipeline && result.is_err() {
+            if pipelined && result.is_err() {
                 self.pipe_broken.insert(z);
             }
         }

@@ -54,9 +54,6 @@ pub(crate) struct SimDisk {
     pub arrived: FxHashMap<ReqId, Arrived>,
     /// Requests that arrived so far (with `in_order`).
     pub arrivals: u64,
-    /// Its engine was built to pipeline zone writes: writing `zoned_qd1_writes` 0
-    /// brings pipelining back, not per-zone plugging.
-    pub pipelines: bool,
 }
 
 /// A request a disk that keeps zone order executed when it arrived, waiting for

@@ -68,7 +68,8 @@ fn measure(shape: Shape, a: &CorebenchArgs, bar: Option<&indicatif::ProgressBar>
             if r.errors != 0 {
                 return Err(CliError(format!("{} {} run had {} failed BIOs", shape.name(), policy.name(), r.errors)));
             }
-            if *policy != IssuePolicy::Passthrough {
+            // What waited in a plug, from the run that plugs (the baseline has none).
+            if policy.plugs() {
                 plugged = r.engine.plugged;
             }
             best[i] = best[i].min(secs);

@@ -9,7 +9,7 @@
 
 use super::plugs::CondCache;
 use super::policy::Policy;
-use super::policy::{self, IssuePolicy};
+use super::policy::{self, IssuePolicy, PolicyTraits};
 use super::{Engine, Queue};
 use crate::bio::Bio;
 use crate::units::SECTOR_SIZE;
@@ -78,9 +78,12 @@ impl Engine {
         u8::from(self.q.geo.is_zoned() && self.q.freeze.unwrap_or(self.q.cfg.policy).single_issuer())
     }
 
-    /// Writes `zoned_qd1_writes`: 1 selects the single issuer, 0 per-zone plugging.
-    /// The queue is frozen for the switch (see the module documentation). Refused on
-    /// a regular device.
+    /// Writes `zoned_qd1_writes`: 1 selects the single issuer; 0 the plugging policy
+    /// without one that the engine last ran (per-zone plugging, or pipelining on an
+    /// engine that pipelined). As the kernel's attribute, writing the value it reads
+    /// changes nothing: a pipelining engine written 0 keeps pipelining, a batching
+    /// one written 1 keeps batching. A change freezes the queue for the switch (see
+    /// the module documentation). Refused on a regular device.
     pub fn set_zoned_qd1_writes(&mut self, value: u64) -> Result<(), AttrError> {
         if !self.q.geo.is_zoned() {
             return Err(AttrError::NotZoned);
@@ -88,7 +91,10 @@ impl Engine {
         if value > 1 {
             return Err(AttrError::BadValue(value));
         }
-        let policy = IssuePolicy::selected_by_zoned_qd1_writes(value == 1);
+        if value == u64::from(self.zoned_qd1_writes()) {
+            return Ok(());
+        }
+        let policy = if value == 1 { IssuePolicy::selected_by_zoned_qd1_writes(true) } else { self.qd1_off };
         self.set_policy(policy);
         Ok(())
     }
@@ -164,11 +170,10 @@ impl Engine {
             "work across a switch"
         );
         self.q.cfg.policy = policy;
-        self.q.pipe_depth = super::pipe::pipe_depth_of(&self.q.cfg);
-        self.q.pipelining = policy == IssuePolicy::Pipeline;
+        self.q.traits = PolicyTraits::of(&self.q.cfg);
+        self.qd1_off = qd1_off(self.q.traits, self.qd1_off);
         self.policy = policy::build(&self.q.cfg);
-        self.independent = self.policy.plugs_independent();
-        if !policy.plugs() {
+        if !self.q.traits.plugs {
             self.q.forget_plugs();
         }
         let held: Vec<Bio> = self.q.frozen.drain(..).collect();
@@ -176,6 +181,14 @@ impl Engine {
             self.enter(bio);
         }
     }
+}
+
+/// The policy `zoned_qd1_writes` 0 selects once a policy allowing `traits` is set:
+/// that policy if it plugs without a single issuer (so that turning the single
+/// issuer off brings back the per-zone policy it replaced, pipelining included),
+/// else still `before`.
+pub(super) fn qd1_off(traits: PolicyTraits, before: IssuePolicy) -> IssuePolicy {
+    if traits.plugs && !traits.single_issuer { traits.policy } else { before }
 }
 
 impl Queue {

@@ -49,9 +49,7 @@ impl Engine {
     pub fn check_invariants(&self) {
         let q = &self.q;
         assert_eq!(self.policy.kind(), q.cfg.policy, "the policy in force is not the configured one");
-        assert_eq!(self.independent, self.policy.plugs_independent(), "stale plugs_independent");
-        assert_eq!(q.pipe_depth, super::pipe::pipe_depth_of(&q.cfg), "stale pipeline depth");
-        assert_eq!(q.pipelining, q.cfg.policy == super::IssuePolicy::Pipeline, "stale pipelining");
+        assert_eq!(q.traits, super::PolicyTraits::of(&q.cfg), "stale policy traits");
         let mut census = FragCensus::of(q);
         census.check_lists(q);
         census.check_bios(q);

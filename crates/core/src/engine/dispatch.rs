@@ -29,6 +29,15 @@ impl Queue {
         self.tags.inflight < self.cfg.queue_depth
     }
 
+    /// Fragment `f`, which no plug orders, waits in the policy's scheduler (zone
+    /// write locking's mq-deadline) instead of going to the device.
+    pub(crate) fn hold_in_scheduler(&mut self, f: FragId) -> &Frag {
+        let frag = &mut self.frags[f];
+        frag.kind = Kind::Sched;
+        frag.state = FragState::Sched;
+        frag
+    }
+
     /// Sends fragment `f` to the device, or to the tag wait list.
     pub(crate) fn dispatch(&mut self, f: FragId) {
         if self.has_tag() {

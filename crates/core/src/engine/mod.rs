@@ -48,7 +48,7 @@ pub(crate) mod testing;
 
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, MAX_ZEROOUT_BIO_SECTORS, ZeroingMethod};
-pub use policy::{IssuePolicy, POLICIES, PolicyInfo};
+pub use policy::{IssuePolicy, POLICIES, PolicyInfo, PolicyTraits, ZoneWrites};
 pub use submit::validate_bio;
 
 use crate::bio::{Bio, Request, Status};
@@ -201,8 +201,9 @@ pub struct PlugView {
 }
 
 /// The engine's state apart from the issue policy: the request queue and the disk's
-/// zone state. Policies act on it through its operations (`drain_front`,
-/// `dispatch`, `maybe_release`, ...), spread over the files named after each concern.
+/// zone state. Policies read it and change it only through its operations
+/// (`list`, `drain_front`, `dispatch`, `anticipate`, ...: see [`policy::Policy`]),
+/// spread over the files named after each concern.
 #[derive(Debug)]
 pub(crate) struct Queue {
     pub geo: Geometry,
@@ -228,11 +229,9 @@ pub(crate) struct Queue {
     /// The last anticipation token handed out (kept across policy switches, so that
     /// a stale timer never matches a new anticipation).
     anticipation_token: u64,
-    /// Writes of one zone out at once (`pipe.rs`): the policy's, kept here because
-    /// every zone write asks. Set with the policy.
-    pub pipe_depth: usize,
-    /// The policy pipelines zone writes (`pipe.rs`). Set with the policy.
-    pub pipelining: bool,
+    /// What the policy allows ([`PolicyTraits::of`] the configuration), kept here
+    /// because every zone write and completion asks. Set with the policy.
+    pub traits: PolicyTraits,
     /// The engine checks its invariants itself (`check.rs`).
     pub self_check: bool,
     /// Inputs since the engine last checked its invariants.
@@ -242,10 +241,25 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// A fresh token for an [`Action::Anticipate`].
-    pub(crate) fn next_anticipation_token(&mut self) -> u64 {
+    /// Asks the driver to call back after `ns` ([`Action::Anticipate`], with a
+    /// fresh token, which it returns): the batching issuer waits for a zone's next
+    /// write that long before it moves the head elsewhere.
+    pub(crate) fn anticipate(&mut self, ns: u64) -> u64 {
         self.anticipation_token += 1;
-        self.anticipation_token
+        let token = self.anticipation_token;
+        self.stats.anticipations += 1;
+        self.actions.push_back(Action::Anticipate { token, ns });
+        token
+    }
+
+    /// Counts an anticipated write that came before its time was over.
+    pub(crate) fn count_anticipation_hit(&mut self) {
+        self.stats.anticipation_hits += 1;
+    }
+
+    /// Counts a visit of the single issuer to a plug (a head switch on a disk).
+    pub(crate) fn count_issuer_visit(&mut self) {
+        self.stats.issuer_visits += 1;
     }
 }
 
@@ -254,9 +268,8 @@ impl Queue {
 pub struct Engine {
     q: Queue,
     policy: policy::AnyPolicy,
-    /// The policy's [`Policy::plugs_independent`], asked on every zone write and
-    /// completion. Set with the policy.
-    independent: bool,
+    /// The policy `zoned_qd1_writes` 0 selects ([`attrs::qd1_off`]).
+    qd1_off: IssuePolicy,
 }
 
 impl Engine {
@@ -281,8 +294,7 @@ impl Engine {
             freeze: None,
             frozen: VecDeque::new(),
             anticipation_token: 0,
-            pipe_depth: pipe::pipe_depth_of(&cfg),
-            pipelining: cfg.policy == IssuePolicy::Pipeline,
+            traits: PolicyTraits::of(&cfg),
             self_check: true,
             inputs_unchecked: 0,
             actions: VecDeque::new(),
@@ -311,8 +323,8 @@ impl Engine {
             q.cond.push(c);
         }
         let policy = policy::build(&q.cfg);
-        let independent = policy.plugs_independent();
-        Engine { q, policy, independent }
+        let qd1_off = attrs::qd1_off(q.traits, IssuePolicy::selected_by_zoned_qd1_writes(false));
+        Engine { q, policy, qd1_off }
     }
 
     /// An engine for a device in its initial state: every sequential zone EMPTY.
@@ -329,6 +341,14 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.q.cfg
+    }
+
+    /// What the running policy allows: writes in flight per zone, acknowledgement in
+    /// zone order, a single issuer, plugging. Computed when the policy is set (at
+    /// construction, and when a policy switch completes after its freeze), so that
+    /// callers check what the policy allows instead of which policy runs.
+    pub fn policy_traits(&self) -> PolicyTraits {
+        self.q.traits
     }
 
     /// Counters.
@@ -404,7 +424,7 @@ impl Engine {
         // A policy that treats plugs independently only drains the plug's front, keeps
         // no list to update and has nothing to kick: the policy is not asked at all,
         // three calls saved on every completion.
-        if self.independent {
+        if self.q.traits.independent_plugs {
             // One look at the plug for what `maybe_request_report` and `drain_front`
             // ask first (asking for a report changes neither answer).
             let plug = &self.q.plugs[p];

@@ -26,23 +26,18 @@
 use super::bios::{Frag, FragId, FragState};
 use super::dispatch::end_removed;
 use super::plugs::PlugId;
-use super::{Engine, EngineConfig, IssuePolicy, Queue};
+use super::{Engine, Queue};
 use crate::bio::Status;
 use crate::mutation::{Mutation, on};
 use crate::units::Sector;
 
-/// Writes of one zone out at once under `cfg`: `pipeline_depth` under the pipelining
-/// policy (0: the device's queue depth), one otherwise. The queue keeps it
-/// ([`Queue::pipe_depth`]), set with the policy.
-pub(crate) fn pipe_depth_of(cfg: &EngineConfig) -> usize {
-    match (cfg.policy, cfg.pipeline_depth) {
-        (IssuePolicy::Pipeline, 0) => cfg.queue_depth as usize,
-        (IssuePolicy::Pipeline, d) => d as usize,
-        _ => 1,
-    }
-}
-
 impl Queue {
+    /// Writes of one zone out at once: the pipeline depth under a policy that
+    /// acknowledges in zone order, one otherwise (the policy's traits, set with it).
+    pub(crate) fn pipe_depth(&self) -> usize {
+        self.traits.zone_writes_in_flight.unwrap_or(1)
+    }
+
     /// Pipelined write `f` of plug `p` failed: every write after it in the pipe
     /// fails too, and the zone's write pointer goes back to where `f` started.
     #[cold]

@@ -295,7 +295,7 @@ impl Queue {
             // depth; anything else waits until they are all acknowledged (see
             // `pipelinable`).
             || (!plug.pipe.is_empty()
-                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth || !pipelinable(frag)));
+                && (kind != Kind::ZoneWrite || plug.pipe.len() >= self.pipe_depth() || !pipelinable(frag)));
         // Behind a RESET_ALL not done yet (one submitted before this operation).
         if frag.ra_epoch > self.barrier.done || busy {
             return Front::Wait;
@@ -422,7 +422,7 @@ impl Queue {
             frag.op = Op::Write;
             frag.sector = at;
         }
-        let piped = self.pipelining && pipelinable(frag);
+        let piped = self.traits.acks_in_zone_order && pipelinable(frag);
         frag.piped = piped;
         if piped {
             frag.flags = frag.flags | crate::bio::BioFlags::PIPELINED;
@@ -505,6 +505,17 @@ impl Queue {
             return;
         }
         self.release_idle(p);
+    }
+
+    /// Puts plug `p` on the single issuer's list: the policy keeps the list, the
+    /// plug carries the mark the engine's checks read.
+    pub(crate) fn list(&mut self, p: PlugId) {
+        self.plugs[p].listed = true;
+    }
+
+    /// Takes plug `p` off the single issuer's list.
+    pub(crate) fn unlist(&mut self, p: PlugId) {
+        self.plugs[p].listed = false;
     }
 
     /// [`Queue::maybe_release`] of a plug with nothing queued, out or held.

@@ -185,14 +185,14 @@ impl Engine {
         let plug = &self.q.plugs[p];
         if plug.busy || !plug.queue.is_empty() {
             self.q.stats.plugged += 1;
-            if plug.busy && self.independent {
+            if plug.busy && self.q.traits.independent_plugs {
                 // Nothing `after_plug_change` would do can happen: the plug's front
                 // waits for the operation out, which also keeps the plug, holds back
                 // a RESET_ALL, and defers any write pointer report until it
                 // completes.
                 return self.q.enqueue(p, f);
             }
-        } else if self.independent && self.q.front(plug, &self.q.frags[f]) == Front::Go {
+        } else if self.q.traits.independent_plugs && self.q.front(plug, &self.q.frags[f]) == Front::Go {
             // The plug is idle and the policy would release it at once: prepare and
             // issue without queueing, as the kernel does for a write to a zone whose
             // plug is not plugged. What `after_plug_change` would do next has nothing
@@ -209,7 +209,7 @@ impl Engine {
     /// Puts `f` at the tail of plug `p` and lets the policy at it.
     fn enqueue(&mut self, p: PlugId, f: FragId) {
         self.q.enqueue(p, f);
-        if self.q.plugs[p].busy && self.independent {
+        if self.q.plugs[p].busy && self.q.traits.independent_plugs {
             // As in `plug_write`: a busy plug releases nothing until its operation
             // completes.
             return;

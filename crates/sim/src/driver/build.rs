@@ -12,7 +12,7 @@ use crate::model::{DeviceModel, NullModel};
 use crate::oracle::{DeviceOracle, HostOracle, HostRules};
 use slab::Slab;
 use std::collections::VecDeque;
-use zblk_core::engine::{Engine, EngineConfig, IssuePolicy, WpRecovery};
+use zblk_core::engine::{Engine, EngineConfig, WpRecovery};
 use zblk_core::params::DeviceParams;
 use zblk_core::params::ParamError;
 use zblk_core::stack::{BuiltStack, DevId, DevKind, SeekTracker, SplitOrder, Stack, StackBuilder, StackConfig};
@@ -141,19 +141,14 @@ fn sim_disks(
     let mut disks = Vec::with_capacity(params.len());
     for (i, (dev, p)) in params.iter().enumerate() {
         let geo = stack.info(*dev).geometry.clone();
-        let policy = stack.engine(*dev).expect("a disk has an engine").config().policy;
+        let traits = stack.engine(*dev).expect("a disk has an engine").policy_traits();
         disk_of[dev.idx()] = Some(i);
         let mem = MemDevice::new(&geo, p.memory_backed);
         let oracle = cfg.check.then(|| DeviceOracle::new(&geo));
         disks.push(SimDisk {
             dev: *dev,
             model: models(*dev, p, cfg.seed ^ ((i as u64 + 1) << 40)),
-            checker: cfg.check.then(|| {
-                let mut c = Checker::new(&geo, policy, cfg.seed);
-                let e = stack.engine(*dev).expect("a disk has an engine").config();
-                c.pipe_depth = if e.pipeline_depth == 0 { e.queue_depth } else { e.pipeline_depth };
-                c
-            }),
+            checker: cfg.check.then(|| Checker::new(&geo, traits, cfg.seed)),
             faults: Faults::new(cfg.faults, cfg.seed ^ ((i as u64) << 40)),
             cache: cfg.faults.write_cache.then(|| WriteCache::new(&mem, oracle.as_ref())),
             mem,
@@ -163,7 +158,6 @@ fn sim_disks(
             in_order: false,
             arrived: Default::default(),
             arrivals: 0,
-            pipelines: policy == IssuePolicy::Pipeline,
         });
     }
     (disks, disk_of)
@@ -206,10 +200,10 @@ fn host_rules(stack: &Stack, disks: &[SimDisk], aligned: bool, pieces: (u64, u64
     let (piece_sectors, wz_piece_sectors) = pieces;
     let engines: Vec<&Engine> = disks.iter().map(|d| stack.engine(d.dev).expect("a disk's engine")).collect();
     HostRules {
-        ordered: stack.config().split_order == SplitOrder::Head && engines.iter().all(|e| e.config().policy.plugs()),
+        ordered: stack.config().split_order == SplitOrder::Head && engines.iter().all(|e| e.policy_traits().plugs),
         kernel_recovery: engines.iter().any(|e| e.config().wp_recovery == WpRecovery::Kernel),
         // Emulation needs a plug; a striped device has no zone append.
-        append_may_be_unsupported: engines.iter().any(|e| !e.config().policy.plugs())
+        append_may_be_unsupported: engines.iter().any(|e| !e.policy_traits().plugs)
             || stack.devices().any(|(_, info)| info.kind == DevKind::Striped),
         piece_sectors,
         piece_aligned: aligned,
@@ -217,6 +211,6 @@ fn host_rules(stack: &Stack, disks: &[SimDisk], aligned: bool, pieces: (u64, u64
         report_is_wp: stack.devices().all(|(_, info)| info.kind != DevKind::Striped),
         // Pipelining is allowed on a single disk only (it must keep a zone's writes
         // in order, which a stack does not promise).
-        pipelined: !aligned && engines.iter().all(|e| e.config().policy == IssuePolicy::Pipeline),
+        pipelined: !aligned && engines.iter().all(|e| e.policy_traits().acks_in_zone_order),
     }
 }

@@ -45,7 +45,7 @@ impl Sim {
                                 c.issued_after_failure(&req);
                             }
                         }
-                        c.on_issue(&req, engine.config().policy, bio_flags, unmap_disabled);
+                        c.on_issue(&req, engine.policy_traits(), bio_flags, unmap_disabled);
                     }
                     d.model.submit(self.clock.now_ns, &req);
                     if self.disks[i].in_order {

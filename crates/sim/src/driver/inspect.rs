@@ -55,9 +55,10 @@ impl Sim {
     }
 
     /// Writes `zoned_qd1_writes` (0 or 1) of every zoned disk whose engine plugs
-    /// (per-zone plugging, the single issuer or the batching issuer), as a user
-    /// writing the queue attribute while I/O runs: each engine freezes, drains and
-    /// switches.
+    /// (per-zone plugging, pipelining, the single issuer or the batching issuer), as
+    /// a user writing the queue attribute while I/O runs: an engine whose attribute
+    /// changes freezes, drains and switches (0 brings back the per-zone policy the
+    /// single issuer replaced, pipelining included).
     pub fn set_zoned_qd1_writes(&mut self, value: u64) {
         if self.tracing.debug {
             let _ = writeln!(std::io::stderr(), "{:>12} zoned_qd1_writes={value}", self.clock.now_ns);
@@ -65,14 +66,8 @@ impl Sim {
         for i in 0..self.disks.len() {
             let dev = self.disks[i].dev;
             let e = self.stack.engine_mut(dev);
-            if e.geometry().is_zoned() && e.config().policy.plugs() {
-                if value == 0 && self.disks[i].pipelines {
-                    // Not the single issuer: back to the per-zone policy the disk
-                    // was built with, pipelining (a freeze, as any switch).
-                    e.set_policy(zblk_core::engine::IssuePolicy::Pipeline);
-                } else {
-                    e.set_zoned_qd1_writes(value).expect("zoned_qd1_writes of a zoned disk");
-                }
+            if e.geometry().is_zoned() && e.policy_traits().plugs {
+                e.set_zoned_qd1_writes(value).expect("zoned_qd1_writes of a zoned disk");
                 self.engines_touched = true;
             }
         }

@@ -24,7 +24,7 @@
 use super::IssuePolicy;
 use super::issuer::{Choice, Gate};
 use crate::engine::plugs::PlugId;
-use crate::engine::{Action, EngineConfig, Queue};
+use crate::engine::{EngineConfig, Queue};
 use crate::units::ZoneNo;
 use std::collections::VecDeque;
 
@@ -96,7 +96,7 @@ impl Choice for Batching {
         let Some((zone, _)) = self.anticipating else { return Gate::Open };
         let Some(i) = list.iter().position(|&p| q.plugs[p].zone == zone) else { return Gate::Stop };
         self.anticipating = None;
-        q.stats.anticipation_hits += 1;
+        q.count_anticipation_hit();
         // The average moves 1/32 of the way to 1 (a hit).
         self.hit_rate = self.hit_rate - self.hit_rate / 32 + 1024 / 32;
         let p = list.remove(i).expect("index in range");
@@ -152,10 +152,8 @@ impl Choice for Batching {
             return;
         }
         self.passed = 0;
-        let token = q.next_anticipation_token();
+        let token = q.anticipate(self.anticipate_ns);
         self.anticipating = Some((zone, token));
-        q.stats.anticipations += 1;
-        q.actions.push_back(Action::Anticipate { token, ns: self.anticipate_ns });
     }
 
     fn expired(&mut self, token: u64) -> bool {

@@ -76,9 +76,9 @@ impl<C: Choice> Policy for SingleIssuer<C> {
 
     /// Lists the plug (at the tail) if it has work and is not listed.
     fn plug_changed(&mut self, q: &mut Queue, p: PlugId) {
-        let plug = &mut q.plugs[p];
+        let plug = &q.plugs[p];
         if !plug.listed && !plug.queue.is_empty() {
-            plug.listed = true;
+            q.list(p);
             self.list.push_back(p);
             self.choice.listed(p);
         }
@@ -86,11 +86,11 @@ impl<C: Choice> Policy for SingleIssuer<C> {
 
     /// A drained plug leaves the list (new work lists it again at the tail).
     fn plug_drained(&mut self, q: &mut Queue, p: PlugId) {
-        let plug = &mut q.plugs[p];
+        let plug = &q.plugs[p];
         if !(plug.listed && plug.queue.is_empty() && !plug.busy) {
             return;
         }
-        plug.listed = false;
+        q.unlist(p);
         if self.list.front() == Some(&p) {
             self.list.pop_front();
             self.in_service = false;
@@ -115,7 +115,7 @@ impl<C: Choice> Policy for SingleIssuer<C> {
                 Gate::Open => {}
             }
             if !self.in_service {
-                q.stats.issuer_visits += 1;
+                q.count_issuer_visit();
                 self.in_service = true;
                 self.choice.choose(q, &mut self.list);
             }
@@ -131,7 +131,7 @@ impl<C: Choice> Policy for SingleIssuer<C> {
             }
             if q.plugs.ops_out == 0 {
                 // Drained, or blocked until what blocks it kicks it again.
-                q.plugs[p].listed = false;
+                q.unlist(p);
                 self.list.pop_front();
                 self.in_service = false;
                 q.maybe_release(p);

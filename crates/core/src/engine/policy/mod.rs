@@ -14,12 +14,15 @@
 //! | [`Policy::kick`] | something finished or changed: issue what is now possible |
 //! | [`Policy::anticipation_expired`] | an [`super::Action::Anticipate`] the policy asked for is over |
 //! | [`Policy::submit_unplugged`] / [`Policy::unplugged_done`] | a request no plug orders enters / completes |
-//! | [`Policy::plugs_independent`] | asked when the policy is set: a policy that treats every plug on its own (per-zone plugging) lets the engine drain its plugs itself and skip the list hooks |
 //! | [`Policy::check`] | the checker verifies the policy's invariants |
 //!
-//! What each policy is called and what it is for lives in one table,
-//! [`registry::POLICIES`]; this file holds the hooks and the engine's dispatch to
-//! the implementations (`docs/ARCHITECTURE.md` walks through adding a policy).
+//! What each policy is called, what it is for and what it allows (its
+//! [`PolicyTraits`]: plugging, a single issuer, writes in flight per zone,
+//! acknowledgement in zone order, plugs drained on their own) lives in one table,
+//! [`registry::POLICIES`]; the engine computes the traits when the policy is set,
+//! and the engine, the simulator's checker and the command line read them instead
+//! of naming policies. This file holds the hooks and the engine's dispatch to the
+//! implementations (`docs/ARCHITECTURE.md` walks through adding a policy).
 
 mod batch;
 mod issuer;
@@ -33,7 +36,7 @@ mod zwp;
 #[cfg(test)]
 mod scenarios;
 
-pub use registry::{IssuePolicy, POLICIES, PolicyInfo};
+pub use registry::{IssuePolicy, POLICIES, PolicyInfo, PolicyTraits, ZoneWrites};
 
 use super::bios::{FragId, Kind};
 use super::plugs::PlugId;
@@ -90,10 +93,6 @@ impl Policy for AnyPolicy {
         each_policy!(self, p => p.plug_changed(q, plug))
     }
     #[inline]
-    fn plugs_independent(&self) -> bool {
-        each_policy!(self, p => p.plugs_independent())
-    }
-    #[inline]
     fn plug_drained(&mut self, q: &mut Queue, plug: PlugId) {
         each_policy!(self, p => p.plug_drained(q, plug))
     }
@@ -132,27 +131,21 @@ pub(crate) struct UnpluggedDone {
 }
 
 /// An issue policy: see the module documentation for when each hook runs. Every hook
-/// gets the engine's [`Queue`], whose operations (releasing a plug's front,
-/// dispatching, releasing an idle plug) are the policy's only way to act.
+/// gets the engine's [`Queue`]. A policy reads its state, and changes it only
+/// through its operations: listing and unlisting a plug (`list`, `unlist`),
+/// releasing a plug's front (`drain_front`), dispatching (`dispatch`), holding a
+/// request in its scheduler (`hold_in_scheduler`), releasing an idle plug
+/// (`maybe_release`), anticipating (`anticipate`) and counting what it did.
 pub(crate) trait Policy: fmt::Debug + Send {
     /// Which policy this is.
     fn kind(&self) -> IssuePolicy;
 
     /// Plug `p` changed: release what it can release now, or note that it has work.
-    /// Never frees the plug.
+    /// Never frees the plug. A policy whose registry entry declares
+    /// `independent_plugs` only drains the plug's front here and does nothing in
+    /// `plug_drained` and `kick`: the engine then does that itself, without calling
+    /// it (see [`PolicyTraits::independent_plugs`]).
     fn plug_changed(&mut self, q: &mut Queue, p: PlugId);
-
-    /// Whether the policy treats every plug on its own (per-zone plugging): it keeps
-    /// no state about plugs, `plug_changed` only drains the plug's front, and
-    /// `plug_drained` and `kick` do nothing. The engine then drains a changed plug's
-    /// front itself, without asking the policy, and takes two shortcuts the kernel
-    /// takes too: a write to an idle, empty plug is issued without queueing it, and
-    /// a write to a busy plug is queued without asking the policy (a busy plug
-    /// releases nothing until its operation completes). Asked once, when the policy
-    /// is set: the answer must not change.
-    fn plugs_independent(&self) -> bool {
-        false
-    }
 
     /// Plug `p` may be drained (nothing queued, nothing out): forget it if so.
     fn plug_drained(&mut self, _q: &mut Queue, _p: PlugId) {}

@@ -22,12 +22,8 @@ impl Policy for Pipeline {
         q.drain_front(p, false);
     }
 
-    fn plugs_independent(&self) -> bool {
-        true
-    }
-
     fn check(&self, q: &Queue) {
-        let depth = q.pipe_depth;
+        let depth = q.pipe_depth();
         for (_, plug) in q.plugs.iter() {
             assert!(!plug.listed, "pipelining holds a plug");
             assert!(plug.pipe.len() <= depth, "zone {}: {} writes out, depth {depth}", plug.zone, plug.pipe.len());

@@ -1,8 +1,14 @@
 //! The issue policies, described once: for each, its name (as the command line and
-//! JSON spell it), a one-line summary, and the properties every list of policies
-//! chooses by: whether its zone writes go through plugs, whether one issuer drains
-//! the device's plugs, which `zoned_qd1_writes` value selects it, whether it needs a
-//! zoned device, whether it is only a baseline that breaks zone writes.
+//! JSON spell it), a one-line summary, what it allows (whether its zone writes go
+//! through plugs, whether one issuer drains the device's plugs, how many writes of a
+//! zone it lets out and whether they are acknowledged in zone order, whether it
+//! drains every plug on its own), and the properties every list of policies chooses
+//! by: which `zoned_qd1_writes` value selects it, whether it needs a zoned device,
+//! whether it is only a baseline that breaks zone writes.
+//!
+//! What a policy allows reaches the rest of zblk as [`PolicyTraits`], which the
+//! engine computes when the policy is set: the engine, the simulator's checker and
+//! the command line read the traits, never which policy runs.
 //!
 //! [`POLICIES`] is the one table: the CLI's `--policy` values and help, the policies
 //! a sweep or a random simulation compares, and the default policy of a device
@@ -56,6 +62,12 @@ pub struct PolicyInfo {
     pub plugs: bool,
     /// One context issues every zone write of the device.
     pub single_issuer: bool,
+    /// How many writes of one zone it lets reach the device at once.
+    pub zone_writes: ZoneWrites,
+    /// It treats every plug on its own (per-zone plugging): it keeps no state about
+    /// plugs, a changed plug only has its front released, and the engine does that
+    /// itself, skipping the policy (see [`PolicyTraits::independent_plugs`]).
+    pub independent_plugs: bool,
     /// The value of the kernel's `zoned_qd1_writes` attribute that selects it, if
     /// any: writing the value switches to it, and a zoned device starts with 1's
     /// policy if it is rotational, 0's otherwise.
@@ -72,6 +84,70 @@ pub struct PolicyInfo {
     pub ordered_device: bool,
 }
 
+/// How many writes of one zone a policy lets reach the device at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneWrites {
+    /// As many as are submitted: nothing orders a zone's writes (no plugging).
+    Unlimited,
+    /// One: the next waits for the previous one's completion (a zone write plug,
+    /// or zone write locking's zone lock).
+    One,
+    /// Up to the pipeline depth, acknowledged in zone order; a failed one fails the
+    /// writes behind it in its zone (`engine/pipe.rs`).
+    Pipelined,
+}
+
+/// What an engine's policy allows, as every check outside the policies reads it:
+/// the registry's declaration ([`PolicyInfo`]) with the engine's configuration
+/// applied (the pipeline depth). The engine computes it when the policy is set
+/// ([`crate::engine::Engine::policy_traits`]), so that nothing outside `policy/`
+/// needs to know which policy runs to know what it may see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyTraits {
+    /// The policy (for messages; checks read the fields below).
+    pub policy: IssuePolicy,
+    /// Zone writes go through zone write plugs: the engine tracks write pointers,
+    /// emulates zone append, and the device never sees a plugged write off its
+    /// zone's write pointer.
+    pub plugs: bool,
+    /// One write of the whole device is out at a time (`zoned_qd1_writes` reads 1).
+    pub single_issuer: bool,
+    /// Every plug is drained on its own: the engine releases a changed plug's front
+    /// itself, issues a write to an idle, empty plug without queueing it and
+    /// queues a write to a busy plug without asking the policy, as the kernel's
+    /// per-zone plugging does.
+    pub independent_plugs: bool,
+    /// The most writes of one zone out at once: 1, or the pipeline depth; `None`
+    /// when nothing limits them (no plugging).
+    pub zone_writes_in_flight: Option<usize>,
+    /// Several writes of a zone may be out at once and are acknowledged in zone
+    /// order: a failed write fails the writes behind it, even those the device
+    /// took already (they arrive off the write pointer).
+    pub acks_in_zone_order: bool,
+}
+
+impl PolicyTraits {
+    /// The traits of `cfg.policy` under `cfg`: a pipelining policy lets
+    /// `pipeline_depth` writes of a zone out (0: the device's queue depth).
+    pub fn of(cfg: &crate::engine::EngineConfig) -> PolicyTraits {
+        let info = cfg.policy.info();
+        let zone_writes_in_flight = match (info.zone_writes, cfg.pipeline_depth) {
+            (ZoneWrites::Unlimited, _) => None,
+            (ZoneWrites::One, _) => Some(1),
+            (ZoneWrites::Pipelined, 0) => Some(cfg.queue_depth as usize),
+            (ZoneWrites::Pipelined, d) => Some(d as usize),
+        };
+        PolicyTraits {
+            policy: cfg.policy,
+            plugs: info.plugs,
+            single_issuer: info.single_issuer,
+            independent_plugs: info.independent_plugs,
+            zone_writes_in_flight,
+            acks_in_zone_order: info.zone_writes == ZoneWrites::Pipelined,
+        }
+    }
+}
+
 /// Every policy, in the order every list shows them (`IssuePolicy as usize` indexes
 /// it).
 pub const POLICIES: &[PolicyInfo] = &[
@@ -81,6 +157,8 @@ pub const POLICIES: &[PolicyInfo] = &[
         summary: "per-zone plugging",
         plugs: true,
         single_issuer: false,
+        zone_writes: ZoneWrites::One,
+        independent_plugs: true,
         zoned_qd1_writes: Some(0),
         zoned_only: false,
         baseline: false,
@@ -92,6 +170,8 @@ pub const POLICIES: &[PolicyInfo] = &[
         summary: "single issuer, FIFO",
         plugs: true,
         single_issuer: true,
+        zone_writes: ZoneWrites::One,
+        independent_plugs: false,
         zoned_qd1_writes: Some(1),
         zoned_only: false,
         baseline: false,
@@ -103,6 +183,8 @@ pub const POLICIES: &[PolicyInfo] = &[
         summary: "single issuer draining the deepest plug first",
         plugs: true,
         single_issuer: true,
+        zone_writes: ZoneWrites::One,
+        independent_plugs: false,
         zoned_qd1_writes: None,
         zoned_only: false,
         baseline: false,
@@ -114,6 +196,8 @@ pub const POLICIES: &[PolicyInfo] = &[
         summary: "legacy zone write locking under an mq-deadline-like scheduler",
         plugs: false,
         single_issuer: false,
+        zone_writes: ZoneWrites::One,
+        independent_plugs: false,
         zoned_qd1_writes: None,
         zoned_only: true,
         baseline: false,
@@ -125,6 +209,8 @@ pub const POLICIES: &[PolicyInfo] = &[
         summary: "no plugging",
         plugs: false,
         single_issuer: false,
+        zone_writes: ZoneWrites::Unlimited,
+        independent_plugs: false,
         zoned_qd1_writes: None,
         zoned_only: false,
         baseline: true,
@@ -136,6 +222,8 @@ pub const POLICIES: &[PolicyInfo] = &[
         summary: "several writes per zone in flight, acknowledged in zone order (images, memory)",
         plugs: true,
         single_issuer: false,
+        zone_writes: ZoneWrites::Pipelined,
+        independent_plugs: true,
         zoned_qd1_writes: None,
         zoned_only: false,
         baseline: false,
@@ -180,6 +268,11 @@ impl IssuePolicy {
     /// Whether one context issues every zone write of the device.
     pub fn single_issuer(self) -> bool {
         self.info().single_issuer
+    }
+
+    /// How many writes of one zone it lets reach the device at once.
+    pub fn zone_writes(self) -> ZoneWrites {
+        self.info().zone_writes
     }
 
     /// The policy `zoned_qd1_writes` selects when it is 1 (`qd1` true: the single

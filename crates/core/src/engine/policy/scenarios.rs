@@ -5,7 +5,7 @@
 
 use crate::bio::{Bio, Status};
 use crate::engine::testing::{Harness, geometry};
-use crate::engine::{AttrError, Engine, EngineConfig, IssuePolicy, WpRecovery};
+use crate::engine::{AttrError, Engine, EngineConfig, IssuePolicy, PolicyTraits, WpRecovery};
 use crate::units::Sector;
 
 const Z1: u64 = 2048;
@@ -133,6 +133,42 @@ fn zoned_qd1_writes_attribute() {
     let err = e.set_zoned_qd1_writes(1).unwrap_err();
     assert_eq!(err, AttrError::NotZoned);
     assert!(err.to_string().contains("not zoned"));
+}
+
+#[test]
+fn writing_the_value_zoned_qd1_writes_reads_changes_nothing() {
+    let zoned = geometry(|_| {});
+    let cfg = |policy| EngineConfig { policy, ..EngineConfig::default() };
+    // Pipelining reads 0: writing 0 keeps it, not per-zone plugging.
+    let mut e = Engine::new_empty(&zoned, cfg(IssuePolicy::Pipeline));
+    e.set_zoned_qd1_writes(0).unwrap();
+    assert!(!e.frozen());
+    assert_eq!(e.config().policy, IssuePolicy::Pipeline);
+    // 1 then 0: the single issuer, then back to the pipelining it replaced.
+    e.set_zoned_qd1_writes(1).unwrap();
+    assert_eq!(e.config().policy, IssuePolicy::Qd1);
+    e.set_zoned_qd1_writes(0).unwrap();
+    assert_eq!(e.config().policy, IssuePolicy::Pipeline);
+    assert_eq!(e.policy_traits(), PolicyTraits::of(e.config()));
+    // The batching issuer reads 1: writing 1 keeps it; 0 selects per-zone plugging.
+    let mut e = Engine::new_empty(&zoned, cfg(IssuePolicy::Batch));
+    e.set_zoned_qd1_writes(1).unwrap();
+    assert_eq!(e.config().policy, IssuePolicy::Batch);
+    e.set_zoned_qd1_writes(0).unwrap();
+    assert_eq!(e.config().policy, IssuePolicy::Zwp);
+    // A switch under way: the value read is the one being switched to, and writing
+    // the old value back switches back.
+    let mut h = harness(IssuePolicy::Pipeline, |_| {});
+    h.submit(Bio::write(Sector(Z1), 8, 0));
+    h.engine.set_zoned_qd1_writes(1).unwrap();
+    assert!(h.engine.frozen());
+    assert_eq!(h.engine.zoned_qd1_writes(), 1);
+    h.engine.set_zoned_qd1_writes(1).unwrap();
+    h.engine.set_zoned_qd1_writes(0).unwrap();
+    h.run_all();
+    assert!(!h.engine.frozen());
+    assert_eq!(h.engine.config().policy, IssuePolicy::Pipeline);
+    assert!(h.done.iter().all(|c| c.result.is_ok()), "{:?}", h.done);
 }
 
 #[test]

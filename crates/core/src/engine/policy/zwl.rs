@@ -66,9 +66,7 @@ impl Policy for ZoneWriteLocking {
     /// The request takes a scheduler tag (or waits for one) and waits to be
     /// dispatched in elevator order.
     fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
-        let frag = &mut q.frags[f];
-        frag.kind = Kind::Sched;
-        frag.state = FragState::Sched;
+        let frag = q.hold_in_scheduler(f);
         let (sector, write) = (frag.sector.0, frag.op.is_zone_write());
         self.sched.admit(f, sector, write);
         self.pump(q);

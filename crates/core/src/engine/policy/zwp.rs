@@ -21,10 +21,6 @@ impl Policy for Zwp {
         q.drain_front(p, false);
     }
 
-    fn plugs_independent(&self) -> bool {
-        true
-    }
-
     fn check(&self, q: &Queue) {
         assert!(q.plugs.iter().all(|(_, plug)| !plug.listed), "per-zone plugging holds a plug");
     }
