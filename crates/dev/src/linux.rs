@@ -26,7 +26,7 @@ use crate::buf::AlignedBuf;
 use crate::device::{DataFds, Device, DeviceZeroing, Plan, Transfer};
 use crate::error::{DeviceError, DeviceErrorKind};
 use crate::{IoBuf, check_discard, check_range, check_write_zeroes};
-pub use ioctl::{REPORT_BATCH, RawZone, ZoneCtl, is_block_device};
+pub use ioctl::{BLK_ZONE_BYTES, BlkZone, REPORT_BATCH, RawZone, ZoneCtl, is_block_device};
 use rustix::fs::{FallocateFlags, fallocate, fdatasync};
 use rustix::io::ReadWriteFlags;
 use std::fs::OpenOptions;

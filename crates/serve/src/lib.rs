@@ -48,8 +48,8 @@ pub fn io_buf_bytes(geo: &Geometry) -> u32 {
     want.clamp(u64::from(MIN_IO_BUF_BYTES), u64::from(MAX_IO_BUF_BYTES)).next_multiple_of(4096) as u32
 }
 
-/// Size of the kernel's `struct blk_zone`.
-pub const BLK_ZONE_BYTES: usize = 64;
+/// Size of the kernel's `struct blk_zone` (zblk-dev's `BlkZone`, the one layout).
+pub const BLK_ZONE_BYTES: usize = zblk_dev::linux::BLK_ZONE_BYTES;
 
 /// What the kernel can be given: a zoned geometry whose zones are a power of two
 /// sectors (the block layer refuses others) and whose capacity is whole zones (ublk

@@ -192,16 +192,11 @@ pub trait Served: Send + Sync {
     fn stop(&self) {}
 }
 
-/// A zone as the kernel's `struct blk_zone` (little-endian x86/arm layout: start, len,
-/// wp, type, cond, non_seq, reset, 4 reserved, capacity, 24 reserved).
+/// A zone as the kernel's `struct blk_zone` (zblk-dev's `BlkZone`, which the zone
+/// report ioctl reads too), into `out`, [`BLK_ZONE_BYTES`] long.
 pub fn encode_zone(z: &ZoneInfo, out: &mut [u8]) {
-    out.fill(0);
-    out[0..8].copy_from_slice(&z.start.0.to_ne_bytes());
-    out[8..16].copy_from_slice(&z.len.to_ne_bytes());
-    out[16..24].copy_from_slice(&z.wp.0.to_ne_bytes());
-    out[24] = z.ztype.code();
-    out[25] = z.cond.code();
-    out[32..40].copy_from_slice(&z.capacity.to_ne_bytes());
+    let out: &mut [u8; BLK_ZONE_BYTES] = out.try_into().expect("one struct blk_zone's bytes");
+    zblk_dev::linux::BlkZone::of(z).write_to(out);
 }
 
 /// How many zones of a report fit: the kernel asks from a zone start for as many as

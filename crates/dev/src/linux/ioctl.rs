@@ -13,10 +13,12 @@ use std::path::{Path, PathBuf};
 use zblk_core::bio::Op;
 use zblk_core::units::Sector;
 
-/// `struct blk_zone` (`include/uapi/linux/blkzoned.h`).
+/// `struct blk_zone` (`include/uapi/linux/blkzoned.h`): what `BLKREPORTZONE` fills
+/// and what a served device's zone report hands the kernel (zblk-serve encodes its
+/// zones with [`BlkZone::of`] and [`BlkZone::write_to`]), one layout for both.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct BlkZone {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlkZone {
     start: u64,
     len: u64,
     wp: u64,
@@ -27,6 +29,47 @@ struct BlkZone {
     resv: [u8; 4],
     capacity: u64,
     reserved: [u8; 24],
+}
+
+/// The size of the kernel's `struct blk_zone`.
+pub const BLK_ZONE_BYTES: usize = std::mem::size_of::<BlkZone>();
+const _: () = assert!(BLK_ZONE_BYTES == 64, "struct blk_zone is 64 bytes");
+
+impl BlkZone {
+    /// The kernel's record of zone `z` (its reserved fields and flags zero).
+    pub fn of(z: &zblk_core::zone::ZoneInfo) -> BlkZone {
+        BlkZone {
+            start: z.start.0,
+            len: z.len,
+            wp: z.wp.0,
+            ztype: z.ztype.code(),
+            cond: z.cond.code(),
+            capacity: z.capacity,
+            ..BlkZone::default()
+        }
+    }
+
+    /// Writes the record as the kernel lays it out, in this machine's byte order, at
+    /// the fields' own offsets.
+    pub fn write_to(&self, out: &mut [u8; BLK_ZONE_BYTES]) {
+        use std::mem::offset_of;
+        let mut put = |at: usize, v: u64| out[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        put(offset_of!(BlkZone, start), self.start);
+        put(offset_of!(BlkZone, len), self.len);
+        put(offset_of!(BlkZone, wp), self.wp);
+        put(offset_of!(BlkZone, capacity), self.capacity);
+        for (at, v) in [
+            (offset_of!(BlkZone, ztype), self.ztype),
+            (offset_of!(BlkZone, cond), self.cond),
+            (offset_of!(BlkZone, non_seq), self.non_seq),
+            (offset_of!(BlkZone, reset), self.reset),
+        ] {
+            out[at] = v;
+        }
+        for (at, n) in [(offset_of!(BlkZone, resv), 4), (offset_of!(BlkZone, reserved), 24)] {
+            out[at..at + n].fill(0);
+        }
+    }
 }
 
 /// `struct blk_zone_report`, without its trailing array.
@@ -281,6 +324,31 @@ pub(super) const NOT_ZONED: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zone_is_written_as_the_kernels_struct_blk_zone() {
+        use zblk_core::geometry::{Geometry, GeometryParams};
+        use zblk_core::units::ZoneNo;
+        use zblk_core::zone::{ZoneCond, ZoneInfo};
+        let geo = Geometry::new(&GeometryParams {
+            capacity_bytes: 1 << 30,
+            zone_size_bytes: 64 << 20,
+            zone_capacity_bytes: 48 << 20,
+            nr_conv: 1,
+            ..GeometryParams::default()
+        })
+        .unwrap();
+        let z = ZoneInfo::of(&geo, ZoneNo(2), ZoneCond::ImpOpen, 8);
+        let mut out = [0xa5u8; BLK_ZONE_BYTES];
+        BlkZone::of(&z).write_to(&mut out);
+        // include/uapi/linux/blkzoned.h: start, len, wp (__u64 each), type, cond,
+        // non_seq, reset (__u8 each), resv[4], capacity (__u64), reserved[24].
+        let u64_at = |o: usize| u64::from_ne_bytes(out[o..o + 8].try_into().unwrap());
+        assert_eq!((u64_at(0), u64_at(8), u64_at(16)), (2 * 131072, 131072, 2 * 131072 + 8));
+        assert_eq!(&out[24..32], &[0x2, 0x2, 0, 0, 0, 0, 0, 0], "type SWR, cond IMP_OPEN, flags and resv zero");
+        assert_eq!(u64_at(32), 98304);
+        assert!(out[40..].iter().all(|&b| b == 0), "reserved zero");
+    }
 
     #[test]
     fn ioctl_numbers_match_the_kernel_headers() {
