@@ -4,6 +4,8 @@
 //! completions, given back, complete the BIOs on that thread. Outside, transfers go to
 //! the runtime's own ring as before.
 
+mod common;
+
 use io_uring::IoUring;
 use std::io::Write as _;
 use std::sync::Arc;
@@ -32,7 +34,10 @@ fn image(dir: &std::path::Path) -> FileImage {
         ..Default::default()
     };
     FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
-    FileImage::open(&p, &ImageOptions::default()).unwrap()
+    // Another test of this process forks a child (a mount, this binary again), which
+    // holds the created image's locked descriptor until it execs: tried again while
+    // the image is in use.
+    common::retry_in_use(|| FileImage::open(&p, &ImageOptions::default())).unwrap()
 }
 
 fn start(dir: &std::path::Path, backend: Backend) -> Option<Runtime> {
