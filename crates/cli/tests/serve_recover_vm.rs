@@ -19,14 +19,21 @@ use common::vm;
 use common::vm::SERVE_JSON_FN as SERVE_FN;
 use serde_json::Value;
 
+/// The VM script, the share (a directory under /var/tmp) and zblk staged in it, for
+/// `test`; `None` where the VM cannot run (the test then says why).
+fn staged(test: &str) -> Option<(std::path::PathBuf, tempfile::TempDir, String)> {
+    let script = vm::ready_for_serve(test)?;
+    let dir = tempfile::Builder::new().prefix("zblk-serve-recover").tempdir_in("/var/tmp").unwrap();
+    let zblk = vm::stage(dir.path(), env!("CARGO_BIN_EXE_zblk"));
+    Some((script, dir, zblk))
+}
+
 #[test]
 fn a_recovery_refuses_another_image_of_the_same_geometry() {
-    let Some(script) = vm::ready_for_serve("a_recovery_refuses_another_image_of_the_same_geometry") else {
+    let Some((script, dir, zblk)) = staged("a_recovery_refuses_another_image_of_the_same_geometry") else {
         return;
     };
-    let dir = tempfile::Builder::new().prefix("zblk-serve-recover").tempdir_in("/var/tmp").unwrap();
     let share = dir.path();
-    let zblk = vm::stage(share, env!("CARGO_BIN_EXE_zblk"));
     // Zones of 4 MiB, the first two conventional; zone 2 starts at 8 MiB.
     let guest = format!(
         r#"S={share}; mount -t tmpfs tmpfs /run; cp {zblk} /tmp/zblk; X=/tmp/zblk
@@ -101,12 +108,10 @@ $X read /tmp/a.img -o 9M -l 1M -O $S/image.bin 2> $S/image-read.err
 #[cfg(feature = "mutations")]
 #[test]
 fn a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery() {
-    let Some(script) = vm::ready_for_serve("a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery") else {
+    let Some((script, dir, zblk)) = staged("a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery") else {
         return;
     };
-    let dir = tempfile::Builder::new().prefix("zblk-serve-failstop").tempdir_in("/var/tmp").unwrap();
     let share = dir.path();
-    let zblk = vm::stage(share, env!("CARGO_BIN_EXE_zblk"));
     // Zones of 4 MiB, the first two conventional; zone 2 starts at 8 MiB. The server
     // is given 30 s to die; a hang is reported, and the server killed.
     let guest = format!(
