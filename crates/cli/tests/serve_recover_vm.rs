@@ -19,31 +19,33 @@ use common::vm;
 use common::vm::SERVE_JSON_FN as SERVE_FN;
 use serde_json::Value;
 
-/// The VM script, the share (a directory under /var/tmp) and zblk staged in it, for
-/// `test`; `None` where the VM cannot run (the test then says why).
-fn staged(test: &str) -> Option<(std::path::PathBuf, tempfile::TempDir, String)> {
+/// Runs `body` in the VM after the tests' prelude: $S the share (a directory under
+/// /var/tmp, returned with the guest's log), $X zblk, `serve` ([`SERVE_FN`]), $G the
+/// geometry (zones of 4 MiB, the first two conventional: zone 2 starts at 8 MiB) and
+/// /tmp/a.img made with it. `None` where the VM cannot run (the test then says why).
+fn run(test: &str, body: &str) -> Option<(tempfile::TempDir, String)> {
     let script = vm::ready_for_serve(test)?;
     let dir = tempfile::Builder::new().prefix("zblk-serve-recover").tempdir_in("/var/tmp").unwrap();
     let zblk = vm::stage(dir.path(), env!("CARGO_BIN_EXE_zblk"));
-    Some((script, dir, zblk))
-}
-
-#[test]
-fn a_recovery_refuses_another_image_of_the_same_geometry() {
-    let Some((script, dir, zblk)) = staged("a_recovery_refuses_another_image_of_the_same_geometry") else {
-        return;
-    };
-    let share = dir.path();
-    // Zones of 4 MiB, the first two conventional; zone 2 starts at 8 MiB.
     let guest = format!(
         r#"S={share}; mount -t tmpfs tmpfs /run; cp {zblk} /tmp/zblk; X=/tmp/zblk
 {SERVE_FN}
 G="--size 64M -p zone_size=4,zone_nr_conv=2,zone_max_open=8"
 $X create /tmp/a.img $G > /dev/null
+{body}"#,
+        share = dir.path().display(),
+    );
+    let log = vm::run_guest(&script, dir.path(), "zoned=1 gb=1", &["--ublk"], &guest);
+    Some((dir, log))
+}
+
+#[test]
+fn a_recovery_refuses_another_image_of_the_same_geometry() {
+    let body = r#"
 $X create /tmp/b.img $G > /dev/null
 for k in 0 1 2 3; do $X write /tmp/b.img -o $((16 + 4 * k))M -l 64k -p 9 > /dev/null; done
 serve a --json --recoverable /tmp/a.img
-N=${{D#/dev/ublkb}}; echo $D > $S/dev
+N=${D#/dev/ublkb}; echo $D > $S/dev
 head -c 1M /dev/urandom > $S/data
 dd if=$S/data of=$D bs=1M seek=8 oflag=direct conv=fsync status=none; rc write
 kill -KILL $P; wait $P; rc kill
@@ -63,10 +65,11 @@ dd if=$D bs=1M skip=8 count=1 iflag=direct status=none > $S/right.bin
 dd if=$S/data of=$D bs=1M seek=9 oflag=direct conv=fsync status=none 2> $S/right-write.err; rc right-write
 kill -TERM $P; wait $P; rc right-stop
 $X read /tmp/a.img -o 9M -l 1M -O $S/image.bin 2> $S/image-read.err
-"#,
-        share = share.display(),
-    );
-    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk"], &guest);
+"#;
+    let Some((dir, log)) = run("a_recovery_refuses_another_image_of_the_same_geometry", body) else {
+        return;
+    };
+    let share = dir.path();
     let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
     let bytes = |f: &str| std::fs::read(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
     let rc = |f: &str| file(&format!("{f}.rc")).trim().to_string();
@@ -108,22 +111,13 @@ $X read /tmp/a.img -o 9M -l 1M -O $S/image.bin 2> $S/image-read.err
 #[cfg(feature = "mutations")]
 #[test]
 fn a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery() {
-    let Some((script, dir, zblk)) = staged("a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery") else {
-        return;
-    };
-    let share = dir.path();
-    // Zones of 4 MiB, the first two conventional; zone 2 starts at 8 MiB. The server
-    // is given 30 s to die; a hang is reported, and the server killed.
-    let guest = format!(
-        r#"S={share}; mount -t tmpfs tmpfs /run; cp {zblk} /tmp/zblk; X=/tmp/zblk
-{SERVE_FN}
-G="--size 64M -p zone_size=4,zone_nr_conv=2,zone_max_open=8"
-$X create /tmp/a.img $G > /dev/null
+    // The server is given 30 s to die; a hang is reported, and the server killed.
+    let body = r#"
 $X write /tmp/a.img -o 4M -l 1M -p 0x5a > /dev/null
 export ZBLK_MUTATION=panic-on-serve-queue
 serve planted --json --recoverable /tmp/a.img
 unset ZBLK_MUTATION
-N=${{D#/dev/ublkb}}; echo $D > $S/dev
+N=${D#/dev/ublkb}; echo $D > $S/dev
 dd if=/dev/zero of=$D bs=64k count=1 seek=128 oflag=direct status=none 2> $S/held.err & W=$!
 i=0; while kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
 if kill -0 $P 2>/dev/null; then echo hung > $S/hung; kill -KILL $P; fi
@@ -134,10 +128,11 @@ dd if=$D bs=1M skip=4 count=1 iflag=direct status=none > $S/back.bin
 dd if=/dev/zero of=$D bs=64k count=1 seek=192 oflag=direct conv=fsync status=none 2> $S/next.err; rc next
 kill -TERM $P; wait $P; rc right-stop
 $X check /tmp/a.img > $S/check.out 2>&1; rc check
-"#,
-        share = share.display(),
-    );
-    let log = vm::run_guest(&script, share, "zoned=1 gb=1", &["--ublk"], &guest);
+"#;
+    let Some((dir, log)) = run("a_panic_on_a_queue_s_thread_stops_the_server_for_a_recovery", body) else {
+        return;
+    };
+    let share = dir.path();
     let file = |f: &str| std::fs::read_to_string(share.join(f)).unwrap_or_else(|e| panic!("{f}: {e}\n{log}"));
     let rc = |f: &str| file(&format!("{f}.rc")).trim().to_string();
     let err = file("planted.err");
