@@ -64,3 +64,39 @@ fn block_on_submits_in_order_and_says_errors() {
         assert!(matches!(h.flush_async().await, Err(Error::Closed)));
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_on_an_image() {
+    use zblk_core::geometry::GeometryParams;
+    use zblk_dev::file::{CreateOptions, FileImage};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("img.zbd");
+    let geometry = GeometryParams { capacity_bytes: 8 << 20, zone_size_bytes: 1 << 20, ..GeometryParams::default() };
+    FileImage::create(&p, &CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
+    let h = Handle::open(p.to_str().unwrap()).unwrap();
+    let zone = 5 * h.zone_size();
+    // Aligned buffers (O_DIRECT on the ring) and plain vectors alike.
+    let tasks: Vec<_> = (0..8u8)
+        .map(|t| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                let buf = zblk::AlignedBuf::from_slice(&[t; 4096]);
+                let (a, _) = h.append_async(zone, buf).await.unwrap();
+                let (b, _) = h.append_async(zone, vec![t; 4096]).await.unwrap();
+                (t, a, b)
+            })
+        })
+        .collect();
+    let mut places = BTreeSet::new();
+    for task in tasks {
+        let (t, a, b) = task.await.unwrap();
+        for at in [a, b] {
+            assert!(places.insert(at));
+            let back = h.read_at_async(at, zblk::AlignedBuf::zeroed(4096)).await.unwrap();
+            assert!(back.as_slice().iter().all(|&x| x == t));
+        }
+    }
+    h.flush_async().await.unwrap();
+    assert_eq!(h.zone(zone).unwrap().wp, zone + 16 * 4096);
+    h.close().unwrap();
+}
