@@ -21,7 +21,7 @@ use zblk_runtime::single::{self, RangeError};
 ///
 /// ```
 /// let h = zblk::Handle::open("sim:nullb:zone_size=4,size=64")?;
-/// let zone = h.zone_size(); // zone 1: zone 0 is as writable, but the example shows a second zone
+/// let zone = h.zone_size(); // the second zone (a byte offset, as every offset here)
 /// let at = h.append(zone, &[7u8; 4096])?;
 /// assert_eq!(at, zone);
 /// let mut back = [0u8; 4096];
@@ -195,6 +195,15 @@ impl Handle {
     }
 
     /// Every zone as the device reports it now.
+    ///
+    /// ```
+    /// let h = zblk::Handle::open("sim:nullb:zone_size=4,size=64,zone_nr_conv=1")?;
+    /// let zones = h.report()?;
+    /// assert_eq!(zones.len(), 16);
+    /// assert!(!zones[0].is_sequential());
+    /// assert_eq!((zones[1].start, zones[1].wp, zones[1].cond), (4 << 20, 4 << 20, zblk::ZoneCond::Empty));
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
     pub fn report(&self) -> Result<Vec<Zone>, Error> {
         let rt = self.rt()?;
         let zones = rt.get().report_zones().map_err(|st| report_failed(rt.get(), st))?;
@@ -212,6 +221,21 @@ impl Handle {
     /// Writes `data` at `offset` and waits. In a sequential zone `offset` must be
     /// the zone's write pointer once the writes submitted before it have landed:
     /// writes to a zone go out in submission order (zone write plugging).
+    ///
+    /// ```
+    /// use zblk::Error;
+    /// use zblk_core::rule::Rule;
+    ///
+    /// let h = zblk::Handle::open("sim:nullb:zone_size=4,size=64")?;
+    /// let zone = h.zone_size();
+    /// h.write_at(zone, &[1; 4096])?;
+    /// // Not at the write pointer (zone + 4096): refused, saying where it is.
+    /// let e = h.write_at(zone + 8192, &[1; 4096]).unwrap_err();
+    /// assert!(matches!(e, Error::Io { .. }));
+    /// assert_eq!((e.errno(), e.rule()), (5, Some(Rule::NotAtWp { wp: zblk_core::units::Sector(8200) })));
+    /// assert_eq!(e.to_string(), "EIO: write at sector 8208 is not at zone 1's write pointer (sector 8200)");
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         self.check_io(offset, data.len())?;
         let rt = self.rt()?;
@@ -246,6 +270,18 @@ impl Handle {
     /// A zone management operation on the zone starting at `zone`, and waits: the
     /// plug learns of it as the kernel's does (a reset takes the plug's write
     /// pointer back to the zone's start, a finish to its end).
+    ///
+    /// ```
+    /// use zblk::{ZoneCond, ZoneOp};
+    ///
+    /// let h = zblk::Handle::open("sim:nullb:zone_size=4,size=64")?;
+    /// let zone = 3 * h.zone_size();
+    /// h.zone_op(ZoneOp::Finish, zone)?;
+    /// assert_eq!(h.zone(zone)?.cond, ZoneCond::Full);
+    /// h.reset_zone(zone)?;
+    /// assert_eq!(h.zone(zone)?.wp, zone);
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
     pub fn zone_op(&self, op: ZoneOp, zone: u64) -> Result<(), Error> {
         self.check_range(zone, self.block_size())?;
         let rt = self.rt()?;
@@ -274,6 +310,21 @@ impl Handle {
 
     /// Makes every completed write durable, with its zone's write pointer (FLUSH),
     /// and waits: a write is durable once a flush that started after it completed.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// # let img = dir.path().join("img.zbd");
+    /// # let geometry = zblk_core::geometry::GeometryParams { capacity_bytes: 8 << 20, zone_size_bytes: 1 << 20, ..Default::default() };
+    /// # zblk_dev::file::FileImage::create(&img, &zblk_dev::file::CreateOptions { geometry, rotational: false, force: false, preallocate: false }).unwrap();
+    /// // An image made with `zblk create img.zbd -p zone_size=1,size=8`:
+    /// let h = zblk::Handle::open(img.to_str().unwrap())?;
+    /// let at = h.append(1 << 20, &[9; 4096])?;
+    /// h.flush()?; // the record and the zone's write pointer survive a power loss now
+    /// h.close()?;
+    /// let again = zblk::Handle::open(img.to_str().unwrap())?;
+    /// assert_eq!(again.zone(at)?.wp, at + 4096);
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
     pub fn flush(&self) -> Result<(), Error> {
         let rt = self.rt()?;
         rt.get().flush().map_err(|st| self.failed(Some(rt.get()), Op::Flush, 0, 0, st))
