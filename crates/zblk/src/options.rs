@@ -81,7 +81,8 @@ impl Options {
     }
 
     /// Open for reading only: writes, zone operations and flushes fail; an image is
-    /// shared with other readers and not repaired.
+    /// shared with other readers and not repaired. (A simulated preset, which starts
+    /// empty, is refused read-only: [`Error::Unsupported`].)
     pub fn read_only(mut self, read_only: bool) -> Options {
         self.read_only = read_only;
         self
@@ -112,6 +113,10 @@ impl Options {
     pub fn open(&self, spec: &str) -> Result<Handle, Error> {
         self.check()?;
         match Target::parse(spec)? {
+            Target::Sim(_) if self.read_only => Err(Error::Unsupported {
+                spec: spec.into(),
+                why: "a simulated preset starts empty in memory: there is nothing to open read-only".into(),
+            }),
             Target::Sim(d) => {
                 let geo = d.params.validate().map_err(|e| Error::Spec { spec: spec.into(), why: e.to_string() })?;
                 let dev = Locked::new(MemDevice::new(&geo, true), spec, d.params.rotational);
