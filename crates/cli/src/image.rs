@@ -7,6 +7,7 @@ use crate::out::{self, errln};
 use clap::Args;
 use std::path::Path;
 use std::time::Duration;
+use zblk::spec::PathKind;
 use zblk_core::bio::Status;
 use zblk_core::engine::{EngineConfig, IssuePolicy};
 use zblk_core::geometry::Geometry;
@@ -14,8 +15,8 @@ use zblk_core::units::parse_size;
 use zblk_core::zone::{ZoneCond, ZoneInfo, ZoneType};
 use zblk_dev::Device;
 use zblk_dev::file::{FileImage, ImageOptions};
-use zblk_dev::linux::{self, LinuxOptions, LinuxZoned, RawZone};
-use zblk_dev::nvme::{self, NvmeZns};
+use zblk_dev::linux::{LinuxOptions, LinuxZoned, RawZone};
+use zblk_dev::nvme::NvmeZns;
 use zblk_runtime::{Backend, Runtime, RuntimeConfig};
 
 /// What the I/O commands (`write`, `append`, `read`, `bench`, `info`) run on: a zblk
@@ -35,15 +36,16 @@ impl Target {
     /// device is refused: zblk's engine is for zoned devices), anything else as an
     /// image (a file that is not one is refused by the image's checks); a character
     /// device as an NVMe generic device (anything else is refused saying what it is).
+    /// (The rule is the library's, `zblk::spec::PathKind`.)
     pub fn open(path: &Path, read_only: bool, wait: WaitArg) -> Result<Target, CliError> {
-        if nvme::is_char_device(path) {
-            return NvmeZns::open(path, read_only).map(|d| Target::Nvme(Box::new(d))).map_err(CliError::msg);
+        match PathKind::of(path) {
+            PathKind::Nvme => NvmeZns::open(path, read_only).map(|d| Target::Nvme(Box::new(d))).map_err(CliError::msg),
+            PathKind::Linux => {
+                let opts = LinuxOptions { read_only, ..LinuxOptions::default() };
+                LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg)
+            }
+            PathKind::Image => open(path, read_only, wait).map(|i| Target::Image(Box::new(i))),
         }
-        if linux::is_block_device(path) {
-            let opts = LinuxOptions { read_only, ..LinuxOptions::default() };
-            return LinuxZoned::open(path, &opts).map(|d| Target::Linux(Box::new(d))).map_err(CliError::msg);
-        }
-        open(path, read_only, wait).map(|i| Target::Image(Box::new(i)))
     }
 
     /// [`Target::open`], with a wait for another holder of an image's lock that
@@ -62,7 +64,7 @@ impl Target {
         use zblk_dev::file::ImageErrorKind;
         use zblk_dev::{DeviceErrorKind, Hold};
         let Some(total) = wait.wait else { return Target::open(path, read_only, wait) };
-        if nvme::is_char_device(path) || linux::is_block_device(path) {
+        if PathKind::of(path) != PathKind::Image {
             return Target::open(path, read_only, wait);
         }
         // (`None`: as long as it takes.)
@@ -211,17 +213,11 @@ pub fn start(img: FileImage, engine: EngineConfig, backend: Backend) -> Result<R
     Target::Image(Box::new(img)).start(engine, backend)
 }
 
-/// A failed request's cause as the device knows it: for an EIO under an image, the
-/// file system's errno in words (ENOSPC, EFBIG, EDQUOT, ...: `Device::last_error`),
-/// which a full file system or a file size limit is told by. An EIO that names the
-/// rule that refused it (a zone transition the condition does not allow) was refused,
-/// not failed: its cause is the rule.
-///
-/// Under an NVMe generic device, any status the drive gave (no rule: nothing refused
-/// it before the drive) is told with the NVMe status the drive answered.
+/// A failed request's cause as the device knows it (the library's
+/// `zblk::explain::device_cause`: the file system's errno under an image, the NVMe
+/// status under an NVMe generic device).
 pub fn fs_cause(rt: &Runtime, st: Status) -> Option<String> {
-    let drive = rt.device().uring_cmd().is_some();
-    if (st == Status::IoErr || drive) && st.rule().is_none() { rt.device().last_error() } else { None }
+    zblk::explain::device_cause(rt, st)
 }
 
 /// A failed request's status in words: the file system's errno under an image
