@@ -162,12 +162,8 @@ pub fn stage(share: &Path, exe: &str) -> String {
     // Without its debug information: the guest reads the program over 9p, a few MB/s
     // under emulation, and the test build's debug information is five sixths of it.
     // A plain copy where binutils' objcopy is missing or fails.
-    let stripped = Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(exe)
-        .arg(&staged)
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let stripped =
+        Command::new("objcopy").arg("--strip-debug").arg(exe).arg(&staged).output().is_ok_and(|o| o.status.success());
     if !stripped {
         std::fs::copy(exe, &staged).unwrap_or_else(|e| panic!("copy {exe} into the VM's share: {e}"));
     }
