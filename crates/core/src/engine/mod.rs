@@ -44,8 +44,6 @@ mod submit;
 mod pipe_scenarios;
 #[cfg(test)]
 mod scenarios;
-#[cfg(test)]
-pub(crate) mod testing;
 
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, MAX_ZEROOUT_BIO_SECTORS, ZeroingMethod};

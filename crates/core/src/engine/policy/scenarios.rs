@@ -4,8 +4,8 @@
 //! of [`crate::engine::testing`].
 
 use crate::bio::{Bio, Status};
-use crate::engine::testing::{Harness, geometry};
 use crate::engine::{AttrError, Engine, EngineConfig, IssuePolicy, PolicyTraits, WpRecovery};
+use crate::testing::{Harness, geometry};
 use crate::units::Sector;
 
 const Z1: u64 = 2048;
