@@ -431,7 +431,7 @@ impl Engine {
                 self.q.request_report_if_wanted(p);
             }
             if queued {
-                self.q.drain_queue(p, false);
+                self.q.drain_queue(p, plugs::NO_CAP);
             }
             self.q.maybe_release(p);
         } else {

@@ -189,11 +189,19 @@ impl PolicyCtx<'_> {
         self.q.unlist(p);
     }
 
-    /// Takes off plug `p` what may go now ([`Queue::drain_front`]); with
-    /// `one_zone_write`, stops once a zone write of the device is out.
+    /// Takes off plug `p` what may go now, as far as the plug's own rules let it
+    /// ([`Queue::drain_front`]: one write of the zone out, or the pipeline depth).
     #[inline]
-    pub fn drain_front(&mut self, p: PlugId, one_zone_write: bool) {
-        self.q.drain_front(p, one_zone_write);
+    pub fn drain_front(&mut self, p: PlugId) {
+        self.q.drain_front(p, crate::engine::plugs::NO_CAP);
+    }
+
+    /// [`PolicyCtx::drain_front`], stopping once `device_cap` zone writes (resets
+    /// and finishes included) of the whole device are out: a single issuer's 1, or
+    /// the registry's `device_zone_writes`.
+    #[inline]
+    pub fn drain_front_within(&mut self, p: PlugId, device_cap: u32) {
+        self.q.drain_front(p, device_cap);
     }
 
     /// Releases plug `p` if nothing uses it any more.

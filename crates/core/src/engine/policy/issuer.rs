@@ -117,7 +117,7 @@ impl<C: Choice> Policy for SingleIssuer<C> {
                 self.choice.choose(q, &mut self.list);
             }
             let p = *self.list.front().expect("checked non-empty");
-            q.drain_front(p, true);
+            q.drain_front_within(p, 1);
             if crate::mutation::on(crate::mutation::Mutation::IssuerOnePerVisit)
                 && q.zone_ops_out() > 0
                 && q.has_queued(p)

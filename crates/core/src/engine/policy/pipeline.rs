@@ -18,7 +18,7 @@ impl Policy for Pipeline {
     }
 
     fn plug_changed(&mut self, q: &mut PolicyCtx<'_>, p: PlugId) {
-        q.drain_front(p, false);
+        q.drain_front(p);
     }
 
     fn check(&self, q: &PolicyView<'_>) {

@@ -17,7 +17,7 @@ impl Policy for Zwp {
     }
 
     fn plug_changed(&mut self, q: &mut PolicyCtx<'_>, p: PlugId) {
-        q.drain_front(p, false);
+        q.drain_front(p);
     }
 
     fn check(&self, q: &PolicyView<'_>) {
