@@ -25,7 +25,6 @@
 //! implementations (`docs/ARCHITECTURE.md` walks through adding a policy).
 
 mod batch;
-mod capped;
 mod ctx;
 mod issuer;
 mod passthrough;
@@ -57,7 +56,6 @@ pub(crate) fn build(cfg: &EngineConfig) -> AnyPolicy {
         IssuePolicy::Zwl => AnyPolicy::Zwl(zwl::ZoneWriteLocking::new(cfg)),
         IssuePolicy::Passthrough => AnyPolicy::Passthrough(passthrough::Passthrough),
         IssuePolicy::Pipeline => AnyPolicy::Pipeline(pipeline::Pipeline),
-        IssuePolicy::Capped => AnyPolicy::Capped(capped::Capped::new(cfg)),
     }
 }
 
@@ -72,7 +70,6 @@ pub(crate) enum AnyPolicy {
     Zwl(zwl::ZoneWriteLocking),
     Passthrough(passthrough::Passthrough),
     Pipeline(pipeline::Pipeline),
-    Capped(capped::Capped),
 }
 
 /// Calls `$body` with `$p` bound to the policy inside `$any`.
@@ -85,7 +82,6 @@ macro_rules! each_policy {
             AnyPolicy::Zwl($p) => $body,
             AnyPolicy::Passthrough($p) => $body,
             AnyPolicy::Pipeline($p) => $body,
-            AnyPolicy::Capped($p) => $body,
         }
     };
 }

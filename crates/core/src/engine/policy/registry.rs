@@ -46,9 +46,6 @@ pub enum IssuePolicy {
     /// zone order. Only on a device that keeps a zone's writes in the order it is
     /// handed them (an image, the memory device): see `engine/pipe.rs`.
     Pipeline,
-    /// Capped pipelining (`capped`): as pipelining, with at most
-    /// `device_zone_writes` zone writes of the whole device out. See `capped.rs`.
-    Capped,
 }
 
 /// What zblk knows of one issue policy besides its implementation.
@@ -246,20 +243,6 @@ pub const POLICIES: &[PolicyInfo] = &[
         baseline: false,
         ordered_device: true,
     },
-    PolicyInfo {
-        policy: IssuePolicy::Capped,
-        name: "capped",
-        summary: "pipelining, at most 8 zone writes of the device in flight (images, memory)",
-        plugs: true,
-        single_issuer: false,
-        zone_writes: ZoneWrites::Pipelined, // `pipeline_depth` writes of a zone, in zone order
-        device_zone_writes: Some(8),        // the device-wide cap
-        independent_plugs: false,           // its list holds plugs while the device is at the cap
-        zoned_qd1_writes: None,
-        zoned_only: false,
-        baseline: false,
-        ordered_device: true, // several writes of a zone out: only where zone order is kept
-    },
 ];
 
 impl IssuePolicy {
@@ -404,7 +387,7 @@ mod tests {
         use IssuePolicy::*;
         assert_eq!(IssuePolicy::compared(), vec![Zwp, Qd1, Batch, Zwl]);
         assert_eq!(IssuePolicy::compared_on(false), vec![Zwp, Qd1, Batch]);
-        assert_eq!(IssuePolicy::compared_on_device(true, true), vec![Zwp, Qd1, Batch, Zwl, Pipeline, Capped]);
+        assert_eq!(IssuePolicy::compared_on_device(true, true), vec![Zwp, Qd1, Batch, Zwl, Pipeline]);
         assert_eq!(IssuePolicy::compared_on_device(false, false), vec![Zwp, Qd1, Batch]);
     }
 }

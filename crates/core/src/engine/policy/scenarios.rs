@@ -269,33 +269,3 @@ fn batching_issuer_moves_on_when_the_anticipation_expires() {
     assert!(h.anticipations.is_empty());
     assert_eq!(h.engine.stats().anticipation_hits, 0);
 }
-
-#[test]
-fn capped_pipelining_keeps_two_writes_per_zone_and_eight_on_the_device() {
-    let mut h = harness(IssuePolicy::Capped, |c| c.pipeline_depth = 2);
-    h.execute_at_issue = true;
-    // Four writes to each of zones 1..=6 (zone 0 is conventional).
-    for z in 1..=6u64 {
-        for i in 0..4u64 {
-            h.submit(Bio::write(Sector(z * Z1 + 8 * i), 8, 10 * z + i));
-        }
-    }
-    let out = |h: &Harness| {
-        let mut per_zone = [0usize; 8];
-        h.issued.iter().for_each(|r| per_zone[(r.sector.0 / Z1) as usize] += 1);
-        (h.issued.len(), per_zone.into_iter().max().unwrap())
-    };
-    assert_eq!(out(&h), (8, 2), "the cap, two writes a zone: {:?}", h.issued);
-    // Newest first: completions wait for zone order, and each one frees a place.
-    while !h.issued.is_empty() {
-        let last = h.issued.len() - 1;
-        h.run(last).unwrap();
-        let (n, most) = out(&h);
-        assert!(n <= 8 && most <= 2, "{n} out, {most} in a zone");
-    }
-    assert_eq!(h.done.len(), 24);
-    assert!(h.done.iter().all(|c| c.result.is_ok()), "{:?}", h.done);
-    for z in 1..=6u32 {
-        assert_eq!(h.device_wp(z), 32);
-    }
-}
