@@ -24,7 +24,7 @@
 //! | `attrs.rs` | `zoned_qd1_writes`, write zeroes limits, queue freeze | queue sysfs, `blk_mq_freeze_queue()` |
 //! | `check.rs` | invariants | |
 //!
-//! [`Queue`] holds everything but the issue policy; the policy (one type per policy,
+//! `Queue` holds everything but the issue policy; the policy (one type per policy,
 //! behind `policy::Policy`) owns its own state and never gets the queue itself: it
 //! acts on it through a `policy::PolicyCtx`, which shows it a few facts and the
 //! queue's operations.
