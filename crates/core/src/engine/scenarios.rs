@@ -1,6 +1,6 @@
 //! Named scenarios: one test per behaviour of zone write plugging, zone append
 //! emulation, write pointer recovery and the single issuer, each driving the engine
-//! by hand on the scripted device of [`super::testing`] (the test decides the order
+//! by hand on the scripted device of [`crate::testing`] (the test decides the order
 //! in which the device executes requests).
 
 use super::{IssuePolicy, WpRecovery};

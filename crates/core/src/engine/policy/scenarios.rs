@@ -1,7 +1,7 @@
 //! Named scenarios for the issue policies beyond per-zone plugging: the single
 //! issuer's batching variant, legacy zone write locking, and switching
 //! `zoned_qd1_writes` under the engine, each driven by hand on the scripted device
-//! of [`crate::engine::testing`].
+//! of [`crate::testing`].
 
 use crate::bio::{Bio, Status};
 use crate::engine::{AttrError, Engine, EngineConfig, IssuePolicy, PolicyTraits, WpRecovery};
