@@ -28,6 +28,8 @@ pub mod params;
 pub mod rule;
 pub mod split;
 pub mod stack;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod units;
 pub mod zone;
 

@@ -330,14 +330,19 @@ impl<D: BlockDevice> Locked<D> {
         Locked { geo: dev.geometry().clone(), dev: Mutex::new(dev), name: name.into(), rotational }
     }
 
-    /// The device, locked: for checkers that look at its state.
+    /// The device, locked: for checkers that look at its state. A lock poisoned by
+    /// a panic under it (a request executing) propagates the panic: the device's
+    /// zones and data may be half way through the request, and a checker or a
+    /// caller taking the device back would judge or keep that state.
     pub fn lock(&self) -> MutexGuard<'_, D> {
-        self.dev.lock().unwrap_or_else(|p| p.into_inner())
+        self.dev.lock().unwrap_or_else(|_| panic!("{}: the device lock is poisoned: a request panicked", self.name))
     }
 
-    /// The device back.
+    /// The device back. Panics if a request panicked under the lock (see
+    /// [`Locked::lock`]).
     pub fn into_inner(self) -> D {
-        self.dev.into_inner().unwrap_or_else(|p| p.into_inner())
+        let name = self.name;
+        self.dev.into_inner().unwrap_or_else(|_| panic!("{name}: the device lock is poisoned: a request panicked"))
     }
 }
 

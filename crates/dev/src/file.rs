@@ -218,11 +218,27 @@ impl FileImage {
 
     /// The newest durable table's sequence number (commits made so far).
     pub fn durable_seq(&self) -> u64 {
-        self.durable.lock().unwrap_or_else(|p| p.into_inner()).seq
+        self.lock_durable().seq
     }
 
+    /// The device-side state. A lock poisoned by a panic under it propagates the
+    /// panic: the thread may have left the zones half updated (a write pointer
+    /// moved and its completion not counted, a roll back begun), and the next
+    /// commit or close would make that durable. The image stays as a kill leaves
+    /// it, which the next open recovers.
     fn lock_state(&self) -> MutexGuard<'_, DevState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|_| {
+            panic!("image {}: the zone state lock is poisoned: a thread panicked changing it", self.path.display())
+        })
+    }
+
+    /// The commit state (the durable tables' sequence and entries). Poisoning
+    /// propagates, as for [`FileImage::lock_state`]: a panic between writing a
+    /// table and recording it leaves `Durable` behind the file.
+    fn lock_durable(&self) -> MutexGuard<'_, commit::Durable> {
+        self.durable.lock().unwrap_or_else(|_| {
+            panic!("image {}: the commit lock is poisoned: a thread panicked committing", self.path.display())
+        })
     }
 
     /// The device's geometry (also available through [`Device`](crate::Device)).
@@ -233,6 +249,13 @@ impl FileImage {
 
 impl Drop for FileImage {
     fn drop(&mut self) {
+        // After a panic under one of the image's locks, nothing is committed: the
+        // image is left as a kill leaves it (the next open recovers from the
+        // durable tables), and the drop, which may run while that panic unwinds,
+        // raises none of its own.
+        if self.state.is_poisoned() || self.durable.is_poisoned() {
+            return;
+        }
         let _ = self.close_inner();
     }
 }

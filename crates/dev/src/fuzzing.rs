@@ -263,12 +263,17 @@ fn look(img: &FileImage) -> Vec<ZoneInfo> {
 /// bug: a panic inside zblk, or a broken promise (a clean close that does not reopen
 /// cleanly, a read-only open that recovers other zones than a read-write one).
 pub fn image_format(data: &[u8]) {
+    // A poisoned lock is recovered: an input that panicked (a bug found) leaves at
+    // most a working image half edited, and every input writes the image's
+    // metadata again from the templates (`Bench::run`), so the next input is
+    // judged on its own.
     let mut b = BENCH.lock().unwrap_or_else(|p| p.into_inner());
     b.get_or_insert_with(Bench::new).run(data);
 }
 
 /// Removes the files [`image_format`] works on (made again by its next call).
 pub fn image_format_cleanup() {
+    // (Recovered as above: the files are only removed.)
     BENCH.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 

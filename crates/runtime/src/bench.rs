@@ -172,6 +172,7 @@ pub fn run_jobs_watched(
     BenchRun::pump(&run, None);
     let mut st = run.lock();
     while !st.finished {
+        // (Recovered, as `BenchRun::lock` says why.)
         st = run.finished.wait_timeout(st, WATCH_INTERVAL).unwrap_or_else(|p| p.into_inner()).0;
         if !st.finished {
             let done = st.fio.done_bytes();
@@ -282,6 +283,10 @@ struct Ready {
 }
 
 impl BenchRun {
+    /// The run's workload and statistics. Poisoning is recovered: they are the
+    /// benchmark's report, never committed to the device (an image commits under
+    /// its own locks, which propagate a panic), and the runtime fails for the panic
+    /// itself, so the run ends with its error whatever the report says.
     fn lock(&self) -> MutexGuard<'_, RunState> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }

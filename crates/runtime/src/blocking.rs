@@ -24,6 +24,7 @@ impl Runtime {
         // The caller's buffer is borrowed for this call, and the call returns only
         // once the BIO has completed: no request can use it afterwards.
         self.sh().submit_bio(bio, buf, Done::Wake(w.clone()));
+        // Recovered: the slot holds one result, assigned whole (`Done::run`).
         let mut g = w.result.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(r) = g.take() {

@@ -22,6 +22,8 @@ impl Done {
         match self {
             Done::Call(f) => deliver(f, r),
             Done::Wake(w) => {
+                // Recovered: the slot holds one result, assigned whole; nothing is
+                // ever half done under the lock.
                 *w.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
                 w.cv.notify_one();
             }

@@ -120,6 +120,8 @@ pub struct IoFuture {
 impl Future for IoFuture {
     type Output = IoDone;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IoDone> {
+        // Recovered: the slot's fields are only ever assigned whole (see
+        // `Runtime::submit_async`).
         let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
         match st.done.take() {
             Some(d) => Poll::Ready(d),

@@ -169,6 +169,9 @@ impl MappedFile {
         if self.epoch.load(Ordering::Acquire) == now && chunks.clone().all(|c| self.is_known(c)) {
             return true;
         }
+        // Recovered: the lock serialises allocations; what it guards (whether the
+        // file system allocates at all) and the known bits (each set whole, after its
+        // chunk was allocated) are right whatever a panicking thread left.
         let mut can_allocate = self.allocating.lock().unwrap_or_else(|p| p.into_inner());
         if self.epoch.load(Ordering::Acquire) != now {
             self.known.iter().for_each(|w| w.store(0, Ordering::Release));

@@ -305,6 +305,8 @@ impl Runtime {
         let st = Arc::new(Mutex::new(FutState::default()));
         let st2 = st.clone();
         self.submit(io, move |d| {
+            // Recovered: the slot's fields are only ever assigned whole; a panic under
+            // the lock (a waker's own code) leaves them consistent.
             let mut s = st2.lock().unwrap_or_else(|p| p.into_inner());
             s.done = Some(d);
             if let Some(w) = s.waker.take() {

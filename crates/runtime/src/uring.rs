@@ -196,6 +196,15 @@ impl std::fmt::Debug for Uring {
 }
 
 impl Uring {
+    /// The submission side's lock. Its poisoning is recovered: it guards no data of
+    /// its own, only the ring's submission queue, whose entries are pushed whole and
+    /// published by moving the tail (`sync`, and the queue's drop as a panic
+    /// unwinds), so a panic under it leaves the ring as consistent as a return
+    /// would; the runtime fails for the panic itself (`failstop.rs`).
+    fn lock_sq(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.sq.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A ring with room for `depth` requests in flight (and wake-ups); with `wide`,
     /// 128-byte entries and 32-byte completions (for passthrough commands): its
     /// submission side, to share, and its completion queue's only reader.
@@ -240,7 +249,7 @@ impl Uring {
     }
 
     fn push_on<S: squeue::EntryMarker, C: cqueue::EntryMarker>(&self, ring: &IoUring<S, C>, entry: S) {
-        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.lock_sq();
         // SAFETY: the submission queue is only touched under `sq`.
         let mut sq = unsafe { ring.submission_shared() };
         // SAFETY: the entry's buffer (if any) stays valid until its completion is
@@ -281,7 +290,7 @@ impl Uring {
         let iov = libc::iovec { iov_base: region.addr().cast(), iov_len: region.len() };
         // (Under the submission lock: of two threads registering at once, the second
         // finds the first's region.)
-        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.lock_sq();
         if self.fixed.get().is_some() {
             return false;
         }
@@ -335,7 +344,7 @@ impl Uring {
 
     /// Entries queued and not yet handed to the kernel.
     fn queued(&self) -> usize {
-        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.lock_sq();
         // SAFETY: the submission queue is only touched under `sq`.
         with_ring!(&self.ring, r => unsafe { r.submission_shared() }.len())
     }
@@ -432,7 +441,7 @@ impl Completions {
     /// entry is queued and the completion queue has not overflowed.
     fn posted(&mut self) -> bool {
         let u = &*self.uring;
-        let _g = u.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = u.lock_sq();
         with_ring!(&u.ring, r => {
             // SAFETY: `self` is the completion queue's only reader (see `reap`), and
             // is borrowed mutably here; the submission queue is only touched under

@@ -174,8 +174,9 @@ impl Checker {
             if let Some(most) = traits.zone_writes_in_flight.filter(|&most| n as usize > most) {
                 self.fail(format!("{n} writes in flight to zone {z} under {} (at most {most})", traits.policy.name()));
             }
-            if traits.single_issuer && total > 1 {
-                self.fail(format!("{total} zone writes in flight under the single issuer ({})", traits.policy.name()));
+            if let Some(most) = traits.device_zone_writes_in_flight.filter(|&most| total as usize > most) {
+                let name = traits.policy.name();
+                self.fail(format!("{total} zone writes in flight on the device under {name} (at most {most})"));
             }
         }
     }

@@ -1,12 +1,10 @@
 //! Every invalid input gets a clear error, and nothing panics: a table per layer
 //! (geometry, device parameters, BIOs, fio-like jobs).
 
-mod common;
-
-use common::base_params as base;
 use zblk_core::engine::{Action, Engine, EngineConfig};
 use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::params::DeviceParams;
+use zblk_core::testing::base_params as base;
 use zblk_core::{Bio, BioFlags, Op, Rule, Sector, Status};
 use zblk_sim::{JobSpec, Rw, ZoneMode};
 

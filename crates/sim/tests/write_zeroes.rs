@@ -1,21 +1,32 @@
 //! WRITE_ZEROES through the engine: limits, splitting, the unmap attribute, zone
 //! write plugging, and reads of zeroes afterwards on the in-memory device.
 
-mod common;
-
-use common::{Harness, geometry};
-use zblk_core::engine::{AttrError, Engine, EngineConfig, IssuePolicy, WpRecovery, ZeroingMethod};
-use zblk_core::{Bio, BioFlags, Op, Sector, Status};
-use zblk_dev::{BlockDevice, IoBuf};
+use zblk_core::engine::{AttrError, EngineConfig, ZeroingMethod};
+use zblk_core::geometry::Geometry;
+use zblk_core::testing::{Harness, ScriptedDevice, geometry};
+use zblk_core::{Bio, BioFlags, Op, Request, Sector, Status, ZoneInfo, ZoneNo};
+use zblk_dev::{BlockDevice, IoBuf, MemDevice};
 
 const Z1: u64 = 2048; // 1 MiB zones of 512-byte sectors
 
-fn harness(f: impl FnOnce(&mut zblk_core::geometry::GeometryParams)) -> Harness {
+/// The in-memory device with data, as the core's harness drives it: zeroes written
+/// are read back.
+struct Mem(MemDevice);
+
+impl ScriptedDevice for Mem {
+    fn execute(&mut self, _geo: &Geometry, r: &Request) -> Result<Sector, Status> {
+        self.0.execute(r, IoBuf::None)
+    }
+
+    fn zone(&self, z: ZoneNo) -> ZoneInfo {
+        *self.0.zones().expect("a zoned device").zone(z)
+    }
+}
+
+fn harness(f: impl FnOnce(&mut zblk_core::geometry::GeometryParams)) -> Harness<Mem> {
     let geo = geometry(f);
-    let mut h = Harness::new(&geo, IssuePolicy::Zwp, WpRecovery::Report);
-    h.dev = zblk_dev::MemDevice::new(&geo, true);
-    h.engine = Engine::new_empty(&geo, EngineConfig { queue_depth: 64, ..Default::default() });
-    h
+    let cfg = EngineConfig { queue_depth: 64, ..Default::default() };
+    Harness::with_device(&geo, cfg, Mem(MemDevice::new(&geo, true)))
 }
 
 fn zeroes(sector: u64, nr: u32, token: u64) -> Bio {
@@ -109,7 +120,7 @@ fn reads_after_zeroing_return_zeroes_with_unaligned_edges() {
         h.engine.submit(w);
         while let Some(a) = h.engine.poll_action() {
             if let zblk_core::engine::Action::Issue(r) = a {
-                h.dev.execute(&r, IoBuf::Write(&data[..r.nr_sectors as usize * 512])).unwrap();
+                h.dev.0.execute(&r, IoBuf::Write(&data[..r.nr_sectors as usize * 512])).unwrap();
                 h.engine.complete(r.id, Ok(r.sector));
             }
         }
@@ -122,7 +133,7 @@ fn reads_after_zeroing_return_zeroes_with_unaligned_edges() {
         h.run_all();
         assert_eq!(h.result(1), Some(Ok(Sector(3))));
         let mut out = vec![0xffu8; 32 * 512];
-        h.dev.peek(Sector(0), &mut out);
+        h.dev.0.peek(Sector(0), &mut out);
         for s in 0..32usize {
             let want = if (3..21).contains(&s) { 0 } else { 0x5a };
             assert!(out[s * 512..(s + 1) * 512].iter().all(|&b| b == want), "nounmap {nounmap} sector {s}");

@@ -8,7 +8,6 @@
 //! lost or reordered.
 
 use super::plugs::CondCache;
-use super::policy::Policy;
 use super::policy::{self, IssuePolicy, PolicyTraits};
 use super::{Engine, Queue};
 use crate::bio::Bio;

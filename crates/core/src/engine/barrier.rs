@@ -8,7 +8,6 @@
 
 use super::bios::{FragId, FragState};
 use super::plugs::CondCache;
-use super::policy::Policy;
 use super::{Engine, Queue};
 use crate::units::ZoneNo;
 use std::collections::VecDeque;

@@ -23,7 +23,6 @@
 
 use super::bios::{FragState, Kind};
 use super::plugs::{CondCache, PlugId};
-use super::policy::Policy;
 use super::{Engine, Queue};
 use rustc_hash::{FxHashMap, FxHashSet};
 

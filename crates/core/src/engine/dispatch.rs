@@ -7,7 +7,6 @@
 //! the RESET_ALL barrier, or the issue policy.
 
 use super::bios::{BioId, BioTable, Frag, FragId, FragState, Kind};
-use super::policy::Policy;
 use super::policy::UnpluggedDone;
 use super::{Action, Engine, Queue};
 use crate::bio::{Completion, ReqId, Request, Status};

@@ -24,9 +24,10 @@
 //! | `attrs.rs` | `zoned_qd1_writes`, write zeroes limits, queue freeze | queue sysfs, `blk_mq_freeze_queue()` |
 //! | `check.rs` | invariants | |
 //!
-//! [`Queue`] holds everything but the issue policy; the policy (one type per policy,
-//! behind [`policy::Policy`]) owns its own state and acts on the queue only through
-//! the queue's operations.
+//! `Queue` holds everything but the issue policy; the policy (one type per policy,
+//! behind `policy::Policy`) owns its own state and never gets the queue itself: it
+//! acts on it through a `policy::PolicyCtx`, which shows it a few facts and the
+//! queue's operations.
 
 mod attrs;
 mod barrier;
@@ -43,8 +44,6 @@ mod submit;
 mod pipe_scenarios;
 #[cfg(test)]
 mod scenarios;
-#[cfg(test)]
-pub(crate) mod testing;
 
 pub use crate::split::SplitLimits;
 pub use attrs::{AttrError, MAX_ZEROOUT_BIO_SECTORS, ZeroingMethod};
@@ -60,7 +59,6 @@ use barrier::Barrier;
 use bios::{BioTable, FragTable};
 use dispatch::Tags;
 use plugs::{CondCache, PlugId, PlugTable};
-use policy::Policy;
 use std::collections::VecDeque;
 
 /// What the engine does when a zone write fails and its write pointer is no longer
@@ -201,43 +199,43 @@ pub struct PlugView {
 }
 
 /// The engine's state apart from the issue policy: the request queue and the disk's
-/// zone state. Policies read it and change it only through its operations
-/// (`list`, `drain_front`, `dispatch`, `anticipate`, ...: see [`policy::Policy`]),
-/// spread over the files named after each concern.
+/// zone state, spread over the files named after each concern. Its fields are
+/// private to `engine/`; policies never get it, only a `policy::PolicyCtx` over it
+/// (`list`, `drain_front`, `dispatch`, `anticipate`, ...: see `policy/ctx.rs`).
 #[derive(Debug)]
 pub(crate) struct Queue {
-    pub geo: Geometry,
-    pub cfg: EngineConfig,
-    pub limits: Limits,
+    geo: Geometry,
+    cfg: EngineConfig,
+    limits: Limits,
     /// WRITE_ZEROES is split at `write_zeroes_max_bytes` instead of `max_sectors`.
-    pub wz_limits: Limits,
+    wz_limits: Limits,
     /// The user's `write_zeroes_unmap_max_bytes`, in sectors: 0 (unmap disabled) or
     /// the hardware limit.
-    pub wzeroes_unmap_sectors: u32,
+    wzeroes_unmap_sectors: u32,
     /// Per zone, what the host knows of a sequential zone without a plug.
-    pub cond: Vec<CondCache>,
-    pub plugs: PlugTable,
-    pub bios: BioTable,
-    pub frags: FragTable,
-    pub tags: Tags,
-    pub barrier: Barrier,
+    cond: Vec<CondCache>,
+    plugs: PlugTable,
+    bios: BioTable,
+    frags: FragTable,
+    tags: Tags,
+    barrier: Barrier,
     /// A policy change waiting for the queue to drain (the kernel freezes the
     /// queue): the policy to switch to.
-    pub freeze: Option<IssuePolicy>,
+    freeze: Option<IssuePolicy>,
     /// BIOs submitted while frozen, in order.
-    pub frozen: VecDeque<Bio>,
+    frozen: VecDeque<Bio>,
     /// The last anticipation token handed out (kept across policy switches, so that
     /// a stale timer never matches a new anticipation).
     anticipation_token: u64,
     /// What the policy allows ([`PolicyTraits::of`] the configuration), kept here
     /// because every zone write and completion asks. Set with the policy.
-    pub traits: PolicyTraits,
+    traits: PolicyTraits,
     /// The engine checks its invariants itself (`check.rs`).
-    pub self_check: bool,
+    self_check: bool,
     /// Inputs since the engine last checked its invariants.
-    pub inputs_unchecked: u64,
-    pub actions: VecDeque<Action>,
-    pub stats: EngineStats,
+    inputs_unchecked: u64,
+    actions: VecDeque<Action>,
+    stats: EngineStats,
 }
 
 impl Queue {
@@ -433,7 +431,7 @@ impl Engine {
                 self.q.request_report_if_wanted(p);
             }
             if queued {
-                self.q.drain_queue(p, false);
+                self.q.drain_queue(p, plugs::NO_CAP);
             }
             self.q.maybe_release(p);
         } else {

@@ -22,6 +22,9 @@ use crate::units::ZoneNo;
 use slab::Slab;
 use std::collections::VecDeque;
 
+/// [`Queue::drain_front`] with no device-wide cap: the zone writes out never reach it.
+pub(crate) const NO_CAP: u32 = u32::MAX;
+
 /// A zone write plug, by its slot in the [`PlugTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct PlugId(u32);
@@ -318,20 +321,20 @@ impl Queue {
     }
 
     /// Takes off plug `p` what may go now, as far as it goes: releases it, or refuses
-    /// it. With `one_zone_write` (a single issuer), stops once a zone write of the
-    /// device is out.
+    /// it. Stops once `device_cap` zone writes (resets and finishes included) of the
+    /// whole device are out: 1 for a single issuer, [`NO_CAP`] for none.
     #[inline]
-    pub(crate) fn drain_front(&mut self, p: PlugId, one_zone_write: bool) {
+    pub(crate) fn drain_front(&mut self, p: PlugId, device_cap: u32) {
         // After a completion the plug often has nothing queued (a zone written by one
         // submitter at a time): nothing to drain, decided without a call.
         if !self.plugs[p].queue.is_empty() {
-            self.drain_queue(p, one_zone_write);
+            self.drain_queue(p, device_cap);
         }
     }
 
     /// [`Queue::drain_front`] of a plug with something queued.
     #[inline(never)]
-    pub(crate) fn drain_queue(&mut self, p: PlugId, one_zone_write: bool) {
+    pub(crate) fn drain_queue(&mut self, p: PlugId, device_cap: u32) {
         loop {
             let plug = &self.plugs[p];
             // A busy plug waits whatever its front is: the common case, decided
@@ -351,7 +354,7 @@ impl Queue {
                 Front::Go => {
                     self.plugs[p].queue.pop_front();
                     self.release(p, f, kind);
-                    if one_zone_write && self.plugs.ops_out > 0 {
+                    if self.plugs.ops_out >= device_cap {
                         return;
                     }
                 }

@@ -1,11 +1,11 @@
 //! Named scenarios: one test per behaviour of zone write plugging, zone append
 //! emulation, write pointer recovery and the single issuer, each driving the engine
-//! by hand on the scripted device of [`super::testing`] (the test decides the order
+//! by hand on the scripted device of [`crate::testing`] (the test decides the order
 //! in which the device executes requests).
 
-use super::testing::{Harness, geometry};
 use super::{IssuePolicy, WpRecovery};
 use crate::bio::{Bio, BioFlags, Op, Request, Status};
+use crate::testing::{Harness, geometry};
 use crate::units::{Sector, ZoneNo};
 use crate::zone::ZoneCond;
 
@@ -165,7 +165,7 @@ fn finish_makes_later_writes_fail_as_zone_full() {
     h.run_all();
     assert_eq!(h.result(1), Some(Ok(Sector(Z1))));
     assert_eq!(h.result(2), Some(Err(Status::ZoneFull)));
-    assert_eq!(h.zones.zone(ZoneNo(1)).cond, ZoneCond::Full);
+    assert_eq!(h.dev.zone(ZoneNo(1)).cond, ZoneCond::Full);
     assert_eq!(h.engine.plug_count(), 0, "FULL zone keeps no plug");
 }
 

@@ -10,7 +10,6 @@
 
 use super::bios::{BioId, FragId, Kind};
 use super::plugs::{Front, PlugId};
-use super::policy::Policy;
 use super::{Engine, Queue};
 use crate::bio::{Bio, BioFlags, Op, Status};
 use crate::geometry::Geometry;

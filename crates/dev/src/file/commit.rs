@@ -47,7 +47,7 @@ impl FileImage {
         {
             // The witnesses of the last commit are made durable before the live
             // table says the close was clean.
-            let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+            let mut d = self.lock_durable();
             if d.witness_unsynced {
                 self.media.sync_data()?;
                 d.witness_unsynced = false;
@@ -66,7 +66,7 @@ impl FileImage {
     /// Makes every completed write durable, with its write pointer: `fdatasync`, then
     /// the completed write pointers into the older durable table, then `fdatasync`.
     pub(super) fn commit_io(&self) -> io::Result<()> {
-        let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+        let mut d = self.lock_durable();
         // The snapshot is taken before the data sync: every write it counts completed
         // before the sync began, so the sync makes its data durable.
         let snap = self.lock_state().done.clone();
@@ -81,7 +81,7 @@ impl FileImage {
     /// Commits a zone management operation: the newest durable table with `changes`,
     /// without syncing data (no write pointer in it moves up).
     pub(super) fn commit_zones(&self, changes: &[(ZoneNo, Entry)]) -> io::Result<()> {
-        let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+        let mut d = self.lock_durable();
         let mut entries = d.entries.clone();
         for &(z, e) in changes {
             entries[z.idx()] = e;

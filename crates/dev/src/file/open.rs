@@ -151,7 +151,7 @@ impl FileImage {
         if self.rewrite_tables {
             // Both slots are written, so that both hold a valid table again, each
             // newer than any commit number a damaged copy claims.
-            let mut d = self.durable.lock().unwrap_or_else(|p| p.into_inner());
+            let mut d = self.lock_durable();
             for _ in 0..2 {
                 let entries = d.entries.clone();
                 self.write_table(&mut d, entries)?;

@@ -106,8 +106,14 @@ impl PowerCut {
         })
     }
 
+    /// The model's state. Poisoning propagates: a thread that panicked half way
+    /// through recording a write or a sync leaves the model's durable bytes out of
+    /// step with what the media was told, and a crash test would judge the image
+    /// against that.
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|_| panic!("the power-loss model's lock is poisoned: a thread panicked under it"))
     }
 
     /// Declares `[offset, offset + len)` written through a shared mapping (the live

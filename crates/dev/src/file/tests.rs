@@ -322,3 +322,34 @@ fn a_read_across_zones_reads_zeroes_past_each_write_pointer() {
     );
     assert!(second.iter().all(|&b| b == 0x22), "zone 2 reads its data");
 }
+
+#[test]
+fn a_panic_under_the_state_lock_is_never_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = image(dir.path());
+    let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+    let data = vec![0x5a; 4096];
+    assert_eq!(img.execute(&req(Op::Write, 2048, 8), IoBuf::Write(&data)), Ok(Sector(2048)));
+    // A thread panics half way through an update: zone 2's completed write pointer
+    // moved, nothing written there.
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let mut st = img.lock_state();
+            st.done[2].wp_offset = 64;
+            panic!("planted: a panic under the image's state lock");
+        });
+        assert!(t.join().is_err());
+    });
+    // Every later use of the state propagates the panic ...
+    let later = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| img.zones()));
+    let why = later.expect_err("a poisoned state lock must propagate");
+    let why = why.downcast_ref::<String>().map_or("", |s| s.as_str());
+    assert!(why.contains("zone state lock is poisoned"), "{why}");
+    // ... and the drop commits nothing: the image reopens as after a kill, zone 1's
+    // write (completed, synced by no commit) recovered, zone 2 as it was committed.
+    drop(img);
+    let img = FileImage::open(&p, &ImageOptions::default()).unwrap();
+    assert!(!img.repairs().is_empty(), "reopened as after a clean close");
+    assert_eq!(img.zone_info(Sector(4096)).unwrap().wp, Sector(4096), "the half-done change was committed");
+    img.close().unwrap();
+}

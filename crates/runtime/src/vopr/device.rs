@@ -78,6 +78,10 @@ impl<D: Device> std::fmt::Debug for FaultyDevice<D> {
     }
 }
 
+/// The faulty device's own records (its random source, its decisions, the zones it
+/// hit). Poisoning is recovered: they are the check's, never committed anywhere, and
+/// a panic on any thread of a round already fails the seed (`vopr/mod.rs` catches
+/// it as the seed's failure), whatever the records say after it.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

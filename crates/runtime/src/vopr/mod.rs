@@ -220,6 +220,7 @@ fn open_with_power_cut(path: &Path, geo: &Geometry) -> Result<(FileImage, PowerC
         FileImage::open_with(path, &ImageOptions::default(), move |m| {
             let pc = PowerCut::new(Arc::new(m), layout.file_bytes).expect("the power-loss model reads the file");
             pc.track_mapped(layout.live_offset, layout.table_bytes);
+            // (Recovered, here and below: a slot assigned whole, read once.)
             *h.lock().unwrap_or_else(|p| p.into_inner()) = Some(pc.clone());
             Box::new(pc)
         })
@@ -459,6 +460,7 @@ impl Round<'_> {
             let nr_sectors = if op == Op::Flush { 0 } else { len as u32 };
             let (tx, clock) = (tx.clone(), self.clock.clone());
             let fua = fua && op == Op::Write;
+            // Recovered: the lock guards nothing but the order of submissions.
             let _order = self.submit.lock().unwrap_or_else(|p| p.into_inner());
             let submitted = self.clock.fetch_add(1, Ordering::SeqCst);
             self.rt.submit(io, move |d| {

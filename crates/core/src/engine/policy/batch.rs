@@ -23,8 +23,9 @@
 
 use super::IssuePolicy;
 use super::issuer::{Choice, Gate};
+use super::{PolicyCtx, PolicyView};
+use crate::engine::EngineConfig;
 use crate::engine::plugs::PlugId;
-use crate::engine::{EngineConfig, Queue};
 use crate::units::ZoneNo;
 use std::collections::VecDeque;
 
@@ -92,9 +93,9 @@ impl Choice for Batching {
 
     /// While anticipating, only the anticipated zone may go: it continues its visit,
     /// and every plug waiting is passed over once more.
-    fn gate(&mut self, q: &mut Queue, list: &mut VecDeque<PlugId>) -> Gate {
+    fn gate(&mut self, q: &mut PolicyCtx<'_>, list: &mut VecDeque<PlugId>) -> Gate {
         let Some((zone, _)) = self.anticipating else { return Gate::Open };
-        let Some(i) = list.iter().position(|&p| q.plugs[p].zone == zone) else { return Gate::Stop };
+        let Some(i) = list.iter().position(|&p| q.zone(p) == zone) else { return Gate::Stop };
         self.anticipating = None;
         q.count_anticipation_hit();
         // The average moves 1/32 of the way to 1 (a hit).
@@ -109,14 +110,14 @@ impl Choice for Batching {
 
     /// The deepest plug, the nearest zone ahead of the last visited among equals,
     /// unless the oldest overdue plug (passed over `batch_max_bypass` times) exists.
-    fn choose(&mut self, q: &Queue, list: &mut VecDeque<PlugId>) {
+    fn choose(&mut self, q: &PolicyCtx<'_>, list: &mut VecDeque<PlugId>) {
         let best = match self.overdue(list) {
             Some(i) => i,
             None => {
-                let nr_zones = u64::from(q.geo.nr_zones());
+                let nr_zones = u64::from(q.geo().nr_zones());
                 let last = u64::from(self.last_visited);
                 let key = |p: PlugId| -> (u64, std::cmp::Reverse<u64>) {
-                    let ahead = (u64::from(q.plugs[p].zone.0) + nr_zones - last) % nr_zones;
+                    let ahead = (u64::from(q.zone(p).0) + nr_zones - last) % nr_zones;
                     (q.queued_sectors(p), std::cmp::Reverse(ahead))
                 };
                 // (max_by_key keeps the last of equal keys.)
@@ -130,7 +131,7 @@ impl Choice for Batching {
             let p = list.remove(best).expect("index in range");
             list.push_front(p);
         }
-        self.last_visited = q.plugs[list[0]].zone.0;
+        self.last_visited = q.zone(list[0]).0;
     }
 
     /// A plug drained by a completion while others wait: hold the device for the
@@ -138,11 +139,11 @@ impl Choice for Batching {
     /// the device to drain, not for new writes, and never once a waiting plug is
     /// overdue: a write that extends the visit passes every waiting plug over once
     /// more.
-    fn drained(&mut self, q: &mut Queue, list: &VecDeque<PlugId>, zone: ZoneNo) {
+    fn drained(&mut self, q: &mut PolicyCtx<'_>, list: &VecDeque<PlugId>, zone: ZoneNo) {
         if self.anticipate_ns == 0
             || list.is_empty()
-            || q.barrier.active()
-            || q.freeze.is_some()
+            || q.barrier_active()
+            || q.freezing()
             || self.overdue(list).is_some()
         {
             return;
@@ -166,9 +167,9 @@ impl Choice for Batching {
         false
     }
 
-    fn check(&self, q: &Queue) {
+    fn check(&self, q: &PolicyView<'_>) {
         // The wait is for the zone's next write, never beside one out.
-        assert!(self.anticipating.is_none() || q.plugs.ops_out == 0, "anticipating with a zone write out");
+        assert!(self.anticipating.is_none() || q.zone_ops_out() == 0, "anticipating with a zone write out");
         assert!(
             self.hit_rate <= 1024 && self.passed < EXPLORE,
             "hit rate {} / 1024, {} passed",

@@ -5,8 +5,7 @@
 //! new work while not listed goes to the tail. Which plug comes next, and whether the
 //! issuer waits for a drained zone's next write, is the [`Choice`] of each policy.
 
-use super::{IssuePolicy, Policy};
-use crate::engine::Queue;
+use super::{IssuePolicy, Policy, PolicyCtx, PolicyView};
 use crate::engine::plugs::PlugId;
 use crate::units::ZoneNo;
 use std::collections::VecDeque;
@@ -32,17 +31,17 @@ pub(crate) trait Choice: fmt::Debug + Send {
     fn listed(&mut self, _p: PlugId) {}
 
     /// Called before the issuer takes a plug, with the list of waiting plugs.
-    fn gate(&mut self, _q: &mut Queue, _list: &mut VecDeque<PlugId>) -> Gate {
+    fn gate(&mut self, _q: &mut PolicyCtx<'_>, _list: &mut VecDeque<PlugId>) -> Gate {
         Gate::Open
     }
 
     /// A new visit starts: put the plug to drain next at the head of `list` (FIFO:
     /// leave it as it is).
-    fn choose(&mut self, _q: &Queue, _list: &mut VecDeque<PlugId>) {}
+    fn choose(&mut self, _q: &PolicyCtx<'_>, _list: &mut VecDeque<PlugId>) {}
 
     /// The plug of `zone`, at the head, drained by a completion; `list` holds the
     /// plugs still waiting.
-    fn drained(&mut self, _q: &mut Queue, _list: &VecDeque<PlugId>, _zone: ZoneNo) {}
+    fn drained(&mut self, _q: &mut PolicyCtx<'_>, _list: &VecDeque<PlugId>, _zone: ZoneNo) {}
 
     /// An anticipation's time is over. Returns whether it was still awaited.
     fn expired(&mut self, _token: u64) -> bool {
@@ -50,7 +49,7 @@ pub(crate) trait Choice: fmt::Debug + Send {
     }
 
     /// Invariants of the choice's own state.
-    fn check(&self, _q: &Queue) {}
+    fn check(&self, _q: &PolicyView<'_>) {}
 }
 
 /// A single issuer with the choice `C`.
@@ -75,9 +74,8 @@ impl<C: Choice> Policy for SingleIssuer<C> {
     }
 
     /// Lists the plug (at the tail) if it has work and is not listed.
-    fn plug_changed(&mut self, q: &mut Queue, p: PlugId) {
-        let plug = &q.plugs[p];
-        if !plug.listed && !plug.queue.is_empty() {
+    fn plug_changed(&mut self, q: &mut PolicyCtx<'_>, p: PlugId) {
+        if !q.listed(p) && q.has_queued(p) {
             q.list(p);
             self.list.push_back(p);
             self.choice.listed(p);
@@ -85,16 +83,15 @@ impl<C: Choice> Policy for SingleIssuer<C> {
     }
 
     /// A drained plug leaves the list (new work lists it again at the tail).
-    fn plug_drained(&mut self, q: &mut Queue, p: PlugId) {
-        let plug = &q.plugs[p];
-        if !(plug.listed && plug.queue.is_empty() && !plug.busy) {
+    fn plug_drained(&mut self, q: &mut PolicyCtx<'_>, p: PlugId) {
+        if !(q.listed(p) && !q.has_queued(p) && !q.busy(p)) {
             return;
         }
         q.unlist(p);
         if self.list.front() == Some(&p) {
             self.list.pop_front();
             self.in_service = false;
-            let zone = q.plugs[p].zone;
+            let zone = q.zone(p);
             self.choice.drained(q, &self.list, zone);
         } else {
             self.list.retain(|&w| w != p);
@@ -104,11 +101,11 @@ impl<C: Choice> Policy for SingleIssuer<C> {
     /// While no zone write is out, takes the next operation of the plug at the head
     /// of the list; a plug leaves the list once drained (or blocked, until what
     /// blocks it lists it again).
-    fn kick(&mut self, q: &mut Queue) {
+    fn kick(&mut self, q: &mut PolicyCtx<'_>) {
         // A plug whose front waits behind a RESET_ALL leaves the list (it is listed
         // again when the RESET_ALL completes); what was submitted before a waiting
         // RESET_ALL goes ahead of it.
-        while q.plugs.ops_out == 0 && !q.barrier.out && !self.list.is_empty() {
+        while q.zone_ops_out() == 0 && !q.barrier_out() && !self.list.is_empty() {
             match self.choice.gate(q, &mut self.list) {
                 Gate::Stop => break,
                 Gate::Continue => self.in_service = true,
@@ -120,16 +117,16 @@ impl<C: Choice> Policy for SingleIssuer<C> {
                 self.choice.choose(q, &mut self.list);
             }
             let p = *self.list.front().expect("checked non-empty");
-            q.drain_front(p, true);
+            q.drain_front_within(p, 1);
             if crate::mutation::on(crate::mutation::Mutation::IssuerOnePerVisit)
-                && q.plugs.ops_out > 0
-                && !q.plugs[p].queue.is_empty()
+                && q.zone_ops_out() > 0
+                && q.has_queued(p)
             {
                 // Planted: the visit ends after one operation, the plug goes to the tail.
                 self.list.rotate_left(1);
                 self.in_service = false;
             }
-            if q.plugs.ops_out == 0 {
+            if q.zone_ops_out() == 0 {
                 // Drained, or blocked until what blocks it kicks it again.
                 q.unlist(p);
                 self.list.pop_front();
@@ -139,7 +136,7 @@ impl<C: Choice> Policy for SingleIssuer<C> {
         }
     }
 
-    fn anticipation_expired(&mut self, _q: &mut Queue, token: u64) -> bool {
+    fn anticipation_expired(&mut self, _q: &mut PolicyCtx<'_>, token: u64) -> bool {
         self.choice.expired(token)
     }
 
@@ -147,16 +144,16 @@ impl<C: Choice> Policy for SingleIssuer<C> {
         self.list.is_empty()
     }
 
-    fn check(&self, q: &Queue) {
+    fn check(&self, q: &PolicyView<'_>) {
         // Every listed plug carries the flag, once; as many plugs carry it.
         let mut seen = rustc_hash::FxHashSet::default();
         for &p in &self.list {
-            assert!(q.plugs[p].listed, "zone {}: on the list, not flagged listed", q.plugs[p].zone);
-            assert!(seen.insert(p), "zone {}: listed twice", q.plugs[p].zone);
+            assert!(q.listed(p), "zone {}: on the list, not flagged listed", q.zone(p));
+            assert!(seen.insert(p), "zone {}: listed twice", q.zone(p));
         }
-        let flagged = q.plugs.iter().filter(|(_, plug)| plug.listed).count();
+        let flagged = q.plugs().filter(|&p| q.listed(p)).count();
         assert_eq!(flagged, self.list.len(), "plugs flagged listed, not all on the list");
-        assert!(q.plugs.ops_out <= 1, "single issuer with {} zone writes out", q.plugs.ops_out);
+        assert!(q.zone_ops_out() <= 1, "single issuer with {} zone writes out", q.zone_ops_out());
         self.choice.check(q);
     }
 }

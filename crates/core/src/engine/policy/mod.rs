@@ -25,6 +25,7 @@
 //! implementations (`docs/ARCHITECTURE.md` walks through adding a policy).
 
 mod batch;
+mod ctx;
 mod issuer;
 mod passthrough;
 mod pipeline;
@@ -43,6 +44,7 @@ use super::plugs::PlugId;
 use super::{EngineConfig, Queue};
 use crate::bio::Op;
 use crate::units::Sector;
+pub(crate) use ctx::{PolicyCtx, PolicyView};
 use std::fmt;
 
 /// The policy's implementation for `cfg.policy`.
@@ -84,37 +86,46 @@ macro_rules! each_policy {
     };
 }
 
-impl Policy for AnyPolicy {
-    fn kind(&self) -> IssuePolicy {
+/// The engine's calls into its policy: each hands the policy a [`PolicyCtx`] over
+/// the queue (a [`PolicyView`] to check it), never the queue itself.
+impl AnyPolicy {
+    pub fn kind(&self) -> IssuePolicy {
         each_policy!(self, p => p.kind())
     }
     #[inline]
-    fn plug_changed(&mut self, q: &mut Queue, plug: PlugId) {
+    pub fn plug_changed(&mut self, q: &mut Queue, plug: PlugId) {
+        let q = &mut PolicyCtx::new(q);
         each_policy!(self, p => p.plug_changed(q, plug))
     }
     #[inline]
-    fn plug_drained(&mut self, q: &mut Queue, plug: PlugId) {
+    pub fn plug_drained(&mut self, q: &mut Queue, plug: PlugId) {
+        let q = &mut PolicyCtx::new(q);
         each_policy!(self, p => p.plug_drained(q, plug))
     }
     #[inline]
-    fn kick(&mut self, q: &mut Queue) {
+    pub fn kick(&mut self, q: &mut Queue) {
+        let q = &mut PolicyCtx::new(q);
         each_policy!(self, p => p.kick(q))
     }
-    fn anticipation_expired(&mut self, q: &mut Queue, token: u64) -> bool {
+    pub fn anticipation_expired(&mut self, q: &mut Queue, token: u64) -> bool {
+        let q = &mut PolicyCtx::new(q);
         each_policy!(self, p => p.anticipation_expired(q, token))
     }
     #[inline]
-    fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
+    pub fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
+        let q = &mut PolicyCtx::new(q);
         each_policy!(self, p => p.submit_unplugged(q, f))
     }
     #[inline]
-    fn unplugged_done(&mut self, q: &mut Queue, done: UnpluggedDone) {
+    pub fn unplugged_done(&mut self, q: &mut Queue, done: UnpluggedDone) {
+        let q = &mut PolicyCtx::new(q);
         each_policy!(self, p => p.unplugged_done(q, done))
     }
-    fn is_idle(&self) -> bool {
+    pub fn is_idle(&self) -> bool {
         each_policy!(self, p => p.is_idle())
     }
-    fn check(&self, q: &Queue) {
+    pub fn check(&self, q: &Queue) {
+        let q = &PolicyView::view(q);
         each_policy!(self, p => p.check(q))
     }
 }
@@ -131,11 +142,12 @@ pub(crate) struct UnpluggedDone {
 }
 
 /// An issue policy: see the module documentation for when each hook runs. Every hook
-/// gets the engine's [`Queue`]. A policy reads its state, and changes it only
-/// through its operations: listing and unlisting a plug (`list`, `unlist`),
-/// releasing a plug's front (`drain_front`), dispatching (`dispatch`), holding a
-/// request in its scheduler (`hold_in_scheduler`), releasing an idle plug
-/// (`maybe_release`), anticipating (`anticipate`) and counting what it did.
+/// gets a [`PolicyCtx`], never the engine's [`Queue`]: a policy reads what the
+/// handle shows and changes the engine only through its operations: listing and
+/// unlisting a plug (`list`, `unlist`), releasing a plug's front (`drain_front`),
+/// dispatching (`dispatch`, `issue`), holding a request in its scheduler
+/// (`hold_in_scheduler`), releasing an idle plug (`maybe_release`), anticipating
+/// (`anticipate`) and counting what it did.
 pub(crate) trait Policy: fmt::Debug + Send {
     /// Which policy this is.
     fn kind(&self) -> IssuePolicy;
@@ -145,28 +157,28 @@ pub(crate) trait Policy: fmt::Debug + Send {
     /// `independent_plugs` only drains the plug's front here and does nothing in
     /// `plug_drained` and `kick`: the engine then does that itself, without calling
     /// it (see [`PolicyTraits::independent_plugs`]).
-    fn plug_changed(&mut self, q: &mut Queue, p: PlugId);
+    fn plug_changed(&mut self, q: &mut PolicyCtx<'_>, p: PlugId);
 
     /// Plug `p` may be drained (nothing queued, nothing out): forget it if so.
-    fn plug_drained(&mut self, _q: &mut Queue, _p: PlugId) {}
+    fn plug_drained(&mut self, _q: &mut PolicyCtx<'_>, _p: PlugId) {}
 
     /// Issue what can be issued now (the single issuer's turn).
-    fn kick(&mut self, _q: &mut Queue) {}
+    fn kick(&mut self, _q: &mut PolicyCtx<'_>) {}
 
     /// The time asked for by the anticipation `token` has passed. Returns whether the
     /// policy was still waiting for it (the engine then kicks the policy).
-    fn anticipation_expired(&mut self, _q: &mut Queue, _token: u64) -> bool {
+    fn anticipation_expired(&mut self, _q: &mut PolicyCtx<'_>, _token: u64) -> bool {
         false
     }
 
     /// A fragment no plug orders enters: dispatch it (the default), or keep it in
     /// the policy's own scheduler.
-    fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
+    fn submit_unplugged(&mut self, q: &mut PolicyCtx<'_>, f: FragId) {
         q.dispatch(f);
     }
 
     /// A request no plug ordered completed; its tag is free again.
-    fn unplugged_done(&mut self, _q: &mut Queue, _done: UnpluggedDone) {}
+    fn unplugged_done(&mut self, _q: &mut PolicyCtx<'_>, _done: UnpluggedDone) {}
 
     /// Whether the policy holds nothing (checked before a policy switch).
     fn is_idle(&self) -> bool {
@@ -175,5 +187,5 @@ pub(crate) trait Policy: fmt::Debug + Send {
 
     /// Checks the policy's invariants against the engine's state; panics on a
     /// violation.
-    fn check(&self, q: &Queue);
+    fn check(&self, q: &PolicyView<'_>);
 }

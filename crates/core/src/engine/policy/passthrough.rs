@@ -2,8 +2,7 @@
 //! no write pointer check and no zone append emulation. Only to measure what plugging
 //! costs, and to show what breaks without it.
 
-use super::{IssuePolicy, Policy};
-use crate::engine::Queue;
+use super::{IssuePolicy, Policy, PolicyCtx, PolicyView};
 use crate::engine::plugs::PlugId;
 
 /// Passthrough: every request is dispatched as it comes.
@@ -17,9 +16,9 @@ impl Policy for Passthrough {
 
     /// No operation is ever plugged; a plug left from the start-up zone report (a
     /// partially written zone) only records its write pointer.
-    fn plug_changed(&mut self, _q: &mut Queue, _p: PlugId) {}
+    fn plug_changed(&mut self, _q: &mut PolicyCtx<'_>, _p: PlugId) {}
 
-    fn check(&self, q: &Queue) {
-        assert_eq!(q.plugs.ops_out + q.plugs.appends_out, 0, "plugged operations out without plugging");
+    fn check(&self, q: &PolicyView<'_>) {
+        assert_eq!(q.zone_ops_out() + q.appends_out(), 0, "plugged operations out without plugging");
     }
 }

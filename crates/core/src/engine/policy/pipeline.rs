@@ -4,8 +4,7 @@
 //! (`engine/pipe.rs`): the write pointer moves at release, acknowledgements keep zone
 //! order, a failure fails what follows it in the zone.
 
-use super::{IssuePolicy, Policy};
-use crate::engine::Queue;
+use super::{IssuePolicy, Policy, PolicyCtx, PolicyView};
 use crate::engine::plugs::PlugId;
 
 /// Pipelining. Like per-zone plugging it keeps no state: a plug's front is released
@@ -18,16 +17,17 @@ impl Policy for Pipeline {
         IssuePolicy::Pipeline
     }
 
-    fn plug_changed(&mut self, q: &mut Queue, p: PlugId) {
-        q.drain_front(p, false);
+    fn plug_changed(&mut self, q: &mut PolicyCtx<'_>, p: PlugId) {
+        q.drain_front(p);
     }
 
-    fn check(&self, q: &Queue) {
+    fn check(&self, q: &PolicyView<'_>) {
         let depth = q.pipe_depth();
-        for (_, plug) in q.plugs.iter() {
-            assert!(!plug.listed, "pipelining holds a plug");
-            assert!(plug.pipe.len() <= depth, "zone {}: {} writes out, depth {depth}", plug.zone, plug.pipe.len());
-            assert!(plug.pipe.is_empty() || !plug.busy, "zone {}: a reset or finish beside writes out", plug.zone);
+        for p in q.plugs() {
+            let (zone, piped) = (q.zone(p), q.pipelined(p));
+            assert!(!q.listed(p), "pipelining holds a plug");
+            assert!(piped <= depth, "zone {zone}: {piped} writes out, depth {depth}");
+            assert!(piped == 0 || !q.busy(p), "zone {zone}: a reset or finish beside writes out");
         }
     }
 }

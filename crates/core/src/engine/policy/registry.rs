@@ -64,6 +64,10 @@ pub struct PolicyInfo {
     pub single_issuer: bool,
     /// How many writes of one zone it lets reach the device at once.
     pub zone_writes: ZoneWrites,
+    /// The most zone writes of the whole device (resets and finishes counted with
+    /// them) it lets out at once, if it caps them: 1 for a single issuer. The
+    /// policy keeps to it by draining plugs with `PolicyCtx::drain_front_within`.
+    pub device_zone_writes: Option<u32>,
     /// It treats every plug on its own (per-zone plugging): it keeps no state about
     /// plugs, a changed plug only has its front released, and the engine does that
     /// itself, skipping the policy (see [`PolicyTraits::independent_plugs`]).
@@ -120,6 +124,9 @@ pub struct PolicyTraits {
     /// The most writes of one zone out at once: 1, or the pipeline depth; `None`
     /// when nothing limits them (no plugging).
     pub zone_writes_in_flight: Option<usize>,
+    /// The most zone writes of the whole device out at once, if the policy caps
+    /// them (the registry's `device_zone_writes`: 1 for a single issuer).
+    pub device_zone_writes_in_flight: Option<usize>,
     /// Several writes of a zone may be out at once and are acknowledged in zone
     /// order: a failed write fails the writes behind it, even those the device
     /// took already (they arrive off the write pointer).
@@ -143,6 +150,7 @@ impl PolicyTraits {
             single_issuer: info.single_issuer,
             independent_plugs: info.independent_plugs,
             zone_writes_in_flight,
+            device_zone_writes_in_flight: info.device_zone_writes.map(|n| n as usize),
             acks_in_zone_order: info.zone_writes == ZoneWrites::Pipelined,
         }
     }
@@ -158,6 +166,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         plugs: true,
         single_issuer: false,
         zone_writes: ZoneWrites::One,
+        device_zone_writes: None,
         independent_plugs: true,
         zoned_qd1_writes: Some(0),
         zoned_only: false,
@@ -171,6 +180,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         plugs: true,
         single_issuer: true,
         zone_writes: ZoneWrites::One,
+        device_zone_writes: Some(1),
         independent_plugs: false,
         zoned_qd1_writes: Some(1),
         zoned_only: false,
@@ -184,6 +194,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         plugs: true,
         single_issuer: true,
         zone_writes: ZoneWrites::One,
+        device_zone_writes: Some(1),
         independent_plugs: false,
         zoned_qd1_writes: None,
         zoned_only: false,
@@ -197,6 +208,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         plugs: false,
         single_issuer: false,
         zone_writes: ZoneWrites::One,
+        device_zone_writes: None,
         independent_plugs: false,
         zoned_qd1_writes: None,
         zoned_only: true,
@@ -210,6 +222,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         plugs: false,
         single_issuer: false,
         zone_writes: ZoneWrites::Unlimited,
+        device_zone_writes: None,
         independent_plugs: false,
         zoned_qd1_writes: None,
         zoned_only: false,
@@ -223,6 +236,7 @@ pub const POLICIES: &[PolicyInfo] = &[
         plugs: true,
         single_issuer: false,
         zone_writes: ZoneWrites::Pipelined,
+        device_zone_writes: None,
         independent_plugs: true,
         zoned_qd1_writes: None,
         zoned_only: false,
@@ -345,6 +359,14 @@ mod tests {
         for (i, info) in POLICIES.iter().enumerate() {
             assert_eq!(info.policy as usize, i, "{}", info.name);
             assert_eq!(IssuePolicy::parse(info.name), Some(info.policy));
+        }
+    }
+
+    #[test]
+    fn a_single_issuer_is_a_device_wide_cap_of_one() {
+        for info in POLICIES {
+            assert_eq!(info.single_issuer, info.device_zone_writes == Some(1), "{}", info.name);
+            assert_ne!(info.device_zone_writes, Some(0), "{}: a cap of 0 issues nothing", info.name);
         }
     }
 

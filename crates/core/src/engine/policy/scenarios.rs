@@ -1,11 +1,11 @@
 //! Named scenarios for the issue policies beyond per-zone plugging: the single
 //! issuer's batching variant, legacy zone write locking, and switching
 //! `zoned_qd1_writes` under the engine, each driven by hand on the scripted device
-//! of [`crate::engine::testing`].
+//! of [`crate::testing`].
 
 use crate::bio::{Bio, Status};
-use crate::engine::testing::{Harness, geometry};
 use crate::engine::{AttrError, Engine, EngineConfig, IssuePolicy, PolicyTraits, WpRecovery};
+use crate::testing::{Harness, geometry};
 use crate::units::Sector;
 
 const Z1: u64 = 2048;

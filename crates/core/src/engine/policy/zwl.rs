@@ -14,10 +14,11 @@
 //! There is no host write pointer here: a write not at the write pointer reaches the
 //! device and fails there, as it did.
 
-use super::{IssuePolicy, Policy, UnpluggedDone};
-use crate::engine::bios::{FragId, FragState, Kind};
+use super::{IssuePolicy, Policy, PolicyCtx, PolicyView, UnpluggedDone};
+use crate::engine::EngineConfig;
+use crate::engine::bios::{FragId, Kind};
 use crate::engine::plugs::PlugId;
-use crate::engine::{EngineConfig, Queue};
+use crate::geometry::Geometry;
 use crate::units::Sector;
 use rustc_hash::FxHashSet;
 use std::collections::{BTreeSet, VecDeque};
@@ -38,16 +39,16 @@ impl ZoneWriteLocking {
     }
 
     /// The sequential zone a write at `sector` locks, if any.
-    fn locked_zone(q: &Queue, sector: Sector, write: bool) -> Option<u32> {
-        let z = q.geo.zone_no(sector);
-        (write && q.geo.is_zoned() && !q.geo.zone_is_conv(z)).then_some(z.0)
+    fn locked_zone(geo: &Geometry, sector: Sector, write: bool) -> Option<u32> {
+        let z = geo.zone_no(sector);
+        (write && geo.is_zoned() && !geo.zone_is_conv(z)).then_some(z.0)
     }
 
     /// Dispatches from the scheduler while the device has tags.
-    fn pump(&mut self, q: &mut Queue) {
+    fn pump(&mut self, q: &mut PolicyCtx<'_>) {
         while q.has_tag() {
-            let zone_of = |sector: u64| Self::locked_zone(q, Sector(sector), true);
-            let len_of = |f: FragId| u64::from(q.frags[f].nr_sectors);
+            let zone_of = |sector: u64| Self::locked_zone(q.geo(), Sector(sector), true);
+            let len_of = |f: FragId| u64::from(q.frag_sectors(f));
             let Some(f) = self.sched.next(zone_of, len_of) else { break };
             q.issue(f);
         }
@@ -61,24 +62,23 @@ impl Policy for ZoneWriteLocking {
 
     /// No operation is ever plugged; a plug left from the start-up zone report (a
     /// partially written zone) only records its write pointer.
-    fn plug_changed(&mut self, _q: &mut Queue, _p: PlugId) {}
+    fn plug_changed(&mut self, _q: &mut PolicyCtx<'_>, _p: PlugId) {}
 
     /// The request takes a scheduler tag (or waits for one) and waits to be
     /// dispatched in elevator order.
-    fn submit_unplugged(&mut self, q: &mut Queue, f: FragId) {
-        let frag = q.hold_in_scheduler(f);
-        let (sector, write) = (frag.sector.0, frag.op.is_zone_write());
-        self.sched.admit(f, sector, write);
+    fn submit_unplugged(&mut self, q: &mut PolicyCtx<'_>, f: FragId) {
+        let (sector, op) = q.hold_in_scheduler(f);
+        self.sched.admit(f, sector.0, op.is_zone_write());
         self.pump(q);
     }
 
     /// A request of the scheduler frees its tag and its zone's lock, and a request
     /// waiting for a tag gets it; any completion frees a device tag for the scheduler.
-    fn unplugged_done(&mut self, q: &mut Queue, done: UnpluggedDone) {
+    fn unplugged_done(&mut self, q: &mut PolicyCtx<'_>, done: UnpluggedDone) {
         if done.kind == Kind::Sched {
-            let locked = Self::locked_zone(q, done.sector, done.op.is_zone_write());
+            let locked = Self::locked_zone(q.geo(), done.sector, done.op.is_zone_write());
             if let Some(w) = self.sched.done(locked) {
-                let (sector, write) = (q.frags[w].sector.0, q.frags[w].op.is_zone_write());
+                let (sector, write) = (q.frag_sector(w).0, q.frag_op(w).is_zone_write());
                 let admitted = self.sched.admit(w, sector, write);
                 assert!(admitted, "a freed tag must admit its waiter");
             }
@@ -86,9 +86,8 @@ impl Policy for ZoneWriteLocking {
         self.pump(q);
     }
 
-    fn check(&self, q: &Queue) {
-        let out = q.frags.iter().filter(|(_, fr)| fr.kind == Kind::Sched && fr.state != FragState::Sched).count();
-        let held = q.frags.iter().filter(|(_, fr)| fr.state == FragState::Sched).count();
+    fn check(&self, q: &PolicyView<'_>) {
+        let (out, held) = q.scheduled();
         let (queued, waiting) = self.sched.queued();
         assert_eq!(self.sched.tags_used() as usize, out + queued, "ZWL tags: in scheduler + dispatched");
         assert_eq!(held, queued + waiting, "ZWL fragments lost");

@@ -3,8 +3,7 @@
 //! other. At most one write per zone is on the device; writes to different zones
 //! interleave freely.
 
-use super::{IssuePolicy, Policy};
-use crate::engine::Queue;
+use super::{IssuePolicy, Policy, PolicyCtx, PolicyView};
 use crate::engine::plugs::PlugId;
 
 /// Per-zone plugging. It keeps no state of its own: a plug's front is released
@@ -17,11 +16,11 @@ impl Policy for Zwp {
         IssuePolicy::Zwp
     }
 
-    fn plug_changed(&mut self, q: &mut Queue, p: PlugId) {
-        q.drain_front(p, false);
+    fn plug_changed(&mut self, q: &mut PolicyCtx<'_>, p: PlugId) {
+        q.drain_front(p);
     }
 
-    fn check(&self, q: &Queue) {
-        assert!(q.plugs.iter().all(|(_, plug)| !plug.listed), "per-zone plugging holds a plug");
+    fn check(&self, q: &PolicyView<'_>) {
+        assert!(q.plugs().all(|p| !q.listed(p)), "per-zone plugging holds a plug");
     }
 }

@@ -1,26 +1,66 @@
-//! A hand-driven harness for the engine's scenario tests: an [`Engine`] and a
-//! scripted in-memory zoned device (a [`ZoneSet`], the device side's zone state
-//! machine, with no data), the test deciding exactly when and in which order the
-//! device executes and completes each issued request. Zone reports the engine asks
-//! for (write pointer recovery) are answered from the same [`ZoneSet`], and
-//! anticipations (the batching issuer's) expire at once unless the test holds them.
+//! A hand-driven harness for the engine's scenario tests, shared by the core's own
+//! tests and the simulator's (behind the `testing` feature, which only test builds
+//! turn on): an [`Engine`] and a scripted zoned device, the test deciding exactly
+//! when and in which order the device executes and completes each issued request.
+//! Zone reports the engine asks for (write pointer recovery) are answered from the
+//! same device, and anticipations (the batching issuer's) expire at once unless the
+//! test holds them.
+//!
+//! The device is a [`ScriptedDevice`]: by default a [`ZoneSet`], the device side's
+//! zone state machine with no data; the simulator's tests put an in-memory device
+//! with data behind the same trait (WRITE_ZEROES, then reading zeroes back).
 //!
 //! The engine's invariants are checked after every step, as the simulator's checker
 //! does; what needs a timing model, fault injection or data stays in the
 //! simulator's tests.
 
-use super::{Action, Engine, EngineConfig, IssuePolicy, WpRecovery};
 use crate::bio::{Bio, Completion, Op, Request, Status};
+use crate::engine::{Action, Engine, EngineConfig, IssuePolicy, WpRecovery};
 use crate::geometry::{Geometry, GeometryParams};
 use crate::rule::Rule;
 use crate::units::{Sector, ZoneNo};
 use crate::zone::{ZoneInfo, ZoneSet};
 
+/// The device a [`Harness`] issues to: it executes a request when the test says,
+/// and describes a zone when the engine asks.
+pub trait ScriptedDevice {
+    /// Executes `r` on a device of geometry `geo`.
+    fn execute(&mut self, geo: &Geometry, r: &Request) -> Result<Sector, Status>;
+    /// The device's zone `z`.
+    fn zone(&self, z: ZoneNo) -> ZoneInfo;
+}
+
+/// Zone state without data, as a zoned device without data would execute: a
+/// transfer above `max_sectors` is refused, as a real device refuses a command above
+/// its transfer limit.
+impl ScriptedDevice for ZoneSet {
+    fn execute(&mut self, geo: &Geometry, r: &Request) -> Result<Sector, Status> {
+        if matches!(r.op, Op::Read | Op::Write) && r.nr_sectors > geo.max_sectors() {
+            return Err(Status::Invalid.because(Rule::OverMaxSectors));
+        }
+        match r.op {
+            Op::Read => self.read(r.sector, r.nr_sectors).map(|_| r.sector),
+            Op::Write => self.write(r.sector, r.nr_sectors, false),
+            Op::ZoneAppend => self.write(r.sector, r.nr_sectors, true),
+            Op::Flush => Ok(r.sector),
+            Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish => {
+                self.zone_mgmt(r.op, r.sector).map(|()| r.sector)
+            }
+            op => panic!("the scripted device does not execute {op}"),
+        }
+    }
+
+    fn zone(&self, z: ZoneNo) -> ZoneInfo {
+        *ZoneSet::zone(self, z)
+    }
+}
+
 /// An engine and the scripted device it issues to.
-pub(crate) struct Harness {
+pub struct Harness<D = ZoneSet> {
+    /// The engine under test.
     pub engine: Engine,
-    /// The device's zones (conditions and write pointers; no data).
-    pub zones: ZoneSet,
+    /// The device (a [`ZoneSet`] unless the test brings its own).
+    pub dev: D,
     /// Requests issued and not completed, in issue order.
     pub issued: Vec<Request>,
     /// Every request ever issued, in order.
@@ -45,7 +85,7 @@ pub(crate) struct Harness {
 
 /// The scenarios' device: 8 MiB of 1 MiB zones, one conventional, emulated zone
 /// append, max_sectors 64.
-pub(crate) fn base_params() -> GeometryParams {
+pub fn base_params() -> GeometryParams {
     GeometryParams {
         capacity_bytes: 8 << 20,
         zone_size_bytes: 1 << 20,
@@ -57,7 +97,7 @@ pub(crate) fn base_params() -> GeometryParams {
 }
 
 /// [`base_params`] changed by `f`, validated.
-pub(crate) fn geometry(f: impl FnOnce(&mut GeometryParams)) -> Geometry {
+pub fn geometry(f: impl FnOnce(&mut GeometryParams)) -> Geometry {
     let mut p = base_params();
     f(&mut p);
     Geometry::new(&p).expect("test geometry")
@@ -73,9 +113,23 @@ impl Harness {
 
     /// An engine with `cfg` on `geo`.
     pub fn with_config(geo: &Geometry, cfg: EngineConfig) -> Harness {
+        Harness::with_device(geo, cfg, ZoneSet::new(geo))
+    }
+
+    /// Default: per-zone plugging, report recovery, 8 MiB device of 1 MiB zones, one
+    /// conventional zone, emulated append, max_sectors 64.
+    pub fn zwp() -> Harness {
+        Harness::new(&geometry(|_| {}), IssuePolicy::Zwp, WpRecovery::Report)
+    }
+}
+
+impl<D: ScriptedDevice> Harness<D> {
+    /// An engine with `cfg` on `geo`, issuing to `dev` (in its initial state: every
+    /// sequential zone EMPTY, as the engine starts).
+    pub fn with_device(geo: &Geometry, cfg: EngineConfig, dev: D) -> Harness<D> {
         Harness {
             engine: Engine::new_empty(geo, cfg),
-            zones: ZoneSet::new(geo),
+            dev,
             issued: Vec::new(),
             history: Vec::new(),
             done: Vec::new(),
@@ -86,12 +140,6 @@ impl Harness {
             execute_at_issue: false,
             executed: Vec::new(),
         }
-    }
-
-    /// Default: per-zone plugging, report recovery, 8 MiB device of 1 MiB zones, one
-    /// conventional zone, emulated append, max_sectors 64.
-    pub fn zwp() -> Harness {
-        Harness::new(&geometry(|_| {}), IssuePolicy::Zwp, WpRecovery::Report)
     }
 
     /// Takes the engine's actions until it has none, then answers reports and
@@ -120,7 +168,7 @@ impl Harness {
         }
         if self.auto_report {
             while let Some(z) = self.reports.pop() {
-                let info = *self.zones.zone(z);
+                let info = self.dev.zone(z);
                 self.engine.zone_report(&info);
                 self.pump();
             }
@@ -151,23 +199,9 @@ impl Harness {
         self.pump();
     }
 
-    /// Executes `r` on the device (its zones only), as a zoned device without data
-    /// would: a transfer above `max_sectors` is refused, as a real device refuses a
-    /// command above its transfer limit.
+    /// Executes `r` on the device.
     pub fn execute(&mut self, r: &Request) -> Result<Sector, Status> {
-        if matches!(r.op, Op::Read | Op::Write) && r.nr_sectors > self.engine.geometry().max_sectors() {
-            return Err(Status::Invalid.because(Rule::OverMaxSectors));
-        }
-        match r.op {
-            Op::Read => self.zones.read(r.sector, r.nr_sectors).map(|_| r.sector),
-            Op::Write => self.zones.write(r.sector, r.nr_sectors, false),
-            Op::ZoneAppend => self.zones.write(r.sector, r.nr_sectors, true),
-            Op::Flush => Ok(r.sector),
-            Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish => {
-                self.zones.zone_mgmt(r.op, r.sector).map(|()| r.sector)
-            }
-            op => panic!("the scripted device does not execute {op}"),
-        }
+        self.dev.execute(self.engine.geometry(), r)
     }
 
     /// Executes issued request `i` (in issue order among those outstanding) on the
@@ -213,12 +247,12 @@ impl Harness {
 
     /// The device's write pointer of zone `z`, from the zone's start.
     pub fn device_wp(&self, z: u32) -> u64 {
-        let zone = self.zones.zone(ZoneNo(z));
+        let zone = self.dev.zone(ZoneNo(z));
         zone.wp.since(zone.start)
     }
 
     /// The device's report of the zone holding `sector`.
     pub fn report_zone(&self, sector: Sector) -> ZoneInfo {
-        *self.zones.zone(self.engine.geometry().zone_no(sector))
+        self.dev.zone(self.engine.geometry().zone_no(sector))
     }
 }
