@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo run --release -p zblk-log --example bench                    # the table of docs/zlog.md
-//! cargo run --release -p zblk-log --example bench -- --records 20000 --flush-every 64 sim:zns
+//! cargo run --release -p zblk-log --example bench -- --records 50000 --flush-every 0 --policy zwp sim:zns
 //! ```
 //!
 //! A simulated preset runs on zblk's memory device without its timing model
@@ -22,11 +22,12 @@ const PAYLOAD: usize = 4096 - 32;
 struct Args {
     records: u32,
     flush_every: u32,
+    policy: Option<IssuePolicy>,
     targets: Vec<String>,
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { records: 20_000, flush_every: 64, targets: vec![] };
+    let mut a = Args { records: 20_000, flush_every: 64, policy: None, targets: vec![] };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut num = |name: &str| -> Result<u32, String> {
@@ -36,7 +37,13 @@ fn args() -> Result<Args, String> {
         match arg.as_str() {
             "--records" => a.records = num("--records")?.max(16),
             "--flush-every" => a.flush_every = num("--flush-every")?,
-            "-h" | "--help" => return Err("usage: bench [--records N] [--flush-every N] [TARGET ...]".into()),
+            "--policy" => {
+                let name = it.next().ok_or("--policy takes a policy's name")?;
+                a.policy = Some(IssuePolicy::parse(&name).ok_or(format!("--policy: no policy {name}"))?);
+            }
+            "-h" | "--help" => {
+                return Err("usage: bench [--records N] [--flush-every N] [--policy P] [TARGET ...]".into());
+            }
             t => a.targets.push(t.into()),
         }
     }
@@ -104,7 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let smr = [IssuePolicy::Qd1, IssuePolicy::Batch, IssuePolicy::Zwp].map(|p| ("sim:smr-30tb".into(), Some(p)));
         std::iter::once((image(dir.path())?, None)).chain(smr).collect()
     } else {
-        a.targets.iter().map(|t| (t.clone(), None)).collect()
+        a.targets.iter().map(|t| (t.clone(), a.policy)).collect()
     };
     println!(
         "records per second: {} records of 4 KiB frames per point, a flush every {} appends of a thread\n",

@@ -145,7 +145,9 @@ impl Log {
             zones.push(lz);
         }
         let newest = zones.iter().enumerate().filter_map(|(i, z)| Some((z.max_seq?, i))).max();
-        let next_seq = newest.map_or(0, |(s, _)| s + 1);
+        // Saturating: a frame that checks may still carry any number (an image
+        // written by something else), and an overflow is not to panic.
+        let next_seq = newest.map_or(0, |(s, _)| s.saturating_add(1));
         let cursor = newest.map_or(0, |(_, i)| (i + 1) % zones.len());
         let max_payload = max_payload(&h, &picked);
         let state = State { zones, head: None, cursor, next_seq };
@@ -322,7 +324,7 @@ impl State {
             }
         };
         let seq = self.next_seq;
-        self.next_seq += 1;
+        self.next_seq = seq.saturating_add(1);
         let z = &mut self.zones[i];
         z.used += len;
         z.inflight += 1;
@@ -364,7 +366,9 @@ fn max_payload(h: &Handle, zones: &[Zone]) -> usize {
     let append = u64::from(h.geometry().append_limit_sectors()) * 512;
     let smallest = zones.iter().map(|z| z.capacity).min().unwrap_or(0);
     let frame = smallest.min(append).min(h.max_io_bytes()) / block * block;
-    usize::try_from(frame.saturating_sub(frame::HEADER)).unwrap_or(usize::MAX)
+    // The header's length field is 32 bits.
+    let payload = frame.saturating_sub(frame::HEADER).min(u64::from(u32::MAX));
+    usize::try_from(payload).unwrap_or(usize::MAX)
 }
 
 /// A zone's state after the scan that recovers it: an empty zone is free; a zone
