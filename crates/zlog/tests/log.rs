@@ -79,9 +79,9 @@ fn image(path: &Path, seq_zones: u32, zone_sectors: u64) -> String {
     path.to_str().unwrap().into()
 }
 
-/// Appends from 8 threads, flushes, closes and opens again: on an image, on the
-/// simulated null_blk and SMR disk (those start empty, so the scan runs on the same
-/// handle instead of a reopen).
+/// Appends from 8 threads, flushes, closes and opens again: on an image; on the
+/// simulated null_blk, ZNS drive and SMR disk (those start empty, so the scan runs on
+/// the same handle instead of a reopen).
 #[test]
 fn threads_append_and_a_reopen_finds_every_record_in_order() {
     let (threads, per_thread) = (8, 150);
@@ -109,7 +109,14 @@ fn threads_append_and_a_reopen_finds_every_record_in_order() {
     let at = again.append(b"after the reopen").unwrap();
     assert!(found.iter().all(|r| r.offset / (1 << 20) != at.offset / (1 << 20)), "a fresh zone");
 
-    for spec in ["sim:nullb:zone_size=4,size=64", "sim:smr-30tb"] {
+    // null_blk with native zone append and without (emulated, as on an SMR disk), the
+    // ZNS drive (native, 14 active zones), the SMR disk (the single issuer).
+    for spec in [
+        "sim:nullb:zone_size=4,size=64",
+        "sim:nullb:zone_size=4,size=64,zone_append_max_sectors=0",
+        "sim:zns",
+        "sim:smr-30tb",
+    ] {
         let log = Log::open(Handle::open(spec).unwrap(), LogOptions::new()).unwrap();
         append_from_threads(&log, 4, 100);
         log.flush().unwrap();
