@@ -7,7 +7,7 @@ use crate::scan::{self, ZoneScan};
 use crate::{LogError, frame};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use zblk::{Handle, Zone, ZoneCond};
 
 /// Where a record landed: its sequence number, the byte offset of its frame, the
@@ -84,6 +84,9 @@ struct Inner {
     closed: AtomicBool,
     recovery: Recovery,
     state: Mutex<State>,
+    /// Signalled when a sealed zone's last append completes: an append waiting for
+    /// the device's active zone limit may go on.
+    sealed_done: Condvar,
 }
 
 #[derive(Debug)]
@@ -94,6 +97,8 @@ struct State {
     /// Where the search for the next head starts: the zones are used in a ring.
     cursor: usize,
     next_seq: u64,
+    /// The device's active zone limit (0: none).
+    max_active: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -150,7 +155,8 @@ impl Log {
         let next_seq = newest.map_or(0, |(s, _)| s.saturating_add(1));
         let cursor = newest.map_or(0, |(_, i)| (i + 1) % zones.len());
         let max_payload = max_payload(&h, &picked);
-        let state = State { zones, head: None, cursor, next_seq };
+        let max_active = h.geometry().max_active();
+        let state = State { zones, head: None, cursor, next_seq, max_active };
         let inner = Inner {
             block: h.block_size(),
             h,
@@ -159,6 +165,7 @@ impl Log {
             closed: AtomicBool::new(false),
             recovery,
             state: Mutex::new(state),
+            sealed_done: Condvar::new(),
         };
         Ok(Log { inner: Arc::new(inner) })
     }
@@ -193,9 +200,11 @@ impl Log {
         }
         let block = self.inner.block;
         let len = frame::frame_len(payload.len() as u64, block);
-        let (i, zone, seq) = self.state().reserve(len, &self.inner.h)?;
+        let (i, zone, seq) = self.reserve(len)?;
         let at = self.inner.h.append(zone, &frame::encode(seq, zone, payload, block));
-        self.state().done(i, &self.inner.h);
+        if self.state().done(i, at.is_err(), &self.inner.h) {
+            self.inner.sealed_done.notify_all();
+        }
         Ok(Location { seq, offset: at?, len })
     }
 
@@ -245,6 +254,22 @@ impl Log {
     /// (but the one holding the newest record, whose sequence number the next open
     /// continues from). Records before `seq` in a zone that also holds later ones
     /// stay. Returns how many zones were reset.
+    ///
+    /// ```
+    /// use zblk_log::{Log, LogError, LogOptions};
+    ///
+    /// // 8 zones of 1 MiB: 9 records of 100 KiB fill one.
+    /// let log = Log::open(zblk::Handle::open("sim:nullb:zone_size=1,size=8")?, LogOptions::new())?;
+    /// let mut last = log.append(&[1; 100 << 10])?;
+    /// while let Ok(at) = log.append(&[1; 100 << 10]) {
+    ///     last = at;
+    /// }
+    /// assert!(matches!(log.append(&[1; 100 << 10]), Err(LogError::Full { zones: 8 })));
+    /// // Every zone but the newest record's: its number goes on after a reopen.
+    /// assert_eq!(log.trim_to(last.seq + 1)?, 7);
+    /// log.append(&[2; 100 << 10])?;
+    /// # Ok::<(), LogError>(())
+    /// ```
     pub fn trim_to(&self, seq: u64) -> Result<usize, LogError> {
         self.check_open()?;
         let picked: Vec<(usize, u64, Option<u64>)> = {
@@ -297,6 +322,18 @@ impl Log {
         if self.inner.closed.load(Ordering::Acquire) { Err(LogError::Closed) } else { Ok(()) }
     }
 
+    /// Room for a frame of `len` bytes ([`State::reserve`]), waiting while a new head
+    /// would pass the device's active zone limit.
+    fn reserve(&self, len: u64) -> Result<(usize, u64, u64), LogError> {
+        let mut st = self.state();
+        loop {
+            if let Some(r) = st.reserve(len, &self.inner.h)? {
+                return Ok(r);
+            }
+            st = self.inner.sealed_done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -304,14 +341,21 @@ impl Log {
 
 impl State {
     /// Room for a frame of `len` bytes in the head zone (a new head when it is
-    /// full): the zone's index and start, and the record's sequence number.
-    fn reserve(&mut self, len: u64, h: &Handle) -> Result<(usize, u64, u64), LogError> {
+    /// full): the zone's index and start, and the record's sequence number. `None`
+    /// when a new head must wait: the sealed zones whose appends are still in flight
+    /// are active (open, not yet finished), and one more would pass the device's
+    /// active zone limit (EOVERFLOW), however many threads raced past the last head.
+    fn reserve(&mut self, len: u64, h: &Handle) -> Result<Option<(usize, u64, u64)>, LogError> {
         let i = match self.head {
             Some(i) if self.zones[i].used + len <= self.zones[i].capacity => i,
             _ => {
                 if let Some(old) = self.head.take() {
                     self.zones[old].sealed = true;
                     self.finish_if_done(old, h);
+                }
+                let unfinished = || self.zones.iter().filter(|z| z.sealed && !z.dead && z.inflight > 0).count();
+                if self.max_active > 0 && unfinished() >= self.max_active as usize {
+                    return Ok(None);
                 }
                 let n = self.zones.len();
                 let i = (0..n)
@@ -329,13 +373,25 @@ impl State {
         z.used += len;
         z.inflight += 1;
         z.max_seq = Some(seq);
-        Ok((i, z.start, seq))
+        Ok(Some((i, z.start, seq)))
     }
 
-    /// An append to zone `i` completed (landed or failed).
-    fn done(&mut self, i: usize, h: &Handle) {
+    /// An append to zone `i` completed, or `failed`. A failed append leaves its zone
+    /// behind (sealed): whatever failed it (the zone gone read-only or offline,
+    /// full by another writer's hand, a media error) the next append goes to a zone
+    /// the log knows to be empty.
+    /// Returns whether the zone was sealed and is done (an append may be waiting
+    /// for it).
+    fn done(&mut self, i: usize, failed: bool, h: &Handle) -> bool {
         self.zones[i].inflight -= 1;
+        if failed {
+            self.zones[i].sealed = true;
+            if self.head == Some(i) {
+                self.head = None;
+            }
+        }
         self.finish_if_done(i, h);
+        self.zones[i].sealed && self.zones[i].inflight == 0
     }
 
     /// Finishes sealed zone `i` once its appends have completed, if room is left in

@@ -88,7 +88,7 @@ fn threads_append_and_a_reopen_finds_every_record_in_order() {
     let all: BTreeMap<u32, u32> = (0..threads).map(|t| (t, per_thread - 1)).collect();
     let dir = tempfile::tempdir().unwrap();
     let spec = image(&dir.path().join("log.img"), 16, 2048);
-    let log = Log::open(Handle::open(&spec).unwrap(), LogOptions::new()).unwrap();
+    let log = Log::open(open_image(&spec), LogOptions::new()).unwrap();
     assert_eq!((log.recovery().zones, log.recovery().records), (16, 0));
     let landed = append_from_threads(&log, threads, per_thread);
     log.flush().unwrap();
@@ -98,7 +98,7 @@ fn threads_append_and_a_reopen_finds_every_record_in_order() {
     log.close().unwrap();
 
     let mut found = Vec::new();
-    let again = Log::open_with(Handle::open(&spec).unwrap(), LogOptions::new(), |r| found.push(r)).unwrap();
+    let again = Log::open_with(open_image(&spec), LogOptions::new(), |r| found.push(r)).unwrap();
     found.sort_by_key(|r| r.seq);
     let rec = again.recovery();
     assert_eq!((rec.records, rec.skipped_bytes), (u64::from(threads * per_thread), 0));
@@ -128,7 +128,7 @@ fn threads_append_and_a_reopen_finds_every_record_in_order() {
 fn trimming_resets_the_zones_of_old_records() {
     let dir = tempfile::tempdir().unwrap();
     let spec = image(&dir.path().join("trim.img"), 8, 2048);
-    let log = Log::open(Handle::open(&spec).unwrap(), LogOptions::new()).unwrap();
+    let log = Log::open(open_image(&spec), LogOptions::new()).unwrap();
     let rec = vec![7u8; 100 << 10];
     let mut landed = Vec::new();
     let full = loop {
@@ -156,7 +156,7 @@ fn trimming_resets_the_zones_of_old_records() {
     let at = log.append(&rec).unwrap();
     assert_eq!(zone_of(&at), 1);
     log.close().unwrap();
-    let again = Log::open(Handle::open(&spec).unwrap(), LogOptions::new()).unwrap();
+    let again = Log::open(open_image(&spec), LogOptions::new()).unwrap();
     assert_eq!(again.next_seq(), at.seq + 1);
     assert_eq!(again.trim_to(u64::MAX).unwrap(), 5, "all but the newest record's zone");
     assert_eq!(again.records().unwrap().iter().map(|r| r.seq).collect::<Vec<_>>(), [at.seq]);
@@ -177,11 +177,27 @@ fn zones_left_behind_are_finished_under_an_active_zone_limit() {
     assert_eq!(active, 1, "only the head zone is active");
 }
 
+/// A zone filled behind the log's back (finished through the handle): the append
+/// there fails, with the device's error, and the next one goes to a fresh zone.
+#[test]
+fn a_failed_append_leaves_its_zone_behind() {
+    let log = Log::open(Handle::open("sim:nullb:zone_size=1,size=8").unwrap(), LogOptions::new()).unwrap();
+    let first = log.append(b"one").unwrap();
+    log.handle().finish_zone(first.offset).unwrap();
+    let e = log.append(b"two").unwrap_err();
+    assert!(matches!(e, LogError::Device(zblk::Error::Io { .. })), "{e:?}");
+    assert_eq!(e.errno(), 5);
+    let third = log.append(b"three").unwrap();
+    assert_eq!(third.offset, first.offset + (1 << 20), "the next zone");
+    let found: Vec<_> = log.records().unwrap().into_iter().map(|r| r.payload).collect();
+    assert_eq!(found, [&b"one"[..], b"three"]);
+}
+
 #[test]
 fn a_torn_record_is_skipped_and_the_records_after_it_found() {
     let dir = tempfile::tempdir().unwrap();
     let spec = image(&dir.path().join("torn.img"), 4, 2048);
-    let log = Log::open(Handle::open(&spec).unwrap(), LogOptions::new()).unwrap();
+    let log = Log::open(open_image(&spec), LogOptions::new()).unwrap();
     let first = log.append(&payload(0, 0)).unwrap();
     // A frame whose payload was not all written: the record's own frame, a byte of
     // its payload changed, appended behind it (as a crash leaves a write pointer
@@ -194,7 +210,7 @@ fn a_torn_record_is_skipped_and_the_records_after_it_found() {
     assert_eq!((torn, next.offset), (first.offset + first.len, torn + first.len));
     assert!(matches!(log.read(&Location { offset: torn, ..first }), Err(LogError::NotARecord { .. })));
     log.close().unwrap();
-    let again = Log::open(Handle::open(&spec).unwrap(), LogOptions::new()).unwrap();
+    let again = Log::open(open_image(&spec), LogOptions::new()).unwrap();
     assert_eq!((again.recovery().records, again.recovery().skipped_bytes), (2, first.len));
     check(&again.records().unwrap(), &BTreeMap::from([(0, 1)])).unwrap();
 }
@@ -292,16 +308,18 @@ fn durable_said(out: &Path) -> BTreeMap<u32, u32> {
     durable
 }
 
-/// The handle on an image a killed process had open: its lingering I/O may hold the
-/// image's lock for a moment.
-fn reopen(spec: &str) -> Handle {
+/// The handle on an image, tried again for up to 10 s while the image is in use: a
+/// killed process's lingering I/O may hold its lock for a moment, and so may a child
+/// the kill -9 test forks, which holds every descriptor of this process (an image
+/// another test just closed) until it execs.
+fn open_image(spec: &str) -> Handle {
     let t = Instant::now();
     loop {
         match Handle::open(spec) {
             Err(e) if e.errno() == 16 && t.elapsed() < Duration::from_secs(10) => {
                 std::thread::sleep(Duration::from_millis(5))
             }
-            r => return r.unwrap_or_else(|e| panic!("reopen {spec}: {e}")),
+            r => return r.unwrap_or_else(|e| panic!("open {spec}: {e}")),
         }
     }
 }
@@ -320,7 +338,7 @@ fn kill_nine_at_random_points() {
         common::kill_nine("zlog_child", (CHILD_ENV, format!("{spec}|{}|{seed}", out.display())), &out, seed, 1..60);
         let durable = durable_said(&out);
         let mut found = Vec::new();
-        let log = Log::open_with(reopen(&spec), LogOptions::new(), |r| found.push(r)).unwrap();
+        let log = Log::open_with(open_image(&spec), LogOptions::new(), |r| found.push(r)).unwrap();
         found.sort_by_key(|r| r.seq);
         if let Err(e) = check(&found, &durable) {
             panic!(
