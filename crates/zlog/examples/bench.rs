@@ -1,7 +1,8 @@
 //! Records per second of the zone-append log: 1, 2, 4, 8 and 16 threads appending
 //! records of 4 KiB frames, each thread flushing after every `--flush-every` of its
 //! appends (and once at its end), on an image and on the simulated 30 TB SMR disk
-//! under the issue policies `qd1`, `batch` and `zwp`.
+//! under the issue policies `qd1`, `batch` and `zwp`; each point the median of
+//! `--runs` runs (3).
 //!
 //! ```sh
 //! cargo run --release -p zblk-log --example bench                    # the table of docs/zlog.md
@@ -21,13 +22,15 @@ const PAYLOAD: usize = 4096 - 32;
 
 struct Args {
     records: u32,
+    /// Runs of each point: the median is shown.
+    runs: u32,
     flush_every: u32,
     policy: Option<IssuePolicy>,
     targets: Vec<String>,
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { records: 20_000, flush_every: 64, policy: None, targets: vec![] };
+    let mut a = Args { records: 20_000, runs: 3, flush_every: 64, policy: None, targets: vec![] };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut num = |name: &str| -> Result<u32, String> {
@@ -36,13 +39,14 @@ fn args() -> Result<Args, String> {
         };
         match arg.as_str() {
             "--records" => a.records = num("--records")?.max(16),
+            "--runs" => a.runs = num("--runs")?.max(1),
             "--flush-every" => a.flush_every = num("--flush-every")?,
             "--policy" => {
                 let name = it.next().ok_or("--policy takes a policy's name")?;
                 a.policy = Some(IssuePolicy::parse(&name).ok_or(format!("--policy: no policy {name}"))?);
             }
             "-h" | "--help" => {
-                return Err("usage: bench [--records N] [--flush-every N] [--policy P] [TARGET ...]".into());
+                return Err("usage: bench [--records N] [--runs N] [--flush-every N] [--policy P] [TARGET ...]".into());
             }
             t => a.targets.push(t.into()),
         }
@@ -83,9 +87,14 @@ fn row(spec: &str, policy: Option<IssuePolicy>, a: &Args) -> Result<String, Box<
     let log = Log::open(h, LogOptions::new())?;
     let mut cells = Vec::new();
     for threads in THREADS {
-        cells.push(format!("{:>9.0}", run(&log, threads, a.records, a.flush_every)?));
-        // The zones of this point's records reset for the next one.
-        log.trim_to(log.next_seq())?;
+        let mut rates = Vec::new();
+        for _ in 0..a.runs {
+            rates.push(run(&log, threads, a.records, a.flush_every)?);
+            // The zones of this run's records reset for the next one.
+            log.trim_to(log.next_seq())?;
+        }
+        rates.sort_by(f64::total_cmp);
+        cells.push(format!("{:>9.0}", rates[rates.len() / 2]));
     }
     log.close()?;
     Ok(format!("| {spec} | {name} | {} |", cells.join(" | ")))
@@ -114,8 +123,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         a.targets.iter().map(|t| (t.clone(), a.policy)).collect()
     };
     println!(
-        "records per second: {} records of 4 KiB frames per point, a flush every {} appends of a thread\n",
-        a.records, a.flush_every
+        "records per second, the median of {} runs of {} records of 4 KiB frames, a flush every {} appends of a \
+         thread\n",
+        a.runs, a.records, a.flush_every
     );
     println!("| target | policy | {} |", THREADS.map(|t| format!("{t} thr")).join(" | "));
     println!("|---|---|{}", "---:|".repeat(THREADS.len()));
