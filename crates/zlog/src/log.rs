@@ -225,6 +225,11 @@ impl Log {
         if at.len == 0 || at.len > zone_size || at.offset % zone_size + at.len > zone_size {
             return Err(bad("the location is not within one zone"));
         }
+        // No frame is longer than the largest record's: a location's length is not
+        // trusted with an allocation past it.
+        if at.len > frame::frame_len(self.inner.max_payload as u64, self.inner.block) {
+            return Err(bad("the location is longer than any record's frame"));
+        }
         let mut buf = vec![0u8; at.len as usize];
         h.read_at(at.offset, &mut buf)?;
         let hd = frame::header(&buf, zone).ok_or(bad("no frame of this zone starts there"))?;

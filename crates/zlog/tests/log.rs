@@ -226,6 +226,9 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(at.len, 1 << 20, "a record as large as a zone");
     let outside = Location { offset: at.offset + 512, ..at };
     assert!(matches!(log.read(&outside), Err(LogError::NotARecord { .. })));
+    for bad in [Location { len: 0, ..at }, Location { len: 2 << 20, ..at }, Location { seq: at.seq + 1, ..at }] {
+        assert!(matches!(log.read(&bad), Err(LogError::NotARecord { .. })), "{bad:?}");
+    }
     log.close().unwrap();
     log.close().unwrap();
     for e in [log.append(b"x").unwrap_err(), log.flush().unwrap_err(), log.trim_to(1).unwrap_err()] {
