@@ -494,17 +494,20 @@ impl Served for RuntimeServed {
             Op::ZoneAppend => Some(TOKEN_APPEND),
             _ => None,
         };
-        if let (ReplyTo::Tag(to, tag), Some(code)) = (&done, code) {
-            let len32 = u32::try_from(len).expect("a request's length fits the kernel's 32 bits");
-            let token = u64::from(*tag) | u64::from(code) << 16 | u64::from(len32) << 32;
-            let io = match op {
-                Op::Read => Io::read(sector, buf),
-                Op::Write => Io::write(sector, buf),
-                _ => Io::append(sector, buf),
-            };
-            let sink = Arc::clone(to).as_completion();
-            return self.sub.submit_to(io.with_len(len).with_flags(flags), sink, token);
-        }
+        let done = match (done, code) {
+            (ReplyTo::Tag(to, tag), Some(code)) => {
+                let len32 = u32::try_from(len).expect("a request's length fits the kernel's 32 bits");
+                let token = u64::from(tag) | u64::from(code) << 16 | u64::from(len32) << 32;
+                let io = match op {
+                    Op::Read => Io::read(sector, buf),
+                    Op::Write => Io::write(sector, buf),
+                    _ => Io::append(sector, buf),
+                };
+                // (The queue's reference moves on with the I/O: no count taken.)
+                return self.sub.submit_to(io.with_len(len).with_flags(flags), to.as_completion(), token);
+            }
+            (done, _) => done,
+        };
         // The buffer travels with a data I/O; the others leave it here until done.
         let (io, spare) = match op {
             Op::Read => (Io::read(sector, buf).with_len(len), None),
