@@ -359,7 +359,7 @@ mod tests {
             let (mut e, req) = busy_plug(3);
             for _ in 0..4 {
                 let r = if e.bios_in_engine() == 4 {
-                    req.clone()
+                    req
                 } else {
                     std::iter::from_fn(|| e.poll_action())
                         .find_map(|a| if let Action::Issue(r) = a { Some(r) } else { None })
