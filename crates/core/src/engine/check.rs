@@ -69,6 +69,7 @@ impl Engine {
 
     /// After every input: the invariants, when the engine went idle and enough
     /// inputs passed to pay for them, or always under `ZBLK_CHECK_INVARIANTS=1`.
+    #[inline]
     pub(super) fn after_input(&mut self) {
         let q = &mut self.q;
         if !q.self_check {
@@ -76,13 +77,24 @@ impl Engine {
         }
         q.inputs_unchecked += 1;
         let idle = q.bios.is_empty() && q.frozen.is_empty();
-        if every_input() {
-            q.inputs_unchecked = 0;
-            self.check_invariants();
-        } else if idle
-            && q.inputs_unchecked >= (q.plugs.len() as u64 * INPUTS_PER_PLUG_CHECKED).max(MIN_INPUTS_PER_CHECK)
+        if every_input()
+            || (idle
+                && q.inputs_unchecked >= (q.plugs.len() as u64 * INPUTS_PER_PLUG_CHECKED).max(MIN_INPUTS_PER_CHECK))
         {
-            q.inputs_unchecked = 0;
+            self.check_due();
+        }
+    }
+
+    /// The check [`Engine::after_input`] found due: apart, so that the counting on
+    /// every input stays inlined in it.
+    #[cold]
+    #[inline(never)]
+    fn check_due(&mut self) {
+        self.q.inputs_unchecked = 0;
+        if every_input() {
+            self.check_invariants();
+        } else {
+            // Only an idle engine's check is due without ZBLK_CHECK_INVARIANTS.
             self.check_idle();
         }
     }
