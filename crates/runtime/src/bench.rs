@@ -15,11 +15,12 @@
 //! Writes carry fio's buffers: random bytes, filled once (the generator's data
 //! stamps are for the simulator's checker).
 
-use super::{AlignedBuf, Buffer, Io, IoDone, Runtime, Submitter};
+use super::{AlignedBuf, Buffer, Completion, Io, IoDone, Runtime, Submitter};
 use crate::RingStats;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use slab::Slab;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use zblk_core::bio::Op;
 use zblk_core::engine::EngineStats;
@@ -151,7 +152,8 @@ pub fn run_jobs_watched(
     let ring_before = rt.ring_stats();
     let cpu_before = CpuUse::now();
     let t0 = Instant::now();
-    let run = Arc::new(BenchRun {
+    let run = Arc::new_cyclic(|me| BenchRun {
+        me: me.clone(),
         sub: rt.submitter(),
         geo,
         t0,
@@ -160,6 +162,7 @@ pub fn run_jobs_watched(
             fio,
             pool_max: 2 * pool.len(),
             pool,
+            pending: Slab::new(),
             inflight: 0,
             submitting: false,
             idled: false,
@@ -237,6 +240,9 @@ fn diff_stats(a: &EngineStats, b: &EngineStats) -> EngineStats {
 /// A run: the generator and its buffers behind a lock, shared by the thread that
 /// starts it and the completion callbacks that keep it going.
 struct BenchRun {
+    /// Itself, for the completions of its I/Os, which name them by token
+    /// ([`Completion`]).
+    me: Weak<BenchRun>,
     sub: Submitter,
     geo: Geometry,
     t0: Instant,
@@ -254,6 +260,9 @@ struct RunState {
     /// At most this many are kept (writes cut short at a zone's capacity need
     /// buffers of other sizes).
     pool_max: usize,
+    /// What the completion of each I/O in flight hands back to the generator, by
+    /// the slab key its token carries ([`token`]).
+    pending: Slab<FioDone>,
     /// I/Os taken from the generator and not completed.
     inflight: u32,
     /// A thread is submitting (outside the lock): others leave new work to it.
@@ -276,10 +285,29 @@ impl RunState {
     }
 }
 
-/// An I/O ready to go, with what its completion hands back to the generator.
+/// An I/O ready to go, with the key of what its completion hands back to the
+/// generator ([`RunState::pending`]).
 struct Ready {
     io: Io,
-    done: FioDone,
+    key: usize,
+}
+
+/// Bits of a token that hold the key of the I/O's [`FioDone`]: at most
+/// [`MAX_IODEPTH`] x 256 jobs (2^20) are in flight.
+const KEY_BITS: u32 = 20;
+
+/// The token of I/O `key` submitted `ns` into the run: the key, and the submission
+/// time modulo 2^44 ns (4.9 hours, the longest latency it measures).
+fn token(key: usize, ns: u64) -> u64 {
+    assert!(key < 1 << KEY_BITS, "more I/Os in flight than a token names");
+    (ns << KEY_BITS) | key as u64
+}
+
+/// The key and the latency at `now_ns` of the I/O of `token`.
+fn untoken(token: u64, now_ns: u64) -> (usize, u64) {
+    let key = (token & ((1 << KEY_BITS) - 1)) as usize;
+    let latency = (now_ns << KEY_BITS).wrapping_sub(token & !((1 << KEY_BITS) - 1)) >> KEY_BITS;
+    (key, latency)
 }
 
 impl BenchRun {
@@ -316,8 +344,7 @@ impl BenchRun {
             // Submitted without the lock: a completion may run inline.
             run.sub.batch(|| {
                 for r in ready {
-                    let (run2, t) = (run.clone(), Instant::now());
-                    run.sub.submit(r.io, move |d| BenchRun::done(&run2, r.done, t, d));
+                    run.sub.submit_to(r.io, run.clone(), token(r.key, run.now_ns()));
                 }
             });
             st = run.lock();
@@ -337,7 +364,8 @@ impl BenchRun {
                     FioAction::Submit(io) => {
                         st.inflight += 1;
                         let zone = self.append.then(|| self.geo.zone_start(self.geo.zone_no(io.bio.sector)));
-                        ready.push(Ready { io: make_io(&io, &mut st.pool, zone), done: done_of(&io) });
+                        let io_ = make_io(&io, &mut st.pool, zone);
+                        ready.push(Ready { io: io_, key: st.pending.insert(done_of(&io)) });
                     }
                     FioAction::ReportZone(z) => {
                         let info = self.sub.zone_info(self.geo.zone_start(z));
@@ -366,14 +394,15 @@ impl BenchRun {
 
     /// An I/O completed: its buffer back to the pool, its result to the generator,
     /// and what the generator decides next submitted.
-    fn done(run: &Arc<BenchRun>, mut c: FioDone, t: Instant, d: IoDone) {
+    fn done(run: &Arc<BenchRun>, token: u64, d: IoDone) {
         // One clock read for the latency and the run's time.
-        let at = Instant::now();
-        c.latency_ns = at.duration_since(t).as_nanos() as u64;
-        let now = at.duration_since(run.t0).as_nanos() as u64;
-        c.result = d.result;
+        let now = run.now_ns();
+        let (key, latency_ns) = untoken(token, now);
         let now = {
             let mut st = run.lock();
+            let mut c = st.pending.remove(key);
+            c.latency_ns = latency_ns;
+            c.result = d.result;
             st.inflight -= 1;
             if let Some(Buffer::Aligned(b)) = d.buf {
                 if st.pool.len() < st.pool_max {
@@ -385,6 +414,14 @@ impl BenchRun {
             now
         };
         BenchRun::pump(run, Some(now));
+    }
+}
+
+impl Completion for BenchRun {
+    fn complete(&self, token: u64, done: IoDone) {
+        // The run outlives its I/Os: the thread that started it waits for them all.
+        let run = self.me.upgrade().expect("a bench run ends after its I/Os");
+        BenchRun::done(&run, token, done);
     }
 }
 
@@ -438,5 +475,16 @@ mod tests {
         assert!(check_limits(&[job(1 << 20, 4096, 1)]).is_ok());
         assert_eq!(check_limits(&[job(1 << 20, 4096, 1), job(4096, 1, 1)]).unwrap_err().option, "bs");
         assert_eq!(check_limits(&[job(u64::MAX, 2, 2)]).unwrap_err().option, "bs");
+    }
+
+    /// A token carries its I/O's key and submission time; the latency comes back
+    /// across the wrap of the time's 44 bits.
+    #[test]
+    fn a_token_gives_back_its_key_and_latency() {
+        let max_key = (1 << KEY_BITS) - 1;
+        assert_eq!(untoken(token(max_key, 1_000), 1_750), (max_key, 750));
+        assert_eq!(untoken(token(3, 0), 0), (3, 0));
+        let wrap = 1u64 << (64 - KEY_BITS);
+        assert_eq!(untoken(token(7, wrap - 10), wrap + 15), (7, 25));
     }
 }

@@ -2,7 +2,7 @@
 //! in its [`IoDone`], through a callback or an [`IoFuture`]; a [`Submitter`] submits
 //! from anywhere, completion callbacks included, without borrowing the runtime.
 
-use crate::callback::deliver;
+use crate::callback::{Callback, Completion, deliver};
 use crate::shared::Shared;
 use std::future::Future;
 use std::pin::Pin;
@@ -153,8 +153,18 @@ impl Submitter {
             Some(sh) => sh.submit_io(io, done),
             None => {
                 let buf = io.buf;
-                deliver(Box::new(move |result| done(IoDone { result, buf })), Err(Status::IoErr));
+                deliver(Callback::Boxed(Box::new(move |result| done(IoDone { result, buf }))), Err(Status::IoErr));
             }
+        }
+    }
+
+    /// As [`Submitter::submit`], the I/O's end going to `sink` as `token`
+    /// ([`Completion::complete`]) instead of to a callback of its own: what a caller
+    /// with many I/Os in flight uses, at no allocation per I/O.
+    pub fn submit_to(&self, io: Io, sink: Arc<dyn Completion>, token: u64) {
+        match self.shared.upgrade() {
+            Some(sh) => sh.submit_io_to(io, sink, token),
+            None => deliver(Callback::To { sink, token, buf: io.buf }, Err(Status::IoErr)),
         }
     }
 

@@ -67,6 +67,7 @@ mod threads;
 mod uring;
 mod zeroout;
 
+pub use callback::Completion;
 pub use config::{Backend, RuntimeConfig, RuntimeError, io_uring_available};
 pub use io::{Io, IoDone, IoFuture, Submitter};
 pub use local::LocalIo;

@@ -287,6 +287,13 @@ impl Runtime {
         self.sh().submit_io(io, done);
     }
 
+    /// As [`Runtime::submit`], the I/O's end going to `sink` as `token`
+    /// ([`Completion::complete`](crate::Completion::complete)): no boxed callback per
+    /// I/O.
+    pub fn submit_to(&self, io: Io, sink: Arc<dyn crate::Completion>, token: u64) {
+        self.sh().submit_io_to(io, sink, token);
+    }
+
     /// Runs `f`, which submits I/Os from this thread, and hands everything it queued
     /// on the ring to the kernel at once when it returns: one system call for a batch
     /// of submissions instead of one each.

@@ -6,7 +6,7 @@
 //! The plug of [`Runtime::batch`](crate::Runtime::batch) is here too: entries queued
 //! on the ring while a thread is plugged are submitted once, when it unplugs.
 
-use crate::callback::{Done, deliver};
+use crate::callback::{Callback, Completion, Done, deliver};
 use crate::io::{Io, IoDone};
 use crate::mapped::MappedFile;
 use crate::uring::Uring;
@@ -183,7 +183,7 @@ impl Shared {
         let Io { op, sector, nr_sectors, flags, mut buf } = io;
         if self.stopping.load(Ordering::Acquire) {
             // Submitted while the runtime closes: a caller bug, answered with EIO.
-            deliver(Box::new(move |result| done(IoDone { result, buf })), Err(Status::IoErr));
+            deliver(Callback::Boxed(Box::new(move |result| done(IoDone { result, buf }))), Err(Status::IoErr));
             return;
         }
         // The buffer is the runtime's (moved in): lent as writable whatever the
@@ -192,7 +192,24 @@ impl Shared {
         let bio = Bio { op, sector, nr_sectors, flags, user_data: 0 };
         // The buffer moves into the callback: its heap memory, which `raw` points
         // to, stays where it is until the callback hands it back.
-        self.submit_bio(bio, raw, Done::Call(Box::new(move |result| done(IoDone { result, buf }))));
+        let f = Callback::Boxed(Box::new(move |result| done(IoDone { result, buf })));
+        self.submit_bio(bio, raw, Done::Call(f));
+    }
+
+    /// Submits an asynchronous I/O whose end goes to `sink` as `token`: no boxed
+    /// callback.
+    pub(crate) fn submit_io_to(&self, io: Io, sink: Arc<dyn Completion>, token: u64) {
+        let Io { op, sector, nr_sectors, flags, mut buf } = io;
+        if self.stopping.load(Ordering::Acquire) {
+            // Submitted while the runtime closes: a caller bug, answered with EIO.
+            deliver(Callback::To { sink, token, buf }, Err(Status::IoErr));
+            return;
+        }
+        // As in submit_io: the buffer is lent writable, and its heap memory stays
+        // where it is while the BIO's context holds it.
+        let raw = buf.as_mut().map(|b| RawBuf::filling(b.as_mut_slice()));
+        let bio = Bio { op, sector, nr_sectors, flags, user_data: 0 };
+        self.submit_bio(bio, raw, Done::Call(Callback::To { sink, token, buf }));
     }
 
     /// Runs `f` plugged: what it queues on the ring is submitted when the outermost

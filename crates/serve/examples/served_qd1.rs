@@ -18,25 +18,47 @@ use zblk_core::params::DeviceParams;
 use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::{Locked, MemDevice};
-use zblk_runtime::{Runtime, RuntimeConfig};
-use zblk_serve::served::{DataLimit, Req, RuntimeServed, Served};
+use zblk_runtime::{Completion, IoDone, Runtime, RuntimeConfig};
+use zblk_serve::served::{DataLimit, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, reply_of_io};
+
+/// Where the replies go, by tag, as a ublk queue's mailbox takes them: the one
+/// request's buffer back, and whether it succeeded.
+#[derive(Default)]
+struct Slot(Mutex<Option<Reply>>);
+
+impl Replies for Slot {
+    fn reply(&self, _tag: u16, r: Reply) {
+        *self.0.lock().unwrap() = Some(r);
+    }
+
+    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion> {
+        self
+    }
+}
+
+impl Completion for Slot {
+    fn complete(&self, token: u64, d: IoDone) {
+        let (tag, r) = reply_of_io(token, d);
+        self.reply(tag, r);
+    }
+}
 
 /// Serves `op` at `sector` and waits for it (a memory device completes it inside the
 /// submission); the buffer back.
-fn serve(served: &RuntimeServed, op: Op, sector: u64, nr_sectors: u32, buf: AlignedBuf) -> AlignedBuf {
-    let slot = Arc::new(Mutex::new(None));
-    let back = Arc::clone(&slot);
+fn serve(
+    served: &RuntimeServed,
+    slot: &Arc<Slot>,
+    op: Op,
+    sector: u64,
+    nr_sectors: u32,
+    buf: AlignedBuf,
+) -> AlignedBuf {
     let req = Req::Io { op, sector: Sector(sector), nr_sectors, flags: BioFlags::default(), buf };
-    served.submit(
-        req,
-        Box::new(move |r| {
-            assert!(r.result.is_ok(), "{op:?} at {sector}: {:?}", r.result);
-            *back.lock().unwrap() = Some(r.buf);
-        }),
-    );
+    served.submit(req, ReplyTo::Tag(Arc::clone(slot) as Arc<dyn Replies>, 0));
     loop {
-        if let Some(b) = slot.lock().unwrap().take() {
-            return b;
+        if let Some(r) = slot.0.lock().unwrap().take() {
+            assert!(r.result.is_ok(), "{op:?} at {sector}: {:?}", r.result);
+            return r.buf;
         }
         std::hint::spin_loop();
     }
@@ -56,6 +78,7 @@ fn main() {
     let zs = geo.zone_sectors();
     let mut wps: Vec<u64> = (0..8).map(|i| (2 + i) * zs).collect();
     let mut buf = AlignedBuf::zeroed(sectors as usize * 512);
+    let slot = Arc::new(Slot::default());
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let t = Instant::now();
     for _ in 0..count {
@@ -65,10 +88,10 @@ fn main() {
         let z = (x % 8) as usize;
         let start = (2 + z as u64) * zs;
         if wps[z] + u64::from(sectors) > start + zs {
-            buf = serve(&served, Op::ZoneReset, start, 0, buf);
+            buf = serve(&served, &slot, Op::ZoneReset, start, 0, buf);
             wps[z] = start;
         }
-        buf = serve(&served, Op::Write, wps[z], sectors, buf);
+        buf = serve(&served, &slot, Op::Write, wps[z], sectors, buf);
         wps[z] += u64::from(sectors);
     }
     let ns = t.elapsed().as_nanos() as f64 / count as f64;

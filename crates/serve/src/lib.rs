@@ -22,7 +22,9 @@ pub mod ublk;
 
 pub use paced::{DataStore, PacedInfo, PacedSim, SimBuilder};
 pub use record::ServedRecord;
-pub use served::{CopyOut, DataLimit, Done, DoneFn, PagesOut, Replay, Reply, Req, RuntimeServed, Served};
+pub use served::{
+    CopyOut, DataLimit, Done, PagesOut, Replay, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, reply_of_io,
+};
 
 use zblk_core::geometry::Geometry;
 

@@ -20,7 +20,7 @@
 //! enough they become small beside the model's, and what the kernel measures, scaled
 //! back by N, is what the model does under the kernel.
 
-use crate::served::{CopyOut, Done, DoneFn, Reply, Req, Served, encode_zone, outcome, report_count};
+use crate::served::{CopyOut, Done, Reply, ReplyTo, Req, Served, encode_zone, outcome, report_count};
 use crate::{BLK_ZONE_BYTES, ServeError, say};
 use slab::Slab;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -93,7 +93,7 @@ pub type SimBuilder = Box<dyn FnOnce() -> Result<Sim, ServeError> + Send>;
 
 /// What the pacing thread receives.
 enum Msg {
-    Req(Req, DoneFn),
+    Req(Req, ReplyTo),
     /// The server is stopping ([`Served::stop`]): no more pacing.
     Stop,
 }
@@ -186,13 +186,13 @@ impl Served for PacedSim {
         self.keeps_data
     }
 
-    fn submit(&self, req: Req, done: DoneFn) {
+    fn submit(&self, req: Req, done: ReplyTo) {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Err(mpsc::SendError(Msg::Req(req, done))) = tx.send(Msg::Req(req, done)) {
             let buf = match req {
                 Req::Io { buf, .. } | Req::Report { buf, .. } => buf,
             };
-            done(Reply { result: Err(libc::EIO), buf, copy_out: CopyOut::Nothing });
+            done.reply(Reply { result: Err(libc::EIO), buf, copy_out: CopyOut::Nothing });
         }
     }
 
@@ -211,7 +211,7 @@ struct Pending {
     nr_sectors: u32,
     flags: BioFlags,
     buf: AlignedBuf,
-    done: DoneFn,
+    done: ReplyTo,
 }
 
 /// The host's turnaround, as the served device sees it: from handing back a completion
@@ -349,7 +349,7 @@ impl Pacer {
             self.deliver();
         }
         for (_, p) in std::mem::take(&mut self.pending) {
-            (p.done)(Reply { result: Err(libc::EIO), buf: p.buf, copy_out: CopyOut::Nothing });
+            p.done.reply(Reply { result: Err(libc::EIO), buf: p.buf, copy_out: CopyOut::Nothing });
         }
         self.writing = 0;
     }
@@ -377,7 +377,7 @@ impl Pacer {
                     encode_zone(z, &mut buf[i * BLK_ZONE_BYTES..(i + 1) * BLK_ZONE_BYTES]);
                 }
                 let n = count * BLK_ZONE_BYTES;
-                return done(Reply { result: Ok(Done::Bytes(n as i32)), buf, copy_out: CopyOut::Buf(n) });
+                return done.reply(Reply { result: Ok(Done::Bytes(n as i32)), buf, copy_out: CopyOut::Buf(n) });
             }
             Req::Io { op, sector, nr_sectors, flags, buf } => (op, sector, nr_sectors, flags, buf),
         };
@@ -390,7 +390,7 @@ impl Pacer {
                     self.store.bytes()
                 ));
             }
-            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
+            return done.reply(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
         }
         if writes {
             self.writing += len as u64;
@@ -433,7 +433,7 @@ impl Pacer {
                 _ => {}
             }
             let (result, copy_out) = outcome(op, len, c.result.map_err(|s: Status| s));
-            done(Reply { result, buf, copy_out });
+            done.reply(Reply { result, buf, copy_out });
             if self.pending.is_empty() {
                 self.turnaround.idle();
             }
@@ -505,7 +505,7 @@ mod tests {
 
     fn call(p: &PacedSim, req: Req) -> Reply {
         let (tx, rx) = mpsc::channel();
-        p.submit(req, Box::new(move |r| tx.send(r).unwrap()));
+        p.submit(req, ReplyTo::call(move |r| tx.send(r).unwrap()));
         rx.recv().unwrap()
     }
 
@@ -592,13 +592,13 @@ mod tests {
         let (p, t) = paced_scaled("nullb:zone_size=4,size=64,completion_nsec=60000000000", 60);
         let (tx, rx) = mpsc::channel();
         let tx2 = tx.clone();
-        p.submit(io(Op::Write, 0, &[1u8; 4096]), Box::new(move |r| tx.send(r).unwrap()));
+        p.submit(io(Op::Write, 0, &[1u8; 4096]), ReplyTo::call(move |r| tx.send(r).unwrap()));
         assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "an hour's write completed at once");
         let start = Instant::now();
         p.stop();
         let r = rx.recv_timeout(Duration::from_secs(1)).expect("the stop ended the write held");
         assert_eq!(r.result, Ok(Done::Bytes(4096)), "the model ran ahead and completed it");
-        p.submit(io(Op::Write, 8, &[2u8; 4096]), Box::new(move |r| tx2.send(r).unwrap()));
+        p.submit(io(Op::Write, 8, &[2u8; 4096]), ReplyTo::call(move |r| tx2.send(r).unwrap()));
         let r = rx.recv_timeout(Duration::from_secs(1)).expect("a request after the stop is not paced");
         assert_eq!(r.result, Ok(Done::Bytes(4096)));
         assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());

@@ -13,7 +13,7 @@ use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::{Locked, MemDevice};
-use zblk_runtime::{Buffer, Io, IoDone, Submitter};
+use zblk_runtime::{Buffer, Completion, Io, IoDone, Submitter};
 
 /// One request of the kernel.
 #[derive(Debug)]
@@ -149,8 +149,61 @@ pub enum Done {
     Appended(i32, u64),
 }
 
-/// Called once with a request's [`Reply`], from any thread.
-pub type DoneFn = Box<dyn FnOnce(Reply) + Send>;
+/// What ends a request: called once with its [`Reply`], from any thread.
+pub enum ReplyTo {
+    /// A boxed callback.
+    Call(Box<dyn FnOnce(Reply) + Send>),
+    /// Request `tag` of a queue, whose replies all go to one [`Replies`]: a request
+    /// then costs no allocation, as a kernel request carries its tag, not a closure.
+    Tag(Arc<dyn Replies>, u16),
+}
+
+impl ReplyTo {
+    /// A boxed callback.
+    pub fn call(f: impl FnOnce(Reply) + Send + 'static) -> ReplyTo {
+        ReplyTo::Call(Box::new(f))
+    }
+
+    /// Ends the request with `r`.
+    pub fn reply(self, r: Reply) {
+        match self {
+            ReplyTo::Call(f) => f(r),
+            ReplyTo::Tag(to, tag) => to.reply(tag, r),
+        }
+    }
+}
+
+/// Where the replies of a queue's requests go, named by their tags.
+pub trait Replies: Send + Sync {
+    /// Request `tag`'s reply.
+    fn reply(&self, tag: u16, r: Reply);
+
+    /// The same object as the runtime's [`Completion`]: a request that goes to the
+    /// runtime as one I/O names it by a token ([`RuntimeServed`] makes it) and ends
+    /// through it without a callback of its own. Its `complete` is
+    /// `let (tag, r) = reply_of_io(token, d); self.reply(tag, r)`.
+    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion>;
+}
+
+/// The tag and reply of the request whose runtime I/O, named by `token` (made by
+/// [`RuntimeServed`] from the tag, the operation and the length), ended with `d`.
+pub fn reply_of_io(token: u64, d: IoDone) -> (u16, Reply) {
+    let tag = token as u16;
+    let op = match (token >> 16) as u8 {
+        TOKEN_READ => Op::Read,
+        TOKEN_WRITE => Op::Write,
+        _ => Op::ZoneAppend,
+    };
+    let len = (token >> 32) as usize;
+    let Some(Buffer::Aligned(buf)) = d.buf else { unreachable!("the runtime hands back the buffer it was given") };
+    let (result, copy_out) = outcome(op, len, d.result);
+    (tag, Reply { result, buf, copy_out })
+}
+
+/// The operation's code in a token of [`reply_of_io`].
+const TOKEN_READ: u8 = 0;
+const TOKEN_WRITE: u8 = 1;
+const TOKEN_APPEND: u8 = 2;
 
 /// A device the ublk queues serve.
 pub trait Served: Send + Sync {
@@ -159,7 +212,7 @@ pub trait Served: Send + Sync {
 
     /// Serves `req`; `done` is called exactly once, maybe before this returns (on
     /// this thread), maybe later on another.
-    fn submit(&self, req: Req, done: DoneFn);
+    fn submit(&self, req: Req, done: ReplyTo);
 
     /// Answers `req` here and now when the device can do so without its engine or a
     /// callback (a read of the memory device: see [`RuntimeServed::reading_from`]);
@@ -338,7 +391,7 @@ impl RuntimeServed {
 
     /// Acknowledges the write given again once the device's bytes are read back equal
     /// to its data; fails it as a write behind the write pointer otherwise.
-    fn acknowledge_replayed(&self, sector: Sector, len: usize, buf: AlignedBuf, done: DoneFn) {
+    fn acknowledge_replayed(&self, sector: Sector, len: usize, buf: AlignedBuf, done: ReplyTo) {
         let said = self.replay.as_ref().is_some_and(|r| r.said.swap(true, Ordering::Relaxed));
         self.sub.submit(Io::read(sector, AlignedBuf::zeroed(len)), move |d: IoDone| {
             let same = d.result.is_ok() && matches!(&d.buf, Some(Buffer::Aligned(r)) if r[..] == buf[..len]);
@@ -350,7 +403,7 @@ impl RuntimeServed {
                 ));
             }
             let result = if same { Ok(Done::Bytes(len as i32)) } else { Err(Status::Unaligned.errno()) };
-            done(Reply { result, buf, copy_out: CopyOut::Nothing });
+            done.reply(Reply { result, buf, copy_out: CopyOut::Nothing });
         });
     }
 
@@ -374,7 +427,7 @@ impl RuntimeServed {
         }
     }
 
-    fn report(&self, first: u32, nr_zones: usize, mut buf: AlignedBuf, done: DoneFn) {
+    fn report(&self, first: u32, nr_zones: usize, mut buf: AlignedBuf, done: ReplyTo) {
         let count = report_count(&self.geo, first, nr_zones, buf.len());
         let mut result = Ok(Done::Bytes((count * BLK_ZONE_BYTES) as i32));
         for i in 0..count {
@@ -388,7 +441,7 @@ impl RuntimeServed {
             }
         }
         let copy_out = if result.is_ok() { CopyOut::Buf(count * BLK_ZONE_BYTES) } else { CopyOut::Nothing };
-        done(Reply { result, buf, copy_out });
+        done.reply(Reply { result, buf, copy_out });
     }
 }
 
@@ -417,9 +470,9 @@ impl Served for RuntimeServed {
         }
     }
 
-    fn submit(&self, req: Req, done: DoneFn) {
+    fn submit(&self, req: Req, done: ReplyTo) {
         let req = match self.serve_now(req) {
-            Ok(reply) => return done(reply),
+            Ok(reply) => return done.reply(reply),
             Err(req) => req,
         };
         let len = req.data_len();
@@ -428,11 +481,33 @@ impl Served for RuntimeServed {
             Req::Io { op, sector, nr_sectors, flags, buf } => (op, sector, nr_sectors, flags, buf),
         };
         if matches!(op, Op::Write | Op::ZoneAppend) && self.limit.as_ref().is_some_and(|l| l.refuses(op, sector, len)) {
-            return done(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
+            return done.reply(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
         }
         if self.replayed(op, sector, nr_sectors) {
             return self.acknowledge_replayed(sector, len, buf, done);
         }
+        // A data I/O of a queue's request goes named by a token: the tag, the
+        // operation and the length say what the reply is (reply_of_io).
+        let code = match op {
+            Op::Read => Some(TOKEN_READ),
+            Op::Write => Some(TOKEN_WRITE),
+            Op::ZoneAppend => Some(TOKEN_APPEND),
+            _ => None,
+        };
+        let done = match (done, code) {
+            (ReplyTo::Tag(to, tag), Some(code)) => {
+                let len32 = u32::try_from(len).expect("a request's length fits the kernel's 32 bits");
+                let token = u64::from(tag) | u64::from(code) << 16 | u64::from(len32) << 32;
+                let io = match op {
+                    Op::Read => Io::read(sector, buf),
+                    Op::Write => Io::write(sector, buf),
+                    _ => Io::append(sector, buf),
+                };
+                // (The queue's reference moves on with the I/O: no count taken.)
+                return self.sub.submit_to(io.with_len(len).with_flags(flags), to.as_completion(), token);
+            }
+            (done, _) => done,
+        };
         // The buffer travels with a data I/O; the others leave it here until done.
         let (io, spare) = match op {
             Op::Read => (Io::read(sector, buf).with_len(len), None),
@@ -450,7 +525,7 @@ impl Served for RuntimeServed {
                 _ => unreachable!("the runtime hands back the buffer it was given"),
             };
             let (result, copy_out) = outcome(op, len, d.result);
-            done(Reply { result, buf, copy_out });
+            done.reply(Reply { result, buf, copy_out });
         });
     }
 }

@@ -10,13 +10,13 @@ use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::file::{CreateOptions, FileImage, ImageOptions};
 use zblk_runtime::{Runtime, RuntimeConfig};
-use zblk_serve::{Done, Replay, Reply, Req, RuntimeServed, Served};
+use zblk_serve::{Done, Replay, Reply, ReplyTo, Req, RuntimeServed, Served};
 
 const ZONE: u64 = 2048;
 
 fn call(s: &dyn Served, req: Req) -> Reply {
     let (tx, rx) = channel();
-    s.submit(req, Box::new(move |r| tx.send(r).unwrap()));
+    s.submit(req, ReplyTo::call(move |r| tx.send(r).unwrap()));
     rx.recv().unwrap()
 }
 

@@ -165,6 +165,12 @@ pub(crate) struct FragTable {
 }
 
 impl FragTable {
+    /// Whether no fragment is in the engine (a look at the slab's count, not a walk
+    /// of its slots).
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     /// A new fragment of BIO `bio`, waiting for a tag until told otherwise.
     #[allow(clippy::too_many_arguments)]
     pub fn insert(

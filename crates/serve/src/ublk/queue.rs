@@ -22,7 +22,7 @@
 //! its data goes to the kernel from the device's pages ([`CopyOut::Pages`]).
 
 use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
-use crate::served::{CopyOut, Done, DoneFn, Reply, Req, Served};
+use crate::served::{CopyOut, Done, Replies, Reply, ReplyTo, Req, Served, reply_of_io};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkIORes};
 use slab::Slab;
@@ -34,7 +34,7 @@ use std::time::Duration;
 use zblk_core::bio::Op;
 use zblk_core::units::SECTOR_SIZE;
 use zblk_dev::buf::AlignedBuf;
-use zblk_runtime::{LocalIo, PollWindow};
+use zblk_runtime::{Completion, IoDone, LocalIo, PollWindow};
 
 /// The `op` of a target entry on the queue's ring that reads the mailbox's eventfd.
 const OP_WAKE: u32 = 1;
@@ -48,6 +48,30 @@ const OP_TRANSFER: u32 = 2;
 struct Mailbox {
     done: Mutex<Vec<(u16, Reply)>>,
     efd: OwnedFd,
+}
+
+/// A request's reply: committed by the queue's thread if it comes there (into
+/// [`READY`]), else posted to the mailbox, which wakes the thread.
+impl Replies for Mailbox {
+    fn reply(&self, tag: u16, r: Reply) {
+        if HOME.with(|h| std::ptr::eq(h.get(), self)) {
+            READY.with(|v| v.borrow_mut().push((tag, r)));
+        } else {
+            self.post(tag, r);
+        }
+    }
+
+    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion> {
+        self
+    }
+}
+
+/// The end of a request that went to the runtime as one I/O, named by its token.
+impl Completion for Mailbox {
+    fn complete(&self, token: u64, d: IoDone) {
+        let (tag, r) = reply_of_io(token, d);
+        self.reply(tag, r);
+    }
 }
 
 impl Mailbox {
@@ -373,14 +397,8 @@ impl Queue {
             Ok(reply) => return self.commit(q, tag, reply),
             Err(req) => req,
         };
-        let mb = Arc::clone(&self.mailbox);
-        let done: DoneFn = Box::new(move |r| {
-            if HOME.with(|h| std::ptr::eq(h.get(), Arc::as_ptr(&mb))) {
-                READY.with(|v| v.borrow_mut().push((tag, r)));
-            } else {
-                mb.post(tag, r);
-            }
-        });
+        // The reply goes to the queue's mailbox by tag: no closure per request.
+        let done = ReplyTo::Tag(Arc::clone(&self.mailbox) as Arc<dyn Replies>, tag);
         // (Not `self.on_ring`: the closure borrows the served device, a field apart.)
         on_ring(&*self.served, &mut self.fresh, || self.served.submit(req, done));
     }
