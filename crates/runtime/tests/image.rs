@@ -11,6 +11,8 @@ use zblk_dev::DeviceErrorKind;
 use zblk_dev::file::format::Layout;
 use zblk_dev::file::{CreateOptions, FileImage, ImageErrorKind, ImageOptions};
 
+mod common;
+
 fn params() -> GeometryParams {
     GeometryParams {
         capacity_bytes: 8 << 20,
@@ -32,7 +34,14 @@ fn create(dir: &Path) -> PathBuf {
     p
 }
 
+/// Opens `p`, waiting while another test's forked child still holds its lock
+/// (`permission_denied` forks; a child holds every descriptor until it execs).
 fn open(p: &Path) -> Result<FileImage, zblk_dev::file::ImageError> {
+    common::retry_in_use(|| open_once(p))
+}
+
+/// Opens `p` once: for the tests of an image in use.
+fn open_once(p: &Path) -> Result<FileImage, zblk_dev::file::ImageError> {
     FileImage::open(p, &ImageOptions::default())
 }
 
@@ -192,7 +201,7 @@ fn in_use_by_another_open() {
     let dir = tempfile::tempdir().unwrap();
     let p = create(dir.path());
     let _held = open(&p).unwrap();
-    let e = open(&p).unwrap_err();
+    let e = open_once(&p).unwrap_err();
     assert!(e.to_string().ends_with("image in use by another process"), "{e}");
 }
 
@@ -204,7 +213,7 @@ fn readers_share_the_image() {
     let a = FileImage::open(&p, &ro).unwrap();
     let b = FileImage::open(&p, &ro).unwrap();
     assert_eq!(a.zones(), b.zones());
-    let e = open(&p).unwrap_err();
+    let e = open_once(&p).unwrap_err();
     assert!(matches!(e.kind, ImageErrorKind::Device(DeviceErrorKind::InUse(_))), "{e}");
 }
 
