@@ -19,8 +19,13 @@ use zblk_runtime::vopr;
 const OPS: u64 = 400;
 
 /// Each planted bug and the seeds (from 1, the ones that cut the power among them)
-/// within which the runtime's checks catch it.
-const BOUNDS: [(Mutation, u64); 2] = [(Mutation::FlushCoversHole, 60), (Mutation::StaleTailKept, 60)];
+/// within which the runtime's checks catch it. A seed replays its workload, not its
+/// threads' interleaving, so where a bug that needs a race is caught varies from run
+/// to run: a flush that covers a write still in flight needs the flush to meet one,
+/// caught between seed 6 and 75 in ten runs on a loaded host, past 60 in three of
+/// them; its bound leaves room for that. The walk stops
+/// at the first catch, so the bound costs time only when the checks are blind.
+const BOUNDS: [(Mutation, u64); 2] = [(Mutation::FlushCoversHole, 300), (Mutation::StaleTailKept, 60)];
 
 #[test]
 fn the_power_cuts_catch_the_planted_bugs_of_durable_state() {
