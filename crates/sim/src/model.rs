@@ -14,7 +14,7 @@ use zblk_core::bio::Request;
 use zblk_core::params::LatencyDist;
 
 /// A timing model of a device, in virtual nanoseconds.
-pub trait DeviceModel {
+pub trait DeviceModel: Send {
     /// A request reaches the device at `now_ns`.
     fn submit(&mut self, now_ns: u64, req: &Request);
     /// When the model next has something to do, if anything is pending.

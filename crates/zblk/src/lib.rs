@@ -33,6 +33,7 @@
 
 pub mod asynch;
 pub mod explain;
+pub mod sim;
 pub mod spec;
 
 mod error;
