@@ -270,8 +270,11 @@ impl Handle {
     pub fn zone(&self, offset: u64) -> Result<Zone, Error> {
         self.check_range(offset, self.block_size())?;
         if let Some(s) = self.sim() {
-            let zones = self.sim_report(s)?;
-            return Ok(Zone::of(&zones[self.inner.geo.zone_no(sector(offset)).idx()]));
+            let z = s.report_zone(sector(offset)).map_err(|e| match e {
+                SimErr::Closed => Error::Closed,
+                SimErr::Status(status) => Error::Report { status, message: format!("zone report: {status}") },
+            })?;
+            return Ok(Zone::of(&z));
         }
         let rt = self.rt()?;
         let z = rt.get().report_zone(sector(offset)).map_err(|st| report_failed(rt.get(), st))?;

@@ -63,6 +63,11 @@ impl SimLink {
         self.world()?.report().map_err(SimErr::Status)
     }
 
+    /// The zone holding `sector` now.
+    pub fn report_zone(&self, sector: Sector) -> Result<ZoneInfo, SimErr> {
+        self.world()?.report_zone(sector).map_err(SimErr::Status)
+    }
+
     /// Submits `op` at `sector` with `buf` and runs the world until it ends.
     pub fn call(&self, op: Op, sector: Sector, buf: Option<Buffer>) -> SimDone {
         let mut w = self.world()?;

@@ -142,6 +142,11 @@ impl World {
         self.mem.zones().map(|z| z.zones().to_vec()).ok_or(Status::NotSupported)
     }
 
+    /// The zone holding `sector` now.
+    pub fn report_zone(&self, sector: Sector) -> Result<zblk_core::zone::ZoneInfo, Status> {
+        self.mem.report_zone(sector)
+    }
+
     /// Submits a BIO of `op` at `sector` carrying `buf` (a write's data, a read's
     /// room); returns its token.
     pub fn submit(&mut self, op: Op, sector: Sector, buf: Option<Buffer>) -> u64 {
