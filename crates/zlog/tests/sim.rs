@@ -22,7 +22,7 @@ const DEVICE: &str = "sim:nullb:zone_size=1,size=16";
 /// the zone write plugs (where the issue policies differ).
 const EMULATED: &str = "sim:nullb:zone_size=1,size=16,zone_append_max_sectors=0";
 /// Seeds run by default (`ZBLK_SIM_SEEDS` for more).
-const SEEDS: u64 = 2000;
+const SEEDS: u64 = 1000;
 
 /// The faults: `read_error_ppm` lower on devices whose recovery reads more (the
 /// log reads every zone it used whole, finished ones too: a zone of 16 MiB is 16
