@@ -3,7 +3,7 @@
 //!
 //! Without the `planted` feature, [`on`] is a constant `false` and every planted
 //! bug compiles away. With it, the planted bug is a per-thread setting (tests run
-//! on several threads at once; a simulation runs on one), off unless [`set`] says.
+//! on several threads at once; a simulation runs on one), off unless `set` says (with the feature).
 
 /// A planted bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
