@@ -156,9 +156,10 @@ impl Handle {
         self.inner.sim.as_ref()
     }
 
-    /// The power-loss epoch of the simulation's host this handle belongs to.
+    /// The power-loss epoch of the simulation's host this handle belongs to, while
+    /// it is open.
     pub(crate) fn sim_epoch(&self) -> Option<u64> {
-        self.sim().map(|s| s.epoch)
+        self.sim().filter(|s| !s.is_closed()).map(|s| s.epoch)
     }
 
     /// A simulated request's error.

@@ -136,6 +136,17 @@ fn a_power_cut_at_a_step_drops_the_tasks() {
 }
 
 #[test]
+fn a_closed_handle_is_replaced() {
+    let sim = Sim::new(DEVICE, 2).unwrap();
+    let h = sim.handle();
+    let zone = h.zone_size();
+    h.append(zone, &[1; 512]).unwrap();
+    h.close().unwrap();
+    assert!(matches!(h.flush(), Err(Error::Closed)));
+    assert_eq!(sim.handle().zone(zone).unwrap().wp, zone + 512);
+}
+
+#[test]
 #[should_panic(expected = "zblk::sim seed 5: every task waits")]
 fn a_deadlock_names_its_seed() {
     let sim = Sim::new(DEVICE, 5).unwrap();

@@ -58,6 +58,11 @@ impl SimLink {
         self.closed.store(true, Ordering::Release);
     }
 
+    /// Whether [`SimLink::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// The zones now.
     pub fn report(&self) -> Result<Vec<ZoneInfo>, SimErr> {
         self.world()?.report().map_err(SimErr::Status)

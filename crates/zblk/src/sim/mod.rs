@@ -189,9 +189,9 @@ impl Sim {
         self.seed
     }
 
-    /// A handle on the simulated device (clones of one handle until the next power
-    /// loss, whose host starts anew with a new handle; the handles of before fail
-    /// with [`Error::Closed`]).
+    /// A handle on the simulated device (clones of one handle until it is closed or
+    /// the next power loss, whose host starts anew with a new handle; the handles
+    /// of before fail with [`Error::Closed`]).
     pub fn handle(&self) -> Handle {
         let mut h = self.handle.borrow_mut();
         if let Some(h) = h.as_ref().filter(|h| h.sim_epoch() == Some(self.world().epoch)) {
