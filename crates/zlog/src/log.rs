@@ -252,7 +252,13 @@ impl Log {
         if crate::planted::on(crate::planted::Bug::FlushNotIssued) {
             return Ok(());
         }
-        Ok(self.inner.h.flush_async().await?)
+        let flush = self.inner.h.flush_async();
+        if crate::planted::on(crate::planted::Bug::FlushNotAwaited) {
+            // Planted: the FLUSH goes on in the device; nobody waits for it.
+            drop(flush);
+            return Ok(());
+        }
+        Ok(flush.await?)
     }
 
     /// Reads the record at `at` back, checking its frame.

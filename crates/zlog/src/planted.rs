@@ -12,6 +12,10 @@ pub enum Bug {
     /// FLUSH: the records appended before it are acknowledged durable while they
     /// may still be in the device's volatile cache.
     FlushNotIssued,
+    /// [`crate::Log::flush_async`] submits the FLUSH and returns at once, without
+    /// waiting for it: the records are acknowledged durable before the flush
+    /// returns.
+    FlushNotAwaited,
     /// The recovery keeps a frame whose checksum does not hold (a record torn by a
     /// failed or partial write): a torn record is taken for a record, and the frame
     /// it claims hides what lies after it.

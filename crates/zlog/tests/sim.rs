@@ -309,6 +309,18 @@ fn planted_flush_not_issued_is_caught() {
     }
 }
 
+/// A flush that returns without waiting for its FLUSH is caught within 20 seeds;
+/// the same seeds pass without it.
+#[test]
+fn planted_flush_not_awaited_is_caught() {
+    let caught = caught_within(Bug::FlushNotAwaited, 20);
+    eprintln!("FlushNotAwaited caught at seed {caught:?} (bound 20)");
+    let caught = caught.expect("caught within 20 seeds");
+    for seed in 1..=caught {
+        run_seed(seed).unwrap();
+    }
+}
+
 /// A recovery that keeps a torn frame is caught within 50 seeds; the same seeds
 /// pass without it.
 #[test]
@@ -326,7 +338,7 @@ fn planted_torn_frame_kept_is_caught() {
 #[test]
 #[ignore]
 fn planted_bug_rates() {
-    for bug in [Bug::FlushNotIssued, Bug::TornFrameKept] {
+    for bug in [Bug::FlushNotIssued, Bug::FlushNotAwaited, Bug::TornFrameKept] {
         planted::set(Some(bug));
         let caught = (1..=200).filter(|&seed| run_seed(seed).is_err()).count();
         planted::set(None);

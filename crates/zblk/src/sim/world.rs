@@ -7,8 +7,9 @@
 //! A request executes on the device's data and zones when it reaches the device,
 //! in the order the engine issues it (as a device that keeps a zone's writes in
 //! order does); its completion comes back when the timing model completes it.
-//! The write cache holds what executed since the last durable point (a FLUSH, a FUA
-//! write, a RESET or FINISH, a zone failing); a power loss keeps the durable state
+//! The write cache holds what executed since the last durable point (a FLUSH once it
+//! completes, for what executed before it arrived; a FUA write, a RESET or FINISH, a
+//! zone failing, when they execute); a power loss keeps the durable state
 //! and a prefix of the cache drawn from the seed, as the simulator's disks do
 //! (docs/vopr.md).
 
@@ -38,10 +39,15 @@ struct Cache {
     durable: MemDevice,
     /// Requests executed since, with a write's data.
     log: Vec<(Request, Vec<u8>)>,
+    /// Requests destaged so far (the log's first entry is number `destaged`).
+    destaged: u64,
+    /// FLUSHes on the device: (request id, the entries before their arrival).
+    flushes: BTreeMap<u64, u64>,
 }
 
 impl Cache {
     fn destage(&mut self, n: usize) {
+        self.destaged += n as u64;
         for (req, data) in self.log.drain(..n) {
             let buf = if data.is_empty() { IoBuf::None } else { IoBuf::Write(&data) };
             let _ = self.durable.execute(&req, buf);
@@ -105,7 +111,12 @@ impl World {
     pub fn new(geo: Geometry, cfg: EngineConfig, model: Box<dyn DeviceModel>, faults: FaultConfig, seed: u64) -> World {
         let mem = MemDevice::new(&geo, true);
         let engine = Engine::new(&geo, cfg, mem.zones().map_or(&[][..], |z| z.zones()));
-        let cache = faults.write_cache.then(|| Cache { durable: mem.clone(), log: Vec::new() });
+        let cache = faults.write_cache.then(|| Cache {
+            durable: mem.clone(),
+            log: Vec::new(),
+            destaged: 0,
+            flushes: BTreeMap::new(),
+        });
         World {
             seed,
             geo,
@@ -213,6 +224,13 @@ impl World {
         for req in done.drain(..) {
             let result = self.pending.remove(&req.id.raw()).unwrap_or(Err(Status::IoErr));
             self.mix(&[2, self.now_ns, req.id.raw(), result.map_or(u64::MAX, |s| s.0)]);
+            if let Some(c) = &mut self.cache {
+                // A FLUSH done: what executed before it arrived is durable now.
+                if let (Some(mark), true) = (c.flushes.remove(&req.id.raw()), result.is_ok()) {
+                    let n = mark.saturating_sub(c.destaged).min(c.log.len() as u64);
+                    c.destage(n as usize);
+                }
+            }
             self.engine.complete(req.id, result);
         }
         self.done = done;
@@ -340,8 +358,11 @@ impl World {
                 r
             }
         };
+        if let (Op::Flush, Some(c), Ok(_)) = (req.op, &mut self.cache, r) {
+            // Durable when it completes (a power loss before may lose it all).
+            c.flushes.insert(req.id.raw(), c.destaged + c.log.len() as u64);
+        }
         let durable = match req.op {
-            Op::Flush => r.is_ok(),
             Op::ZoneReset | Op::ZoneResetAll | Op::ZoneFinish => true,
             Op::Write | Op::ZoneAppend => r.is_ok() && req.flags.contains(BioFlags::FUA),
             _ => false,
@@ -381,6 +402,7 @@ impl World {
         }
         if let Some(c) = &mut self.cache {
             c.durable = self.mem.clone();
+            c.flushes.clear();
         }
         self.engine = Engine::new(&self.geo, self.cfg, self.mem.zones().map_or(&[][..], |z| z.zones()));
         self.epoch += 1;
