@@ -83,6 +83,8 @@ struct SeedRun {
     /// Durable records in zones gone OFFLINE (the device lost them, not the log).
     offline: u64,
     faults: u64,
+    /// Faults by kind.
+    by_kind: BTreeMap<&'static str, u64>,
     digest: u64,
     virtual_ns: u64,
     /// Executor steps until the cut, or the run's end.
@@ -200,6 +202,7 @@ fn check(sim: &Sim, seed: u64, s: &Shared) -> Result<SeedRun, String> {
         }
     }
     let stats = sim.stats();
+    run.by_kind = stats.faults_by_kind.clone();
     (run.found, run.faults, run.digest, run.virtual_ns) =
         (found.len() as u64, stats.faults, sim.digest(), stats.now_ns);
     Ok(run)
@@ -223,6 +226,9 @@ fn no_durable_record_lost_none_invented() {
         total.flush_errors += r.flush_errors;
         total.recovery_errors += r.recovery_errors;
         total.offline += r.offline;
+        for (k, n) in &r.by_kind {
+            *total.by_kind.entry(k).or_insert(0) += n;
+        }
         total.steps = total.steps.max(r.steps);
     });
     eprintln!(
@@ -241,6 +247,7 @@ fn no_durable_record_lost_none_invented() {
         total.offline,
         total.steps
     );
+    eprintln!("faults by kind: {:?}", total.by_kind);
     assert!(n < SEEDS || total.faults > 0 && cuts > 0 && total.durable > 0);
 }
 

@@ -228,6 +228,22 @@ impl Sim {
     /// still running when it returns are dropped (their requests go on in the
     /// device). Panics when every task waits and the device has nothing left to do
     /// (a deadlock), naming the seed.
+    ///
+    /// ```
+    /// let sim = zblk::sim::Sim::new("sim:nullb:zone_size=1,size=8", 1)?;
+    /// let h = sim.handle();
+    /// let zone = h.zone_size();
+    /// let appends = async move {
+    ///     for _ in 0..100 {
+    ///         h.append_async(zone, vec![1; 512]).await?;
+    ///     }
+    ///     Ok::<_, zblk::Error>(())
+    /// };
+    /// assert!(sim.run(appends, Some(40)).is_none(), "the power went at step 40");
+    /// let wp = sim.handle().zone(zone)?.wp; // a new host, on what the device kept
+    /// assert!(wp < zone + 100 * 512);
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
     pub fn run<T: 'static>(&self, fut: impl Future<Output = T> + 'static, cut_at: Option<u64>) -> Option<T> {
         let main = self.spawner().spawn(fut);
         let mut steps = 0u64;
