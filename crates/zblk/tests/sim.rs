@@ -167,3 +167,24 @@ fn seeds_come_from_the_environment_or_the_default() {
         assert_eq!(zblk::sim::seeds(10, 5), 10..15);
     }
 }
+
+/// Prints seed 11's digest when run as the child of the test below.
+#[test]
+fn child_digest() {
+    if std::env::var_os("ZBLK_SIM_DIGEST_CHILD").is_some() {
+        println!("digest={:x}", run(11).0);
+    }
+}
+
+#[test]
+fn another_process_gets_the_same_digest() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_digest", "--nocapture", "--test-threads", "1"])
+        .env("ZBLK_SIM_DIGEST_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // (The harness prints the test's name on the same line.)
+    let theirs = text.split("digest=").nth(1).and_then(|t| t.split_whitespace().next()).expect("the child's digest");
+    assert_eq!(theirs, format!("{:x}", run(11).0), "{text}");
+}
