@@ -67,7 +67,9 @@ pub use zblk_sim::faults::FaultConfig;
 use crate::spec::Target;
 use crate::{Error, Handle, IssuePolicy, MAX_QUEUE_DEPTH};
 use exec::Exec;
-use std::cell::{Cell, RefCell};
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -138,8 +140,8 @@ impl SimOptions {
             name: spec.into(),
             seed,
             exec: RefCell::new(exec),
-            rng: Cell::new(seed ^ 0x5eed_e8ec),
-            user_rng: Cell::new(seed ^ 0x7e57_0000),
+            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_e8ec)),
+            user_rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed ^ 0x7e57_0000)),
             handle: RefCell::new(None),
         })
     }
@@ -155,9 +157,9 @@ pub struct Sim {
     /// Where tasks are spawned (the executor's).
     queue: Rc<RefCell<exec::SpawnQueue>>,
     /// The executor's choices.
-    rng: Cell<u64>,
+    rng: RefCell<ChaCha8Rng>,
     /// [`Sim::random`]'s.
-    user_rng: Cell<u64>,
+    user_rng: RefCell<ChaCha8Rng>,
     /// The handle of the host since the last power loss.
     handle: RefCell<Option<Handle>>,
 }
@@ -166,16 +168,6 @@ impl std::fmt::Debug for Sim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sim").field("name", &self.name).field("seed", &self.seed).finish_non_exhaustive()
     }
-}
-
-/// splitmix64: the next value of `state`.
-fn next(state: &Cell<u64>) -> u64 {
-    let s = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-    state.set(s);
-    let mut z = s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl Sim {
@@ -212,7 +204,7 @@ impl Sim {
     /// A number below `bound` (at least 1) drawn from the seed, for the test's own
     /// choices (not the executor's nor the device's).
     pub fn random(&self, bound: u64) -> u64 {
-        next(&self.user_rng) % bound.max(1)
+        self.user_rng.borrow_mut().random_range(0..bound.max(1))
     }
 
     /// Runs `fut` to its end with every task spawned, and returns its output.
@@ -270,8 +262,8 @@ impl Sim {
                 self.exec.borrow_mut().clear();
                 panic!("zblk::sim seed {}: every task waits and the device has nothing to do", self.seed);
             }
-            if !ready.is_empty() && (!events || next(&self.rng) % 2 == 0) {
-                let id = ready[(next(&self.rng) % ready.len() as u64) as usize];
+            if !ready.is_empty() && (!events || self.rng.borrow_mut().random_bool(0.5)) {
+                let id = ready[self.rng.borrow_mut().random_range(0..ready.len())];
                 w.mix(&[7, id]);
                 drop(w);
                 // (A task spawns through the queue, not the executor.)
