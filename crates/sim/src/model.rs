@@ -13,8 +13,9 @@ use std::collections::BinaryHeap;
 use zblk_core::bio::Request;
 use zblk_core::params::LatencyDist;
 
-/// A timing model of a device, in virtual nanoseconds.
-pub trait DeviceModel {
+/// A timing model of a device, in virtual nanoseconds. `Send`: the library's
+/// simulation (`zblk::sim`) keeps one behind a lock its handles share across threads.
+pub trait DeviceModel: Send {
     /// A request reaches the device at `now_ns`.
     fn submit(&mut self, now_ns: u64, req: &Request);
     /// When the model next has something to do, if anything is pending.

@@ -24,6 +24,7 @@
 //! that order), so a task may submit several writes to a zone before awaiting them.
 
 use crate::handle::{Handle, ZoneOp, sector};
+use crate::sim::SimIo;
 use crate::{Buffer, Error};
 use zblk_core::bio::Op;
 use zblk_core::units::{SECTOR_SIZE, Sector};
@@ -83,15 +84,19 @@ impl Handle {
     /// A zone management operation on the zone starting at `zone`. See
     /// [`Handle::zone_op`].
     pub fn zone_op_async(&self, op: ZoneOp, zone: u64) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let submitted = self
-            .check_range(zone, self.block_size())
-            .and_then(|()| self.submit(Io::zone(op.op(), sector(zone)), op.op(), zone, 0));
+        let submitted = self.check_range(zone, self.block_size()).and_then(|()| match self.sim() {
+            Some(_) => self.submit_sim(op.op(), zone, 0, None),
+            None => self.submit(Io::zone(op.op(), sector(zone)), op.op(), zone, 0),
+        });
         async move { submitted?.wait().await.map(drop) }
     }
 
     /// Makes every completed write durable. See [`Handle::flush`].
     pub fn flush_async(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let submitted = self.submit(Io::flush(), Op::Flush, 0, 0);
+        let submitted = match self.sim() {
+            Some(_) => self.submit_sim(Op::Flush, 0, 0, None),
+            None => self.submit(Io::flush(), Op::Flush, 0, 0),
+        };
         async move { submitted?.wait().await.map(drop) }
     }
 
@@ -99,6 +104,9 @@ impl Handle {
     fn submit_data(&self, op: Op, offset: u64, buf: Buffer) -> Result<Pending, Error> {
         let len = buf.as_slice().len();
         self.check_io(offset, len)?;
+        if self.sim().is_some() {
+            return self.submit_sim(op, offset, len, Some(buf));
+        }
         let io = match op {
             Op::Write => Io::write(sector(offset), buf),
             Op::ZoneAppend => Io::append(sector(offset), buf),
@@ -111,14 +119,27 @@ impl Handle {
     /// plug is taken here, not when the future is first polled.
     fn submit(&self, io: Io, op: Op, offset: u64, len: usize) -> Result<Pending, Error> {
         let rt = self.rt()?;
-        let fut = rt.get().submit_async(io);
+        let fut = Fut::Rt(rt.get().submit_async(io));
         Ok(Pending { fut, handle: self.clone(), op, offset, len })
     }
+
+    /// Submits `op` at `offset` to the simulation the handle is on.
+    fn submit_sim(&self, op: Op, offset: u64, len: usize, buf: Option<Buffer>) -> Result<Pending, Error> {
+        let s = self.sim().expect("a simulated handle");
+        let fut = s.submit(op, sector(offset), buf).map_err(|e| self.sim_failed(e, op, offset, len))?;
+        Ok(Pending { fut: Fut::Sim(fut), handle: self.clone(), op, offset, len })
+    }
+}
+
+/// A submitted request's future: the runtime's, or a simulation's.
+enum Fut {
+    Rt(IoFuture),
+    Sim(SimIo),
 }
 
 /// A submitted request: its future, and what its error would say.
 struct Pending {
-    fut: IoFuture,
+    fut: Fut,
     handle: Handle,
     op: Op,
     offset: u64,
@@ -129,6 +150,13 @@ impl Pending {
     /// Its end: where it landed and its buffer back, or its error.
     async fn wait(self) -> Result<(Sector, Buffer), Error> {
         let Pending { fut, handle, op, offset, len } = self;
+        let fut = match fut {
+            Fut::Rt(fut) => fut,
+            Fut::Sim(fut) => {
+                let (at, buf) = fut.await.map_err(|e| handle.sim_failed(e, op, offset, len))?;
+                return Ok((at, buf.unwrap_or_else(|| Buffer::from(Vec::new()))));
+            }
+        };
         let IoDone { result, buf } = fut.await;
         match result {
             Ok(at) => Ok((at, buf.unwrap_or_else(|| Buffer::from(Vec::new())))),

@@ -2,6 +2,7 @@
 //! threads, its calls blocking here and asynchronous in [`crate::asynch`].
 
 use crate::explain::{device_cause, explain};
+use crate::sim::{SimErr, SimLink};
 use crate::{Error, IssuePolicy, Options, ZoneCond, ZoneType};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use zblk_core::bio::{Op, Status};
@@ -45,6 +46,8 @@ struct Inner {
     policy: IssuePolicy,
     max_io_bytes: u64,
     repairs: Vec<String>,
+    /// A handle on a simulation's device ([`crate::sim`]): its calls go there.
+    sim: Option<SimLink>,
 }
 
 /// A zone as the device reports it, in bytes.
@@ -122,8 +125,59 @@ impl ZoneOp {
 impl Handle {
     pub(crate) fn new(rt: Runtime, name: &str, policy: IssuePolicy, max_io_bytes: u64) -> Handle {
         let geo = rt.geometry().clone();
-        let inner = Inner { rt: RwLock::new(Some(rt)), geo, name: name.into(), policy, max_io_bytes, repairs: vec![] };
+        let inner = Inner {
+            rt: RwLock::new(Some(rt)),
+            geo,
+            name: name.into(),
+            policy,
+            max_io_bytes,
+            repairs: vec![],
+            sim: None,
+        };
         Handle { inner: Arc::new(inner) }
+    }
+
+    /// A handle on a simulation's device.
+    pub(crate) fn new_sim(link: SimLink, name: &str, policy: IssuePolicy, geo: Geometry) -> Handle {
+        let inner = Inner {
+            rt: RwLock::new(None),
+            geo,
+            name: name.into(),
+            policy,
+            max_io_bytes: crate::MAX_IO_BYTES,
+            repairs: vec![],
+            sim: Some(link),
+        };
+        Handle { inner: Arc::new(inner) }
+    }
+
+    /// The simulation this handle is on, if it is.
+    pub(crate) fn sim(&self) -> Option<&SimLink> {
+        self.inner.sim.as_ref()
+    }
+
+    /// The power-loss epoch of the simulation's host this handle belongs to, while
+    /// it is open.
+    pub(crate) fn sim_epoch(&self) -> Option<u64> {
+        self.sim().filter(|s| !s.is_closed()).map(|s| s.epoch)
+    }
+
+    /// A simulated request's error.
+    pub(crate) fn sim_failed(&self, e: SimErr, op: Op, offset: u64, len: usize) -> Error {
+        match e {
+            SimErr::Closed => Error::Closed,
+            SimErr::Status(st) => self.failed(None, op, offset, len, st),
+        }
+    }
+
+    /// A simulated zone report.
+    fn sim_report(&self, s: &SimLink) -> Result<Vec<ZoneInfo>, Error> {
+        s.report().map_err(|e| match e {
+            SimErr::Closed => Error::Closed,
+            SimErr::Status(status) => {
+                Error::Report { status, message: format!("{}: zone report: {status}", status.errno_name()) }
+            }
+        })
     }
 
     pub(crate) fn with_repairs(mut self, repairs: Vec<String>) -> Handle {
@@ -205,6 +259,9 @@ impl Handle {
     /// # Ok::<(), zblk::Error>(())
     /// ```
     pub fn report(&self) -> Result<Vec<Zone>, Error> {
+        if let Some(s) = self.sim() {
+            return Ok(self.sim_report(s)?.iter().map(Zone::of).collect());
+        }
         let rt = self.rt()?;
         let zones = rt.get().report_zones().map_err(|st| report_failed(rt.get(), st))?;
         Ok(zones.iter().map(Zone::of).collect())
@@ -213,6 +270,13 @@ impl Handle {
     /// The zone holding byte `offset`, as the device reports it now.
     pub fn zone(&self, offset: u64) -> Result<Zone, Error> {
         self.check_range(offset, self.block_size())?;
+        if let Some(s) = self.sim() {
+            let z = s.report_zone(sector(offset)).map_err(|e| match e {
+                SimErr::Closed => Error::Closed,
+                SimErr::Status(status) => Error::Report { status, message: format!("zone report: {status}") },
+            })?;
+            return Ok(Zone::of(&z));
+        }
         let rt = self.rt()?;
         let z = rt.get().report_zone(sector(offset)).map_err(|st| report_failed(rt.get(), st))?;
         Ok(Zone::of(&z))
@@ -238,6 +302,10 @@ impl Handle {
     /// ```
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         self.check_io(offset, data.len())?;
+        if let Some(s) = self.sim() {
+            let r = s.call(Op::Write, sector(offset), Some(data.to_vec().into()));
+            return r.map(drop).map_err(|e| self.sim_failed(e, Op::Write, offset, data.len()));
+        }
         let rt = self.rt()?;
         rt.get()
             .write_at(sector(offset), data)
@@ -251,6 +319,12 @@ impl Handle {
     /// zblk emulates it, as the kernel does, with a write at the plug's write pointer.
     pub fn append(&self, zone: u64, data: &[u8]) -> Result<u64, Error> {
         self.check_io(zone, data.len())?;
+        if let Some(s) = self.sim() {
+            let r = s.call(Op::ZoneAppend, sector(zone), Some(data.to_vec().into()));
+            return r
+                .map(|(at, _)| at.0 * SECTOR_SIZE)
+                .map_err(|e| self.sim_failed(e, Op::ZoneAppend, zone, data.len()));
+        }
         let rt = self.rt()?;
         match rt.get().append(sector(zone), data) {
             Ok(at) => Ok(at.0 * SECTOR_SIZE),
@@ -263,6 +337,13 @@ impl Handle {
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = buf.len();
         self.check_io(offset, len)?;
+        if let Some(s) = self.sim() {
+            let (_, back) = s
+                .call(Op::Read, sector(offset), Some(vec![0u8; len].into()))
+                .map_err(|e| self.sim_failed(e, Op::Read, offset, len))?;
+            buf.copy_from_slice(back.expect("a read's buffer comes back").as_slice());
+            return Ok(());
+        }
         let rt = self.rt()?;
         rt.get().read_at(sector(offset), buf).map_err(|st| self.failed(Some(rt.get()), Op::Read, offset, len, st))
     }
@@ -284,6 +365,9 @@ impl Handle {
     /// ```
     pub fn zone_op(&self, op: ZoneOp, zone: u64) -> Result<(), Error> {
         self.check_range(zone, self.block_size())?;
+        if let Some(s) = self.sim() {
+            return s.call(op.op(), sector(zone), None).map(drop).map_err(|e| self.sim_failed(e, op.op(), zone, 0));
+        }
         let rt = self.rt()?;
         rt.get().zone_op(op.op(), sector(zone)).map_err(|st| self.failed(Some(rt.get()), op.op(), zone, 0, st))
     }
@@ -326,6 +410,9 @@ impl Handle {
     /// # Ok::<(), zblk::Error>(())
     /// ```
     pub fn flush(&self) -> Result<(), Error> {
+        if let Some(s) = self.sim() {
+            return s.call(Op::Flush, Sector(0), None).map(drop).map_err(|e| self.sim_failed(e, Op::Flush, 0, 0));
+        }
         let rt = self.rt()?;
         rt.get().flush().map_err(|st| self.failed(Some(rt.get()), Op::Flush, 0, 0, st))
     }
@@ -334,6 +421,10 @@ impl Handle {
     /// commits its tables and is marked clean). The clones' calls after it fail
     /// with [`Error::Closed`]; closing again does nothing.
     pub fn close(&self) -> Result<(), Error> {
+        if let Some(s) = self.sim() {
+            s.close();
+            return Ok(());
+        }
         let rt = self.inner.rt.write().unwrap_or_else(|p| p.into_inner()).take();
         match rt {
             Some(rt) => rt.close().map_err(Error::of_close),

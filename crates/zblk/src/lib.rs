@@ -21,6 +21,9 @@
 //!   futures any executor polls, see [`asynch`]).
 //! - [`spec`]: the target strings: a path (an image, a Linux zoned block device, an
 //!   NVMe generic device), `sim:PRESET[:name=value,...]`, `stack:SPEC`.
+//! - [`sim`]: deterministic tests of a program's own code: the same [`Handle`] on a
+//!   simulated device in virtual time, async tasks on a seeded single-threaded
+//!   executor, faults and power loss drawn from the seed, a failing seed replayed.
 //! - [`Error`]: every failure as a value with the kernel's errno and, for a refused
 //!   request, the zone rule that refused it; [`explain`] words them.
 //! - The bounds that protect a caller: [`MAX_QUEUE_DEPTH`], [`MAX_IO_BYTES`] and
@@ -33,6 +36,7 @@
 
 pub mod asynch;
 pub mod explain;
+pub mod sim;
 pub mod spec;
 
 mod error;

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 pub mod frame;
+pub mod planted;
 
 mod error;
 mod log;

@@ -194,25 +194,71 @@ impl Log {
     /// number and place it returns. The record is durable once a [`Log::flush`]
     /// that began after this returned has returned.
     pub fn append(&self, payload: &[u8]) -> Result<Location, LogError> {
+        let len = self.frame_len(payload)?;
+        let (i, zone, seq) = self.reserve(len)?;
+        let at = self.inner.h.append(zone, &frame::encode(seq, zone, payload, self.inner.block));
+        Ok(Location { seq, offset: self.appended(i, at)?, len })
+    }
+
+    /// [`Log::append`] as a future: the zone append is the handle's asynchronous
+    /// one, so that many tasks of one thread append at once (under any executor,
+    /// and under [`zblk::sim`]'s). A new head waiting for the device's active zone
+    /// limit yields to the executor and tries again; finishing a sealed zone is the
+    /// handle's blocking call (rare: once per zone).
+    pub async fn append_async(&self, payload: &[u8]) -> Result<Location, LogError> {
+        let len = self.frame_len(payload)?;
+        let (i, zone, seq) = loop {
+            let reserved = self.state().reserve(len, &self.inner.h)?;
+            match reserved {
+                Some(r) => break r,
+                None => YieldNow(false).await,
+            }
+        };
+        let frame = frame::encode(seq, zone, payload, self.inner.block);
+        let at = self.inner.h.append_async(zone, frame).await.map(|(at, _)| at);
+        Ok(Location { seq, offset: self.appended(i, at)?, len })
+    }
+
+    /// The frame's length of a record of `payload`, if the log is open and it fits.
+    fn frame_len(&self, payload: &[u8]) -> Result<u64, LogError> {
         self.check_open()?;
         if payload.len() > self.inner.max_payload {
             return Err(LogError::TooLarge { len: payload.len(), max: self.inner.max_payload });
         }
-        let block = self.inner.block;
-        let len = frame::frame_len(payload.len() as u64, block);
-        let (i, zone, seq) = self.reserve(len)?;
-        let at = self.inner.h.append(zone, &frame::encode(seq, zone, payload, block));
+        Ok(frame::frame_len(payload.len() as u64, self.inner.block))
+    }
+
+    /// An append to zone `i` ended with `at`.
+    fn appended(&self, i: usize, at: Result<u64, zblk::Error>) -> Result<u64, LogError> {
         if self.state().done(i, at.is_err(), &self.inner.h) {
             self.inner.sealed_done.notify_all();
         }
-        Ok(Location { seq, offset: at?, len })
+        Ok(at?)
     }
 
     /// Makes every record appended before it durable (a FLUSH: the data and the
     /// zones' write pointers).
     pub fn flush(&self) -> Result<(), LogError> {
         self.check_open()?;
+        if crate::planted::on(crate::planted::Bug::FlushNotIssued) {
+            return Ok(());
+        }
         Ok(self.inner.h.flush()?)
+    }
+
+    /// [`Log::flush`] as a future.
+    pub async fn flush_async(&self) -> Result<(), LogError> {
+        self.check_open()?;
+        if crate::planted::on(crate::planted::Bug::FlushNotIssued) {
+            return Ok(());
+        }
+        let flush = self.inner.h.flush_async();
+        if crate::planted::on(crate::planted::Bug::FlushNotAwaited) {
+            // Planted: the FLUSH goes on in the device; nobody waits for it.
+            drop(flush);
+            return Ok(());
+        }
+        Ok(flush.await?)
     }
 
     /// Reads the record at `at` back, checking its frame.
@@ -411,6 +457,22 @@ impl State {
             let _ = h.finish_zone(z.start);
             z.used = z.capacity;
         }
+    }
+}
+
+/// Ready at its second poll: gives the executor's other tasks a turn.
+struct YieldNow(bool);
+
+impl std::future::Future for YieldNow {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
