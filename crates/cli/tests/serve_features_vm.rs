@@ -155,6 +155,22 @@ kill -TERM $P; wait $P; rc smr-stop
             .unwrap_or_else(|e| panic!("recovery {k}: {e}: {}", file(&format!("rec{k}.err"))));
         assert_eq!(ready["device"].as_str(), Some(file("rec-dev").trim()), "recovery {k} serves the same device");
         assert_eq!(ready["recoverable"], true, "{ready}");
+        // The path requests and data take, and what the driver offers beside it:
+        // Linux 7.3's driver takes a zoned device with batched commands, automatic
+        // buffer registration and zero copy (docs/serve.md, "The driver's paths");
+        // 6.12's has none of them.
+        assert_eq!(ready["path"], "a command per request, data by user copy", "{ready}");
+        let offers: Vec<&str> =
+            ready["driver_offers"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let newer = ["batched commands", "automatic buffer registration", "zero copy", "a thread per request tag"];
+        if common::vm::kernel() == "7.3" {
+            assert_eq!(offers, newer, "{ready}");
+        } else {
+            assert!(offers.is_empty(), "{ready}");
+        }
+        let err = file(&format!("rec{k}.err"));
+        let said = format!("zblk: {}: a command per request, data by user copy", file("rec-dev").trim());
+        assert!(err.contains(&said), "the path on standard error: {err}");
     }
     assert_eq!(file("kept").lines().count(), 3, "the device stays while its server is dead");
     let replayed =

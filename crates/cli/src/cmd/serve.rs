@@ -45,6 +45,12 @@ const UBLK_CONTROL: &str = "/dev/ublk-control";
 /// device's zone size, conventional zones, open/active limits and a volatile write
 /// cache with FUA: its flushes reach the image's durable state before they complete.
 ///
+/// Requests come one io_uring command each and data moves by user copy (pread/pwrite
+/// on /dev/ublkcN), the path every driver gives a zoned device; standard error says
+/// so once the device is ready, with the newer paths the driver also offers (Linux
+/// 7.3's: batched commands, automatic buffer registration, zero copy), which zblk
+/// does not take yet (docs/serve.md, "The driver's paths").
+///
 /// `--dev nullb:...,completion_nsec=0` is zblk's memory device (null_blk without a
 /// latency: nothing to pace), served from memory. Any other simulated device (`--dev
 /// smr-30tb`) or stack (`--stack ...`) is paced to wall-clock time: each request
@@ -302,6 +308,8 @@ mod with_ublk {
             obj.insert("device".into(), ready.device.clone().into());
             obj.insert("id".into(), ready.id.into());
             obj.insert("serving".into(), name.into());
+            obj.insert("path".into(), ready.path.used().into());
+            obj.insert("driver_offers".into(), ready.path.offered().into());
             obj.extend(extra);
             serde_json::Value::Object(obj).to_string()
         } else {
@@ -313,6 +321,7 @@ mod with_ublk {
         if !out::stdout(format_args!("{line}\n")) {
             errln!("zblk: standard output could not be written: serving {}", ready.device);
         }
+        errln!("zblk: {}: {}", ready.device, ready.path.describe());
         out::done(format!("served {}", ready.device));
     }
 

@@ -147,6 +147,63 @@ pub struct Ready {
     pub device: String,
     /// `N`.
     pub id: u32,
+    /// How requests and data travel between the driver and zblk.
+    pub path: DriverPath,
+}
+
+/// How requests and data travel between the ublk driver and zblk, and what the
+/// driver offers beside it.
+///
+/// zblk's path is the one every driver since Linux 6.6 gives a zoned device: one
+/// io_uring command per request (`FETCH_REQ`, then `COMMIT_AND_FETCH_REQ` with the
+/// result, a zone append's sector in it), the data moved by user copy
+/// (`pread`/`pwrite` on `/dev/ublkcN`). Newer drivers (Linux 7.3's) also take a
+/// zoned device with batched commands (`UBLK_F_BATCH_IO`, whose commit carries a
+/// zone append's sector), automatic buffer registration (`UBLK_F_AUTO_BUF_REG`) or
+/// zero copy (`UBLK_F_SUPPORT_ZERO_COPY`, then without user copy); libublk 0.4's
+/// batched transport refuses zoned and user-copy devices, and zblk's runtime moves
+/// a request's data with its own buffers, so zblk uses none of them yet
+/// (docs/serve.md, "The driver's paths").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverPath {
+    /// The driver's features (`UBLK_U_CMD_GET_FEATURES`), if it answered.
+    pub features: Option<u64>,
+}
+
+/// The newer paths a driver may offer, by feature bit, with their names.
+const NEWER_PATHS: [(u64, &str); 4] = [
+    (sys::UBLK_F_BATCH_IO as u64, "batched commands"),
+    (sys::UBLK_F_AUTO_BUF_REG as u64, "automatic buffer registration"),
+    (sys::UBLK_F_SUPPORT_ZERO_COPY as u64, "zero copy"),
+    (sys::UBLK_F_PER_IO_DAEMON as u64, "a thread per request tag"),
+];
+
+impl DriverPath {
+    /// The path of the running driver.
+    pub fn probe() -> DriverPath {
+        DriverPath { features: UblkCtrl::get_features() }
+    }
+
+    /// The path zblk takes: always the same (see the type's documentation).
+    pub fn used(&self) -> &'static str {
+        "a command per request, data by user copy"
+    }
+
+    /// The newer paths the driver offers, which zblk does not take.
+    pub fn offered(&self) -> Vec<&'static str> {
+        let f = self.features.unwrap_or(0);
+        NEWER_PATHS.iter().filter(|(bit, _)| f & bit != 0).map(|&(_, name)| name).collect()
+    }
+
+    /// One line for a person: the path, and what the driver offers beside it.
+    pub fn describe(&self) -> String {
+        let offered = self.offered();
+        if offered.is_empty() {
+            format!("{} (the driver offers no other path)", self.used())
+        } else {
+            format!("{}; the driver also offers {}, not used yet", self.used(), offered.join(", "))
+        }
+    }
 }
 
 /// How long a device that failed to start waits, with no queue's thread starting or
@@ -230,7 +287,7 @@ pub fn serve(
         queues.ended();
     };
     let wait = move |ctrl: &UblkCtrl| {
-        until_stop(&Ready { device: ctrl.get_bdev_path(), id: ctrl.dev_info().dev_id });
+        until_stop(&Ready { device: ctrl.get_bdev_path(), id: ctrl.dev_info().dev_id, path: DriverPath::probe() });
         // The kernel removes the disk once no request is in flight: what the device
         // holds ends now, not in its own time.
         stopping.stop();
