@@ -41,6 +41,9 @@ use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::{SECTOR_SHIFT, Sector};
 use zblk_core::zone::{ZoneCond, ZoneInfo};
 
+/// A page of memory, the unit the kernel maps a passthrough buffer by.
+const PAGE_BYTES: u64 = 4096;
+
 /// Zone descriptors per Zone Management Receive: 64 KiB of report.
 const REPORT_ZONES: usize = 1023;
 
@@ -198,10 +201,22 @@ impl NvmeZns {
     /// The largest request the kernel passes through for the namespace: its block
     /// device's `max_hw_sectors_kb` (`/dev/ngXnY` is `/sys/block/nvmeXnY`), which
     /// can be below MDTS; no limit when it cannot be read.
+    ///
+    /// The kernel maps a passthrough command's user buffer page by page, one segment
+    /// a page at most, and fails it with EINVAL when the pages are more than the
+    /// queue's `max_segments`: a buffer that does not start on a page spans one page
+    /// more than its length, so the largest request here leaves room for that page
+    /// (a caller's `Vec` is seldom page-aligned; QEMU's ZNS drive, MDTS 512 KiB and
+    /// 128 segments, failed 512 KiB reads into a `Vec` with EINVAL).
     fn kernel_max_bytes(&self) -> u64 {
         let name = self.path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("ng"));
-        let kb = name.and_then(|n| std::fs::read_to_string(format!("/sys/block/nvme{n}/queue/max_hw_sectors_kb")).ok());
-        kb.and_then(|t| t.trim().parse::<u64>().ok()).filter(|&kb| kb >= 4).map_or(u64::MAX, |kb| kb << 10)
+        let queue = |attr: &str| {
+            let text = name.and_then(|n| std::fs::read_to_string(format!("/sys/block/nvme{n}/queue/{attr}")).ok());
+            text.and_then(|t| t.trim().parse::<u64>().ok())
+        };
+        let hw = queue("max_hw_sectors_kb").filter(|&kb| kb >= 4).map_or(u64::MAX, |kb| kb << 10);
+        let pages = queue("max_segments").filter(|&n| n >= 2).map_or(u64::MAX, |n| (n - 1) * PAGE_BYTES);
+        hw.min(pages)
     }
 
     /// Runs an I/O command synchronously (the passthrough ioctl); an NVMe error is
