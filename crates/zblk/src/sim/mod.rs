@@ -303,18 +303,30 @@ impl Sim {
 
 /// The seeds a test runs: `count` from `first`, or the one `ZBLK_SIM_SEED` names
 /// (to replay it), or `ZBLK_SIM_SEEDS` of them from `first` (to run more).
-pub fn seeds(first: u64, count: u64) -> std::ops::Range<u64> {
-    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+///
+/// # Panics
+/// If a variable is set to something that is not a number: a replay that ran the
+/// default seeds instead would pass for one. (A test's tool, where a panic is the
+/// failure a person reads.)
+pub fn seeds(first: u64, count: u64) -> std::ops::RangeInclusive<u64> {
+    let env = |k: &str| {
+        let v = std::env::var(k).ok()?;
+        Some(
+            v.trim().parse::<u64>().unwrap_or_else(|_| panic!("{k}={v}: not a seed (a number from 0 to {})", u64::MAX)),
+        )
+    };
+    // A range of `n` seeds from `s`, up to the largest seed there is.
+    let from = |s: u64, n: u64| if n == 0 { 1..=0 } else { s..=s.saturating_add(n - 1) };
     match (env("ZBLK_SIM_SEED"), env("ZBLK_SIM_SEEDS")) {
-        (Some(s), _) => s..s + 1,
-        (None, Some(n)) => first..first + n,
-        _ => first..first + count,
+        (Some(s), _) => s..=s,
+        (None, Some(n)) => from(first, n),
+        _ => from(first, count),
     }
 }
 
 /// Runs `test` for every seed of `seeds`; a seed that panics is named, with the
 /// way to replay it (`ZBLK_SIM_SEED=S`), and its panic goes on.
-pub fn check_seeds(seeds: std::ops::Range<u64>, mut test: impl FnMut(u64)) {
+pub fn check_seeds(seeds: impl IntoIterator<Item = u64>, mut test: impl FnMut(u64)) {
     for seed in seeds {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(seed)));
         if let Err(p) = r {
