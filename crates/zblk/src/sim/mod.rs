@@ -315,8 +315,12 @@ pub fn seeds(first: u64, count: u64) -> std::ops::RangeInclusive<u64> {
             v.trim().parse::<u64>().unwrap_or_else(|_| panic!("{k}={v}: not a seed (a number from 0 to {})", u64::MAX)),
         )
     };
-    // A range of `n` seeds from `s`, up to the largest seed there is.
-    let from = |s: u64, n: u64| if n == 0 { 1..=0 } else { s..=s.saturating_add(n - 1) };
+    // A range of `n` seeds from `s`, up to the largest seed there is (none for 0:
+    // an inclusive range whose end is before its start).
+    let from = |s: u64, n: u64| match n.checked_sub(1) {
+        Some(last) => s..=s.saturating_add(last),
+        None => std::ops::RangeInclusive::new(1, 0),
+    };
     match (env("ZBLK_SIM_SEED"), env("ZBLK_SIM_SEEDS")) {
         (Some(s), _) => s..=s,
         (None, Some(n)) => from(first, n),
