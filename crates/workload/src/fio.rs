@@ -24,7 +24,10 @@
 //!   then written from its start;
 //! - with an open zone limit (`max_open_zones`, or the device's `max_open_zones`
 //!   when the job sets none), a write to a zone outside the set of open zones goes
-//!   to a random open zone once the set is full;
+//!   to a random open zone once the set is full; a zone leaves the set when the write
+//!   that fills it completes, and until then the job holding it sends its writes there
+//!   to the open zone `zbd_convert_to_open_zone()` picks; a device without limits
+//!   reads Linux's 128 (the zone write plug pool) when it has more zones;
 //! - after a failed write, once nothing else of the job is out to the zone, the
 //!   zone's write pointer is read from the device again (a zone report);
 //! - reads stay below the write pointers.
@@ -192,6 +195,21 @@ pub struct FioGen {
     out: VecDeque<FioAction>,
     /// The zone report being waited for, and the job whose completion needs it.
     awaiting: Option<(usize, ZoneNo)>,
+}
+
+/// Linux's default zone write plug pool size (`BLK_ZONE_WPLUG_DEFAULT_POOL_SIZE`).
+const LINUX_WPLUG_POOL: u32 = 128;
+
+/// The `max_open_zones` Linux reports for `geo` (fio reads it from sysfs): the device's
+/// limit, 0 when that covers every sequential zone; with neither an open nor an active
+/// limit, 128 (the zone write plug pool) when the device has more sequential zones.
+pub fn linux_max_open(geo: &Geometry) -> u32 {
+    let seq = geo.nr_zones() - geo.nr_conv();
+    match geo.max_open() {
+        0 if geo.max_active() == 0 && seq > LINUX_WPLUG_POOL => LINUX_WPLUG_POOL,
+        m if m >= seq => 0,
+        m => m,
+    }
 }
 
 /// fio's idea of a zone's write pointer from its descriptor: the zone capacity when
@@ -485,6 +503,12 @@ impl FioGen {
     /// (after quiescing), else issue at its write pointer. Returns whether the job
     /// can go on submitting.
     fn zone_io(&mut self, j: usize, z: ZoneNo) -> bool {
+        self.zone_io_from(j, z, true)
+    }
+
+    /// [`FioGen::zone_io`]; `redirect`: whether a zone full of the job's own writes in
+    /// flight may send the write to another open zone (not again once it did).
+    fn zone_io_from(&mut self, j: usize, z: ZoneNo, redirect: bool) -> bool {
         if !self.acquire(j, z) {
             return false;
         }
@@ -493,6 +517,11 @@ impl FioGen {
         let lbs = self.geo.lbs_sectors();
         let cap = self.geo.zone_capacity(z);
         let wp = self.zbd.as_ref().expect("zbd").wp[z.idx()];
+        if write && redirect && wp + u64::from(lbs) > cap {
+            if let Some(c) = self.open_zone_instead(j, z) {
+                return self.zone_io_from(j, c, false);
+            }
+        }
         if write && wp + u64::from(lbs) > cap {
             // A full zone: fio waits for its own writes, then resets it synchronously.
             self.zbd.as_mut().expect("zbd").locks[z.idx()].pinned = true;
@@ -532,6 +561,35 @@ impl FioGen {
         }
         self.submit_io(j, op, at, len);
         true
+    }
+
+    /// With an open zone limit, fio's `zbd_open_zone()` handles an open zone that the
+    /// writes in flight will fill as full ("If the zone is going to be completely filled
+    /// by writes already in-flight, handle it as a full zone instead of an open zone"),
+    /// and `zbd_convert_to_open_zone()` takes the open zone at index
+    /// `(offset - file_offset) * num_open_zones / io_size` of the open zone list
+    /// (`pick_random_zone_idx()`, `offset` the job's random offset in zone `z`). Such
+    /// a zone is open only while its filling write is out, so only the job holding
+    /// it (with I/O to it in flight) gets here. Returns that zone if it is not `z`;
+    /// `None` (the zone waits for its writes, then is reset, as without a limit) when
+    /// it is `z` itself or there is no limit.
+    fn open_zone_instead(&mut self, j: usize, z: ZoneNo) -> Option<ZoneNo> {
+        if self.max_open(j) == 0 || !self.spec(j).rw.is_random() {
+            return None;
+        }
+        let (first, last) = self.zone_range(j);
+        let zbd = self.zbd.as_ref().expect("zbd");
+        if zbd.locks[z.idx()].count == 0 || !zbd.open.contains(&z.0) || z.0 < first {
+            return None;
+        }
+        // The random offset's place in the job's range, in 1/2^32 of a zone.
+        let frac = u128::from(self.jobs[j].rng.random_range(0..1u64 << 32));
+        let at = (u128::from(z.0 - first) << 32) + frac;
+        let span = u128::from(last - first + 1) << 32;
+        let n = zbd.open.len();
+        let idx = ((at * n as u128 / span) as usize).min(n - 1);
+        let c = ZoneNo(zbd.open[idx]);
+        (c != z).then_some(c)
     }
 
     fn read_offset(&mut self, j: usize, z: ZoneNo, bs: u32, wp: u64) -> Option<(Sector, u32)> {
@@ -577,10 +635,8 @@ impl FioGen {
                 let z = self.geo.zone_no(sector);
                 if !self.geo.zone_is_conv(z) {
                     // As fio's zbd_queue_io(): the write pointer moves when queued.
+                    // (The zone stays open until this write completes: zone_io_done.)
                     zbd.wp[z.idx()] = sector.since(self.geo.zone_start(z)) + u64::from(nr_sectors);
-                    if zbd.wp[z.idx()] >= self.geo.zone_capacity(z) {
-                        zbd.open.retain(|&o| o != z.0);
-                    }
                 }
             }
         }
@@ -623,6 +679,18 @@ impl FioGen {
         Next::Plain(op, Sector(at), bs)
     }
 
+    /// The open zone limit fio works with: the job's `max_open_zones`, else the one
+    /// the device reports through Linux's sysfs. A device with neither an open nor an
+    /// active zone limit and more sequential zones than Linux's default zone write plug
+    /// pool (128) reads 128 there (`disk_revalidate_zone_resources()`: "set its max
+    /// open zone limit to the mempool size"), and fio takes that as the device's limit.
+    fn max_open(&self, j: usize) -> usize {
+        match self.spec(j).max_open_zones {
+            0 => linux_max_open(&self.geo) as usize,
+            n => n as usize,
+        }
+    }
+
     fn zone_range(&self, j: usize) -> (u32, u32) {
         let job = &self.jobs[j];
         let first = self.geo.zone_no(Sector(job.region_start)).0;
@@ -636,10 +704,7 @@ impl FioGen {
     /// when the limit is reached is replaced by a random open one.
     fn next_write_zone(&mut self, j: usize) -> Next {
         let (first, last) = self.zone_range(j);
-        let max_open = match self.spec(j).max_open_zones {
-            0 => self.geo.max_open() as usize,
-            n => n as usize,
-        };
+        let max_open = self.max_open(j);
         let z = if self.spec(j).rw.is_random() {
             self.jobs[j].rng.random_range(first..=last)
         } else {
@@ -729,6 +794,12 @@ impl FioGen {
             // Keep the lock: the write that found the zone full goes there now.
             self.jobs[j].state = JobState::Granted(z);
             return true;
+        }
+        if c.op == Op::Write
+            && (c.sector + u64::from(c.nr_sectors)).since(self.geo.zone_start(z)) >= self.geo.zone_capacity(z)
+        {
+            // fio's zbd_end_zone_io(): the write that fills the zone closes it.
+            zbd.open.retain(|&o| o != z.0);
         }
         let lock = &mut zbd.locks[z.idx()];
         assert_eq!(lock.owner, Some(j), "zone {z} I/O completed for a job not holding its lock");

@@ -1,4 +1,5 @@
 use super::*;
+use crate::job::Rw;
 use zblk_core::geometry::GeometryParams;
 use zblk_core::zone::ZoneSet;
 
@@ -141,4 +142,59 @@ fn a_job_asks_for_at_most_max_numjobs_copies() {
     assert!(spec(crate::job::MAX_NUMJOBS).validate(&g).is_ok());
     let e = spec(crate::job::MAX_NUMJOBS + 1).validate(&g).unwrap_err();
     assert_eq!((e.option, e.message.as_str()), ("numjobs", "is at most 256, got 257"));
+}
+
+#[test]
+fn an_open_zone_filled_by_writes_in_flight_sends_the_next_write_to_an_open_zone() {
+    // fio 3.33 with an open zone limit (zbd_open_zone(): "If the zone is going to be
+    // completely filled by writes already in-flight, handle it as a full zone"): the
+    // job's write to such a zone goes to open_zones[offset * num_open / io_size]
+    // (zbd_convert_to_open_zone()). Two zones of four 256 KiB writes, both open: for
+    // the first zone that index is 0, for the second 1. So when zone 1 was opened
+    // first, each full zone sends the job to the other, and the job queues both zones
+    // full before it waits (to reset one); when zone 0 was, it waits at the first
+    // pick of a full zone, as without a limit.
+    let spec = JobSpec {
+        rw: Rw::RandWrite,
+        bs_bytes: 256 << 10,
+        iodepth: 16,
+        size_bytes: Some(2 << 20),
+        max_open_zones: 2,
+        ..JobSpec::default()
+    };
+    let g0 = geo(0);
+    let mut redirected = 0;
+    for seed in 1..=24 {
+        let mut g = FioGen::new(std::slice::from_ref(&spec), &g0, ZoneSet::new(&g0).zones(), seed).unwrap();
+        g.start();
+        let ios = submitted(&drain(&mut g));
+        let zone_of = |io: &FioIo| g0.zone_no(io.bio.sector).0;
+        let per_zone = |z| ios.iter().filter(|io| zone_of(io) == z).count();
+        assert!(per_zone(0) <= 4 && per_zone(1) <= 4, "seed {seed}: a zone written past its end");
+        if zone_of(&ios[0]) == 1 {
+            redirected += 1;
+            assert_eq!((per_zone(0), per_zone(1)), (4, 4), "seed {seed}: zone 1 opened first, both zones fill");
+        }
+    }
+    assert!(redirected >= 4, "only {redirected} seeds opened zone 1 first");
+}
+
+#[test]
+fn linux_reports_the_zone_write_plug_pool_as_the_open_zone_limit() {
+    let geo_of = |zones: u64, max_open: u32, max_active: u32| {
+        let p = GeometryParams {
+            capacity_bytes: zones << 20,
+            zone_size_bytes: 1 << 20,
+            nr_conv: 0,
+            max_open,
+            max_active,
+            ..GeometryParams::default()
+        };
+        Geometry::new(&p).unwrap()
+    };
+    assert_eq!(linux_max_open(&geo_of(200, 0, 0)), 128, "no limit, more zones than the pool");
+    assert_eq!(linux_max_open(&geo_of(100, 0, 0)), 0, "no limit, fewer zones than the pool");
+    assert_eq!(linux_max_open(&geo_of(200, 14, 14)), 14, "the device's limit");
+    assert_eq!(linux_max_open(&geo_of(200, 0, 14)), 0, "an active limit only");
+    assert_eq!(linux_max_open(&geo_of(8, 8, 0)), 0, "a limit covering every zone");
 }
