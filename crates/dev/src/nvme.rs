@@ -156,6 +156,9 @@ impl NvmeZns {
         let first = self.report(Sector::ZERO, 1).map_err(|e| invalid(format!("zone report: {e}")))?;
         let cap = first.first().map(|z| z.capacity).ok_or_else(|| invalid("the zone report is empty".into()))?;
         let max_bytes = self.id.max_transfer_bytes.unwrap_or(1 << 20).min(1 << 20).min(self.kernel_max_bytes());
+        // Whole logical blocks (the segment bound is in pages, a block may be larger).
+        let lba = u64::from(self.id.lba_bytes);
+        let max_bytes = (max_bytes / lba).max(1) * lba;
         let max_sectors = max_bytes >> SECTOR_SHIFT;
         let append = self.id.append_bytes.min(max_sectors << SECTOR_SHIFT) >> SECTOR_SHIFT;
         let nr_zones = self.id.nsze / self.id.zone_blocks;
