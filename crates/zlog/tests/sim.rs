@@ -290,8 +290,9 @@ fn a_seed_replays_exactly() {
     assert_ne!(run_seed(7).unwrap().digest, run_seed(8).unwrap().digest);
 }
 
-/// The first seed from 1 at which the planted `bug` is caught, within `bound`.
-fn caught_within(bug: Bug, bound: u64) -> Option<u64> {
+/// The planted `bug` is caught within `bound` seeds from 1, and the seeds up to the
+/// one that catches it pass without it.
+fn assert_caught_within(bug: Bug, bound: u64) {
     planted::set(Some(bug));
     let caught = (1..=bound).find(|&seed| match run_seed(seed) {
         Ok(_) => false,
@@ -301,43 +302,29 @@ fn caught_within(bug: Bug, bound: u64) -> Option<u64> {
         }
     });
     planted::set(None);
-    caught
+    eprintln!("{bug:?} caught at seed {caught:?} (bound {bound})");
+    let caught = caught.unwrap_or_else(|| panic!("{bug:?} not caught within {bound} seeds"));
+    for seed in 1..=caught {
+        run_seed(seed).unwrap();
+    }
 }
 
-/// A flush that returns without a FLUSH is caught within 10 seeds; the same seeds
-/// pass without it.
+/// A flush that returns without a FLUSH is caught within 10 seeds.
 #[test]
 fn planted_flush_not_issued_is_caught() {
-    let caught = caught_within(Bug::FlushNotIssued, 10);
-    eprintln!("FlushNotIssued caught at seed {caught:?} (bound 10)");
-    let caught = caught.expect("caught within 10 seeds");
-    for seed in 1..=caught {
-        run_seed(seed).unwrap();
-    }
+    assert_caught_within(Bug::FlushNotIssued, 10);
 }
 
-/// A flush that returns without waiting for its FLUSH is caught within 20 seeds;
-/// the same seeds pass without it.
+/// A flush that returns without waiting for its FLUSH is caught within 20 seeds.
 #[test]
 fn planted_flush_not_awaited_is_caught() {
-    let caught = caught_within(Bug::FlushNotAwaited, 20);
-    eprintln!("FlushNotAwaited caught at seed {caught:?} (bound 20)");
-    let caught = caught.expect("caught within 20 seeds");
-    for seed in 1..=caught {
-        run_seed(seed).unwrap();
-    }
+    assert_caught_within(Bug::FlushNotAwaited, 20);
 }
 
-/// A recovery that keeps a torn frame is caught within 50 seeds; the same seeds
-/// pass without it.
+/// A recovery that keeps a torn frame is caught within 50 seeds.
 #[test]
 fn planted_torn_frame_kept_is_caught() {
-    let caught = caught_within(Bug::TornFrameKept, 50);
-    eprintln!("TornFrameKept caught at seed {caught:?} (bound 50)");
-    let caught = caught.expect("caught within 50 seeds");
-    for seed in 1..=caught {
-        run_seed(seed).unwrap();
-    }
+    assert_caught_within(Bug::TornFrameKept, 50);
 }
 
 /// How many of 200 seeds catch each planted bug (not run by default:
