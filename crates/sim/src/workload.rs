@@ -42,7 +42,7 @@ impl FioJobs {
         while let Some(a) = self.fio.next(sim.now_ns()) {
             match a {
                 FioAction::Submit(io) => {
-                    sim.submit(io.bio, io.token, io.stamp);
+                    sim.submit_by(io.job, io.bio, io.token, io.stamp);
                     submitted += 1;
                 }
                 FioAction::ReportZone(z) => {

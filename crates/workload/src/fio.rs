@@ -58,6 +58,9 @@ pub struct FioIo {
     /// pattern (`crate::pattern`), so that every sector says which write put it
     /// there. 0 for BIOs without data.
     pub stamp: u64,
+    /// The job that submits it (fio's job number, from 0): a trace names it as
+    /// blktrace names the submitting process.
+    pub job: u32,
 }
 
 /// What the driver must do next.
@@ -392,8 +395,9 @@ impl FioGen {
         }
     }
 
-    fn submit(&mut self, bio: Bio, token: u64, stamp: u64) {
-        self.out.push_back(FioAction::Submit(FioIo { bio, token, stamp }));
+    fn submit(&mut self, j: usize, bio: Bio, token: u64, stamp: u64) {
+        let job = u32::try_from(j).expect("job numbers fit u32 (fio's numjobs is bounded)");
+        self.out.push_back(FioAction::Submit(FioIo { bio, token, stamp, job }));
     }
 
     /// Jobs woken by a lock hand-over run after the event that woke them, the last
@@ -413,7 +417,7 @@ impl FioGen {
                 // end_fsync: everything written is flushed before the job ends.
                 self.jobs[j].fsynced = true;
                 self.jobs[j].inflight += 1;
-                self.submit(Bio::flush(0), (j as u64) | FLUSH_FLAG, 0);
+                self.submit(j, Bio::flush(0), (j as u64) | FLUSH_FLAG, 0);
                 return;
             }
             if job.stopped || job.inflight >= self.spec(j).iodepth {
@@ -483,7 +487,7 @@ impl FioGen {
         job.state = JobState::Resetting(z);
         job.inflight += 1;
         job.tally.zone_resets += 1;
-        self.submit(Bio::zone_op(Op::ZoneReset, self.geo.zone_start(z), 0), (j as u64) | RESET_FLAG, 0);
+        self.submit(j, Bio::zone_op(Op::ZoneReset, self.geo.zone_start(z), 0), (j as u64) | RESET_FLAG, 0);
     }
 
     fn submit_io(&mut self, j: usize, op: Op, sector: Sector, nr_sectors: u32) {
@@ -506,7 +510,7 @@ impl FioGen {
         job.inflight += 1;
         job.issued_bytes += u64::from(nr_sectors) << SECTOR_SHIFT;
         self.stamp += 1;
-        self.submit(bio, j as u64, self.stamp);
+        self.submit(j, bio, j as u64, self.stamp);
     }
 
     /// The next target of job `j`: a zone (zbd mode) or a plain offset.
