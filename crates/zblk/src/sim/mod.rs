@@ -124,7 +124,17 @@ impl SimOptions {
         }
         let d = match Target::parse(spec)? {
             Target::Sim(d) => d,
-            _ => {
+            Target::Stack(_) => {
+                // The world is one engine on one memory device, whose cache and
+                // power loss it models itself; a stack's disks are the simulator's,
+                // with faults, caches and power loss of their own that keep no data.
+                let why = "a simulation runs on one simulated device, sim:PRESET[:name=value,...]: a stack's \
+                           disks keep zone state and timing but no data, and their faults and power loss are \
+                           not this simulation's (Handle::open runs a stack, without virtual time)"
+                    .into();
+                return Err(Error::Unsupported { spec: spec.into(), why });
+            }
+            Target::Path(_) => {
                 let why = "a simulation runs on a simulated preset, sim:PRESET[:name=value,...]".into();
                 return Err(Error::Unsupported { spec: spec.into(), why });
             }
