@@ -113,6 +113,22 @@ fn a_striped_stack_writes_appends_reads_and_resets() {
 }
 
 #[test]
+fn other_stacks_open_too() {
+    // Disks that are not zoned: a regular device, written anywhere, no zones.
+    let h = Handle::open("stack:striped:chunk=64k[2*nullb:size=16,zoned=0]").unwrap();
+    assert_eq!(h.capacity(), 32 << 20);
+    h.write_at(1 << 20, &data(5, 256 << 10)).unwrap();
+    h.write_at(4096, &data(6, 4096)).unwrap();
+    let mut back = vec![0u8; 256 << 10];
+    h.read_at(1 << 20, &mut back).unwrap();
+    assert_eq!(back, data(5, 256 << 10));
+    // SMR disks' geometry under linear: each disk's engine the single issuer.
+    let h = Handle::open("stack:linear[2*smr-30tb:size=1G,zone_size=16]").unwrap();
+    assert_eq!(h.report().unwrap().len(), 128);
+    threads_append(&h, 100 * h.zone_size());
+}
+
+#[test]
 fn what_a_stack_refuses() {
     let e = Options::new().read_only(true).open(LINEAR).unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
