@@ -69,6 +69,15 @@ impl MemDevice {
         self.pages.read(sector, buf);
     }
 
+    /// Writes `data` (whole sectors) at `sector` straight into the store, ignoring
+    /// write pointers and zone state: for fault injection (bits flipped on the
+    /// medium). Nothing on a device that keeps no data.
+    pub fn poke(&mut self, sector: Sector, data: &[u8]) {
+        if self.memory_backed {
+            self.pages.write(sector, data);
+        }
+    }
+
     fn write(&mut self, req: &Request, buf: IoBuf<'_>, append: bool) -> Result<Sector, Status> {
         check_range(&self.geo, req)?;
         if append {

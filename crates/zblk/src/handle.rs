@@ -188,7 +188,7 @@ impl Handle {
     }
 
     /// Opens the target `spec` names (an image path, a Linux zoned block device, an
-    /// NVMe generic device `/dev/ngXnY`, `sim:PRESET[:name=value,...]`: see
+    /// NVMe generic device `/dev/ngXnY`, `sim:PRESET[:name=value,...]`, `stack:SPEC`: see
     /// [`crate::spec`]) with the default [`Options`].
     pub fn open(spec: &str) -> Result<Handle, Error> {
         Options::new().open(spec)

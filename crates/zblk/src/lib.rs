@@ -42,6 +42,7 @@ pub mod spec;
 mod error;
 mod handle;
 mod options;
+mod stacked;
 
 pub use error::Error;
 pub use handle::{Handle, Zone, ZoneOp};

@@ -3,6 +3,7 @@
 
 use crate::handle::Handle;
 use crate::spec::{PathKind, Target};
+use crate::stacked::StackDevice;
 use crate::{Error, IssuePolicy};
 use std::path::Path;
 use std::sync::Arc;
@@ -81,8 +82,8 @@ impl Options {
     }
 
     /// Open for reading only: writes, zone operations and flushes fail; an image is
-    /// shared with other readers and not repaired. (A simulated preset, which starts
-    /// empty, is refused read-only: [`Error::Unsupported`].)
+    /// shared with other readers and not repaired. (A simulated preset or stack,
+    /// which starts empty, is refused read-only: [`Error::Unsupported`].)
     pub fn read_only(mut self, read_only: bool) -> Options {
         self.read_only = read_only;
         self
@@ -110,24 +111,40 @@ impl Options {
     }
 
     /// Opens the target `spec` names ([`crate::spec`]) and starts the runtime on it.
+    ///
+    /// On `stack:SPEC` the runtime's engine (this handle's policy) drives the
+    /// stack's top device, the stack splits and remaps each request to its disks,
+    /// and every disk runs its own engine (under this policy too when one is asked
+    /// for, else the disk's own), as the kernel stacks a device-mapper target on
+    /// zoned disks; requests complete as soon as the simulation has carried them
+    /// out (no timing model runs, as on `sim:`).
+    ///
+    /// ```
+    /// let h = zblk::Handle::open("stack:linear[2*nullb:zone_size=4,size=64]")?;
+    /// assert_eq!(h.capacity(), 128 << 20);
+    /// let at = h.append(h.zone_size() * 20, &[3; 4096])?; // a zone of the second disk
+    /// assert_eq!(at, h.zone_size() * 20);
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
     pub fn open(&self, spec: &str) -> Result<Handle, Error> {
         self.check()?;
         match Target::parse(spec)? {
-            Target::Sim(_) if self.read_only => Err(Error::Unsupported {
+            Target::Sim(_) | Target::Stack(_) if self.read_only => Err(Error::Unsupported {
                 spec: spec.into(),
-                why: "a simulated preset starts empty in memory: there is nothing to open read-only".into(),
+                why: "a simulated device starts empty in memory: there is nothing to open read-only".into(),
             }),
             Target::Sim(d) => {
                 let geo = d.params.validate().map_err(|e| Error::Spec { spec: spec.into(), why: e.to_string() })?;
                 let dev = Locked::new(MemDevice::new(&geo, true), spec, d.params.rotational);
                 self.start(Arc::new(dev), spec)
             }
-            Target::Stack(_) => Err(Error::Unsupported {
-                spec: spec.into(),
-                why: "a simulated stack runs in the simulator only (zblk trace, zblk serve --stack): a handle on \
-                      it is not built yet"
-                    .into(),
-            }),
+            Target::Stack(s) => {
+                // A stack that does not build (its disks' geometries, its limits) is
+                // a bad spec, as a preset's bad geometry is.
+                let dev =
+                    StackDevice::start(*s, self.policy, spec).map_err(|why| Error::Spec { spec: spec.into(), why })?;
+                self.start(dev, spec)
+            }
             Target::Path(path) => self.open_path(&path, spec),
         }
     }

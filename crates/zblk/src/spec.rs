@@ -2,8 +2,11 @@
 //!
 //! - `sim:PRESET[:name=value,...]`: a simulated preset with null_blk's parameter
 //!   names, as `zblk bench --dev` takes it (`sim:nullb:zone_size=64`, `sim:smr-30tb`);
-//! - `stack:SPEC`: a simulated stack, as `zblk trace --stack` takes it
-//!   (`stack:linear[nullb:zone_size=64; nullb:zone_size=64]`);
+//! - `stack:SPEC`: a simulated stack of simulated disks, as `zblk trace --stack` takes
+//!   it (`stack:linear[nullb:zone_size=64; nullb:zone_size=64]`,
+//!   `stack:striped:chunk=64k[2*nullb:zone_size=64]`), built by [`stack_sim`] as
+//!   `zblk serve --stack` builds it: a handle's engine on the stack's top device, the
+//!   stack's own engine on each disk, the data in memory; not under [`crate::sim`];
 //! - anything else, a path: a character device is an NVMe generic device
 //!   (`/dev/ng0n1`), a block device a Linux zoned block device (`/dev/nullb0`,
 //!   `/dev/sdb`), anything else a zoned image (`./sim:x` names a file called `sim:x`).
@@ -20,9 +23,11 @@
 
 use crate::Error;
 use std::path::{Path, PathBuf};
-use zblk_core::stack::StackSpec;
+use zblk_core::engine::IssuePolicy;
+use zblk_core::stack::{SplitOrder, StackConfig, StackSpec};
 use zblk_dev::{linux, nvme};
 use zblk_sim::presets::DeviceSpec;
+use zblk_sim::{ModelFactory, Sim, StackSimConfig};
 
 /// What a target string names.
 #[derive(Debug)]
@@ -58,6 +63,31 @@ impl Target {
 pub fn parse_stack(text: &str) -> Result<StackSpec, String> {
     let mut resolve = |t: &str| DeviceSpec::parse(t).map(|d| d.params).map_err(|e| e.to_string());
     StackSpec::parse(text, &mut resolve).map_err(|e| e.to_string())
+}
+
+/// The simulation of the stack `spec`, the one construction of a simulated stack
+/// that `zblk trace --stack`, `zblk serve --stack` and a handle on `stack:SPEC` share:
+/// the stack built with BIOs split in `order`, every disk's engine under `policy`
+/// (or the disk's own), each disk timed by the model `models` makes; with
+/// `disk_data` false no disk keeps data (its owner keeps what it writes, by the top
+/// device's sectors, and the simulator keeps zone state and timing only). The error
+/// in words.
+pub fn stack_sim(
+    spec: &StackSpec,
+    order: SplitOrder,
+    policy: Option<IssuePolicy>,
+    run: StackSimConfig,
+    disk_data: bool,
+    models: ModelFactory<'_>,
+) -> Result<Sim, String> {
+    let mut built =
+        spec.build(StackConfig { split_order: order, ..StackConfig::default() }, policy).map_err(|e| e.to_string())?;
+    if !disk_data {
+        for (_, p) in &mut built.disks {
+            p.memory_backed = false;
+        }
+    }
+    Ok(Sim::with_stack(built, run, models))
 }
 
 /// What a path is opened as.

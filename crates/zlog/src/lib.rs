@@ -22,7 +22,10 @@
 //! - A record is durable once a [`Log::flush`] that began after its append returned
 //!   has returned.
 //! - [`Log::open`] scans every zone of the log up to its write pointer: a frame that
-//!   does not check (a record torn by a crash) is skipped, none is invented.
+//!   does not check (a record torn by a crash, or corrupted on the medium) is
+//!   skipped and its bytes reported ([`Recovery::damaged`]), none is invented; a
+//!   [`Log::read`] of a record whose frame does not check is
+//!   [`LogError::NotARecord`].
 //! - [`Log::trim_to`] resets the zones whose records all precede a sequence number.
 //!
 //! docs/zlog.md describes the format, the recovery and the measured figures.
@@ -37,4 +40,4 @@ mod log;
 mod scan;
 
 pub use error::LogError;
-pub use log::{Location, Log, LogOptions, Record, Recovery};
+pub use log::{Damaged, Location, Log, LogOptions, Record, Recovery};

@@ -54,7 +54,7 @@ impl LogOptions {
 }
 
 /// What opening the log found in its zones.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// The log's zones.
     pub zones: usize,
@@ -62,9 +62,29 @@ pub struct Recovery {
     pub zones_with_records: usize,
     /// The records found.
     pub records: u64,
-    /// Bytes below the write pointers that held no record that checks (torn
-    /// records, a frame cut by a crash).
+    /// Bytes below the write pointers that held no record that checks and were not
+    /// zeroes (torn records, a frame cut by a crash, records corrupted on the
+    /// medium).
     pub skipped_bytes: u64,
+    /// Those bytes, as ranges in the order the scan met them: where a record may
+    /// have been lost. A record the log held below a write pointer is found whole or
+    /// starts in one of them (or its zone is gone OFFLINE); none is invented.
+    pub damaged: Vec<Damaged>,
+}
+
+/// Bytes below a write pointer that held no record that checks and were not zeroes:
+/// a record torn by a crash (never durable: its flush had not returned) or one
+/// whose bytes changed on the medium (a durable record lost, which the log cannot
+/// tell from a torn one; both fail the checksum).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Damaged {
+    /// The byte offset of the first block.
+    pub offset: u64,
+    /// Its length in bytes (whole blocks).
+    pub len: u64,
+    /// The sequence number the frame header at `offset` claims, if one is there
+    /// (its checksum does not hold, so the number is not to be trusted either).
+    pub claimed_seq: Option<u64>,
 }
 
 /// A zone-append log on a [`Handle`]. Cheap to clone: the clones share the log,
@@ -147,6 +167,7 @@ impl Log {
             recovery.zones_with_records += usize::from(found.records > 0);
             recovery.records += found.records;
             recovery.skipped_bytes += found.skipped;
+            recovery.damaged.extend(found.damaged);
             zones.push(lz);
         }
         let newest = zones.iter().enumerate().filter_map(|(i, z)| Some((z.max_seq?, i))).max();
@@ -171,8 +192,8 @@ impl Log {
     }
 
     /// What opening found.
-    pub fn recovery(&self) -> Recovery {
-        self.inner.recovery
+    pub fn recovery(&self) -> &Recovery {
+        &self.inner.recovery
     }
 
     /// The handle under the log.

@@ -1,18 +1,19 @@
 //! Recovery: every record of a zone found by reading the zone from its start to its
 //! write pointer. The write pointer bounds the scan (past it a zone holds nothing the
 //! device promises); below it a frame that does not check (a record torn by a crash,
-//! on a device that moved its write pointer before all of the data was stable) is
-//! skipped a block at a time, since every frame starts on a logical block.
+//! on a device that moved its write pointer before all of the data was stable, or
+//! corrupted on the medium) is skipped a block at a time, since every frame starts
+//! on a logical block, and the bytes skipped are reported ([`Damaged`]).
 
 use crate::frame;
-use crate::{LogError, Record};
+use crate::{Damaged, LogError, Record};
 use zblk::{Handle, Zone};
 
 /// Bytes read at once while scanning a zone (a frame longer than this is read whole).
 const CHUNK: u64 = 1 << 20;
 
 /// What scanning one zone found besides its records.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ZoneScan {
     /// The newest record's sequence number.
     pub max_seq: Option<u64>,
@@ -21,6 +22,20 @@ pub(crate) struct ZoneScan {
     /// Bytes below the write pointer that held no record that checks and were not
     /// zeroes.
     pub skipped: u64,
+    /// Those bytes, as ranges.
+    pub damaged: Vec<Damaged>,
+}
+
+impl ZoneScan {
+    /// The block at `off` held no record that checks and was not zeroes; `claimed`
+    /// is the sequence number of a frame header there whose frame does not check.
+    fn skip(&mut self, off: u64, block: u64, claimed: Option<u64>) {
+        self.skipped += block;
+        match self.damaged.last_mut() {
+            Some(d) if d.offset + d.len == off => d.len += block,
+            _ => self.damaged.push(Damaged { offset: off, len: block, claimed_seq: claimed }),
+        }
+    }
 }
 
 /// The zone's bytes, read a chunk at a time.
@@ -56,17 +71,18 @@ pub(crate) fn scan_zone(h: &Handle, zone: &Zone, visit: &mut dyn FnMut(Record)) 
     let mut off = zone.start;
     while off < zone.wp {
         match record_at(&mut r, zone, off, block)? {
-            Some((rec, len)) => {
+            Ok((rec, len)) => {
                 found.max_seq = found.max_seq.max(Some(rec.seq));
                 found.records += 1;
                 visit(rec);
                 off += len;
             }
-            None => {
+            Err(claimed) => {
                 // Zeroes are a finished zone's end (FINISH moved the write pointer
-                // over room no record took); anything else is a torn record.
+                // over room no record took); anything else is a torn or corrupt
+                // record.
                 if r.get(off, block)?.iter().any(|&b| b != 0) {
-                    found.skipped += block;
+                    found.skip(off, block, claimed);
                 }
                 off += block;
             }
@@ -75,19 +91,26 @@ pub(crate) fn scan_zone(h: &Handle, zone: &Zone, visit: &mut dyn FnMut(Record)) 
     Ok(found)
 }
 
+/// A record found, and its frame's length; or none, with the sequence number a
+/// frame header there claims (a frame that does not check, or passes the write
+/// pointer).
+type At = Result<(Record, u64), Option<u64>>;
+
 /// The record whose frame starts at `off` and its frame's length, if one that checks
 /// does and ends at or below the write pointer.
-fn record_at(r: &mut Reader<'_>, zone: &Zone, off: u64, block: u64) -> Result<Option<(Record, u64)>, LogError> {
-    let Some(hd) = frame::header(r.get(off, block)?, zone.start) else { return Ok(None) };
+fn record_at(r: &mut Reader<'_>, zone: &Zone, off: u64, block: u64) -> Result<At, LogError> {
+    let Some(hd) = frame::header(r.get(off, block)?, zone.start) else { return Ok(Err(None)) };
     let len = frame::frame_len(hd.len, block);
     if off + len > zone.wp {
-        return Ok(None);
+        return Ok(Err(Some(hd.seq)));
     }
     let bytes = r.get(off, len)?;
     if crate::planted::on(crate::planted::Bug::TornFrameKept) {
         // Planted: the checksum is not checked.
         let payload = bytes[frame::HEADER as usize..(frame::HEADER + hd.len) as usize].to_vec();
-        return Ok(Some((Record { seq: hd.seq, offset: off, payload }, len)));
+        return Ok(Ok((Record { seq: hd.seq, offset: off, payload }, len)));
     }
-    Ok(frame::payload(bytes, &hd).map(|p| (Record { seq: hd.seq, offset: off, payload: p.to_vec() }, len)))
+    Ok(frame::payload(bytes, &hd)
+        .map(|p| (Record { seq: hd.seq, offset: off, payload: p.to_vec() }, len))
+        .ok_or(Some(hd.seq)))
 }

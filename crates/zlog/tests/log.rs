@@ -212,6 +212,9 @@ fn a_torn_record_is_skipped_and_the_records_after_it_found() {
     log.close().unwrap();
     let again = Log::open(open_image(&spec), LogOptions::new()).unwrap();
     assert_eq!((again.recovery().records, again.recovery().skipped_bytes), (2, first.len));
+    // Reported where it lies, with the number its header claims.
+    let damaged = zblk_log::Damaged { offset: torn, len: first.len, claimed_seq: Some(first.seq) };
+    assert_eq!(again.recovery().damaged, [damaged]);
     check(&again.records().unwrap(), &BTreeMap::from([(0, 1)])).unwrap();
 }
 

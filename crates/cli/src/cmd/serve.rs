@@ -193,7 +193,7 @@ mod with_ublk {
     use std::sync::Arc;
     use std::thread::JoinHandle;
     use zblk_core::engine::{EngineConfig, IssuePolicy};
-    use zblk_core::stack::{SplitOrder, StackConfig};
+    use zblk_core::stack::SplitOrder;
     use zblk_dev::{Locked, MemDevice};
     use zblk_runtime::{Backend, Runtime, RuntimeConfig};
     use zblk_serve::ublk::{Ready, Recovery, ServeConfig, poll_summary, served_summary};
@@ -201,7 +201,7 @@ mod with_ublk {
         DataLimit, DataStore, PacedSim, Replay, RuntimeServed, Served, ServedRecord, SimBuilder, check_geometry,
     };
     use zblk_sim::presets::ModelParams;
-    use zblk_sim::{Sim, SimConfig, StackSimConfig, null_model};
+    use zblk_sim::{SimConfig, StackSimConfig, null_model};
 
     /// What must be stopped once the queues have ended.
     enum Owner {
@@ -447,13 +447,10 @@ mod with_ublk {
             let text = a.stack.clone().expect("--stack");
             let spec = stacksim::parse_stack(&text)?;
             let build: SimBuilder = Box::new(move || {
-                let mut built = spec
-                    .build(StackConfig { split_order: SplitOrder::Head, ..StackConfig::default() }, Some(policy))
-                    .map_err(|e| zblk_serve::ServeError(format!("--stack: {e}")))?;
-                for (_, p) in &mut built.disks {
-                    p.memory_backed = false;
-                }
-                Ok(Sim::with_stack(built, StackSimConfig::new(1), &mut null_model))
+                // The simulator keeps no data: the server does (DataStore).
+                let run = StackSimConfig::new(1);
+                zblk::spec::stack_sim(&spec, SplitOrder::Head, Some(policy), run, false, &mut null_model)
+                    .map_err(|e| zblk_serve::ServeError(format!("--stack: {e}")))
             });
             (build, text, false)
         };

@@ -3,13 +3,13 @@
 //! histograms.
 
 use crate::out::{self, out, outln};
-use crate::stacksim::{build_sim, parse_stack};
+use crate::stacksim::parse_stack;
 use crate::{CliError, devspec, parse};
 use clap::{Args, ValueEnum};
 use zblk_core::bio::Op;
 use zblk_core::stack::{DevKind, SplitOrder, Stack, TraceEvent, TraceWriter};
 use zblk_core::units::{SECTOR_SHIFT, Sector, format_bytes_exact};
-use zblk_sim::{SeqJob, SeqJobs, Sim, null_model};
+use zblk_sim::{SeqJob, SeqJobs, Sim, StackSimConfig, null_model};
 
 /// Every event of a run on a simulated stack, blkparse-style: `Q` queued on a
 /// device, `X` split, `A` remapped to a member, `D` issued to a disk, `C`
@@ -191,7 +191,9 @@ pub fn run(a: &TraceArgs) -> Result<(), CliError> {
     if let Some(p) = a.policy {
         crate::jobargs::refuse_on_simulated(p)?;
     }
-    let mut sim = build_sim(&spec, a.split_order.order(), a.policy, a.seed, a.check, &mut null_model)?;
+    let run = StackSimConfig { check: a.check, trace: true, ..StackSimConfig::new(a.seed) };
+    let mut sim = zblk::spec::stack_sim(&spec, a.split_order.order(), a.policy, run, true, &mut null_model)
+        .map_err(|e| CliError(format!("--stack: {e}")))?;
     let jobs = jobs(a, sim.stack())?;
     outln!(
         "# zblk trace: simulated devices, virtual time (seed {}, split_order={})",

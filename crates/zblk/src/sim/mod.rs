@@ -50,13 +50,16 @@
 //!   completions (the driver's timeout fails them); a volatile write cache
 //!   (`write_cache`) that a FLUSH, a FUA write, a RESET or FINISH destages; a
 //!   power loss ([`Sim::power_loss`], or at a step of [`Sim::run`]) keeps what is
-//!   durable and a prefix of the cache drawn from the seed.
+//!   durable and a prefix of the cache drawn from the seed, and may tear the write
+//!   in progress ([`SimOptions::torn_writes`]); silent corruption of reads at a
+//!   rate ([`SimOptions::corrupt_read_ppm`], off by default).
 //! - [`Sim::digest`] sums up every event of the run: the same seed gives the same
 //!   digest. [`seeds`] and [`check_seeds`] run a test over seeds, one replayed by
 //!   `ZBLK_SIM_SEED=S`.
 
 mod exec;
 mod link;
+mod media;
 mod world;
 
 pub use exec::{JoinHandle, Spawner};
@@ -67,6 +70,7 @@ pub use zblk_sim::faults::FaultConfig;
 use crate::spec::Target;
 use crate::{Error, Handle, IssuePolicy, MAX_QUEUE_DEPTH};
 use exec::Exec;
+use media::MediaConfig;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::cell::RefCell;
@@ -76,10 +80,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use world::World;
 use zblk_core::engine::EngineConfig;
 
-/// How to build a [`Sim`]: the faults, the issue policy, the queue depth.
+/// How to build a [`Sim`]: the faults (the simulator's, and the medium's: torn
+/// writes, silent corruption), the issue policy, the queue depth.
 #[derive(Clone, Copy, Debug)]
 pub struct SimOptions {
     faults: FaultConfig,
+    media: MediaConfig,
     policy: Option<IssuePolicy>,
     queue_depth: u32,
 }
@@ -91,15 +97,60 @@ impl Default for SimOptions {
 }
 
 impl SimOptions {
-    /// No faults, the device's own policy, a queue depth of 64.
+    /// No faults but the power loss's own (a power loss keeps a prefix of the
+    /// write cache and may tear the write in progress: [`SimOptions::torn_writes`]),
+    /// the device's own policy, a queue depth of 64.
     pub fn new() -> SimOptions {
-        SimOptions { faults: FaultConfig::default(), policy: None, queue_depth: 64 }
+        let media = MediaConfig { torn_writes: true, corrupt_read_ppm: 0 };
+        SimOptions { faults: FaultConfig::default(), media, policy: None, queue_depth: 64 }
     }
 
     /// The faults to inject, and the write cache ([`FaultConfig::write_cache`]);
     /// `power_loss_ppm` is not used here ([`Sim::run`] takes the power cut).
     pub fn faults(mut self, faults: FaultConfig) -> SimOptions {
         self.faults = faults;
+        self
+    }
+
+    /// Whether a power loss may tear the write in progress (on by default, as the
+    /// power loss's cache prefix is): with a write cache, the oldest cached write
+    /// the power loss throws away (its destaging had begun); without one, a write
+    /// that executed and had not completed, if nothing reached its zone after it.
+    /// Half the power losses that find such a write of two logical blocks or more
+    /// tear it: a prefix of its whole blocks, 1 to all but one, reaches the medium,
+    /// and the zone's write pointer after the power loss is where it ends. Counted
+    /// in [`SimStats::torn_writes`].
+    ///
+    /// ```
+    /// use zblk::sim::{FaultConfig, SimOptions};
+    ///
+    /// let faults = FaultConfig { write_cache: true, ..FaultConfig::default() };
+    /// let opts = SimOptions::new().faults(faults);
+    /// let torn = (1..=40u64).filter(|&seed| {
+    ///     let sim = opts.open("sim:nullb:zone_size=1,size=8", seed).unwrap();
+    ///     let h = sim.handle();
+    ///     let zone = h.zone_size();
+    ///     h.write_at(zone, &[1; 8192]).unwrap(); // 16 blocks, in the cache only
+    ///     sim.power_loss();
+    ///     let wp = sim.handle().zone(zone).unwrap().wp - zone;
+    ///     assert!(wp % 512 == 0 && wp <= 8192);
+    ///     wp != 0 && wp != 8192 // a prefix: the write torn
+    /// });
+    /// assert!(torn.count() > 0);
+    /// # Ok::<(), zblk::Error>(())
+    /// ```
+    pub fn torn_writes(mut self, on: bool) -> SimOptions {
+        self.media.torn_writes = on;
+        self
+    }
+
+    /// Silent corruption (0, none, by default): the reads, in parts per million of
+    /// those that succeed, that find a byte of one of the sectors they read (below
+    /// its zone's write pointer) changed, with no error: the medium's bits flipped,
+    /// changed for every later read too. A byte changed is a burst of at most 8 bits,
+    /// which a CRC-32 always detects. Counted in [`SimStats::corrupted_reads`].
+    pub fn corrupt_read_ppm(mut self, ppm: u32) -> SimOptions {
+        self.media.corrupt_read_ppm = ppm;
         self
     }
 
@@ -124,7 +175,17 @@ impl SimOptions {
         }
         let d = match Target::parse(spec)? {
             Target::Sim(d) => d,
-            _ => {
+            Target::Stack(_) => {
+                // The world is one engine on one memory device, whose cache and
+                // power loss it models itself; a stack's disks are the simulator's,
+                // with faults, caches and power loss of their own that keep no data.
+                let why = "a simulation runs on one simulated device, sim:PRESET[:name=value,...]: a stack's \
+                           disks keep zone state and timing but no data, and their faults and power loss are \
+                           not this simulation's (Handle::open runs a stack, without virtual time)"
+                    .into();
+                return Err(Error::Unsupported { spec: spec.into(), why });
+            }
+            Target::Path(_) => {
                 let why = "a simulation runs on a simulated preset, sim:PRESET[:name=value,...]".into();
                 return Err(Error::Unsupported { spec: spec.into(), why });
             }
@@ -132,7 +193,7 @@ impl SimOptions {
         let geo = d.params.validate().map_err(|e| Error::Spec { spec: spec.into(), why: e.to_string() })?;
         let policy = self.policy.unwrap_or_else(|| IssuePolicy::default_for(geo.is_zoned(), d.rotational(), true));
         let cfg = EngineConfig { policy, queue_depth: self.queue_depth, ..EngineConfig::default() };
-        let world = World::new(geo, cfg, d.model(seed), self.faults, seed);
+        let world = World::new(geo, cfg, d.model(seed), (self.faults, self.media), seed);
         let exec = Exec::default();
         Ok(Sim {
             queue: exec.queue.clone(),

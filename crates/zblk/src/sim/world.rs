@@ -11,7 +11,8 @@
 //! completes, for what executed before it arrived; a FUA write, a RESET or FINISH, a
 //! zone failing, when they execute); a power loss keeps the durable state
 //! and a prefix of the cache drawn from the seed, as the simulator's disks do
-//! (docs/vopr.md).
+//! (docs/vopr.md), and may tear the write in progress; a read may find its data
+//! silently corrupted (the medium's faults, [`super::media`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::task::Waker;
@@ -24,6 +25,8 @@ use zblk_dev::buf::Buffer;
 use zblk_dev::{BlockDevice, IoBuf, MemDevice};
 use zblk_sim::DeviceModel;
 use zblk_sim::faults::{Fault, FaultConfig, Faults, TIMEOUT_NS};
+
+use super::media::{Media, MediaConfig, flip_on};
 
 /// A BIO submitted and not yet taken back by its submitter.
 struct Slot {
@@ -74,6 +77,12 @@ pub struct SimStats {
     pub power_losses: u64,
     /// Cached requests a power loss threw away.
     pub lost_in_cache: u64,
+    /// Writes a power loss tore: a prefix of their blocks reached the medium
+    /// ([`SimOptions::torn_writes`](super::SimOptions::torn_writes)).
+    pub torn_writes: u64,
+    /// Reads that found a byte of the medium silently changed
+    /// ([`SimOptions::corrupt_read_ppm`](super::SimOptions::corrupt_read_ppm)).
+    pub corrupted_reads: u64,
     /// Executor steps: task polls and device events.
     pub steps: u64,
 }
@@ -85,13 +94,15 @@ pub(crate) struct World {
     mem: MemDevice,
     cache: Option<Cache>,
     faults: Faults,
+    media: Media,
     model: Box<dyn DeviceModel>,
     engine: Engine,
     /// The handles' BIOs by token.
     slots: BTreeMap<u64, Slot>,
     next_token: u64,
-    /// Executed requests waiting for their completion from the model: their result.
-    pending: BTreeMap<u64, Result<Sector, Status>>,
+    /// Executed requests waiting for their completion from the model: the request
+    /// and its result.
+    pending: BTreeMap<u64, (Request, Result<Sector, Status>)>,
     /// Requests whose completion was lost, failed by the driver's timeout: (time,
     /// request id).
     late: VecDeque<(u64, ReqId)>,
@@ -108,7 +119,14 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub fn new(geo: Geometry, cfg: EngineConfig, model: Box<dyn DeviceModel>, faults: FaultConfig, seed: u64) -> World {
+    pub fn new(
+        geo: Geometry,
+        cfg: EngineConfig,
+        model: Box<dyn DeviceModel>,
+        faults: (FaultConfig, MediaConfig),
+        seed: u64,
+    ) -> World {
+        let (faults, media) = faults;
         let mem = MemDevice::new(&geo, true);
         let engine = Engine::new(&geo, cfg, mem.zones().map_or(&[][..], |z| z.zones()));
         let cache = faults.write_cache.then(|| Cache {
@@ -124,6 +142,7 @@ impl World {
             mem,
             cache,
             faults: Faults::new(faults, seed),
+            media: Media::new(media, seed),
             model,
             engine,
             slots: BTreeMap::new(),
@@ -222,7 +241,7 @@ impl World {
         let mut done = std::mem::take(&mut self.done);
         self.model.advance(self.now_ns, &mut done);
         for req in done.drain(..) {
-            let result = self.pending.remove(&req.id.raw()).unwrap_or(Err(Status::IoErr));
+            let result = self.pending.remove(&req.id.raw()).map_or(Err(Status::IoErr), |p| p.1);
             self.mix(&[2, self.now_ns, req.id.raw(), result.map_or(u64::MAX, |s| s.0)]);
             if let Some(c) = &mut self.cache {
                 // A FLUSH done: what executed before it arrived is durable now.
@@ -286,7 +305,7 @@ impl World {
         if let Fault::Timeout(_) = fault {
             self.late.push_back((self.now_ns + TIMEOUT_NS, req.id));
         } else {
-            self.pending.insert(req.id.raw(), result);
+            self.pending.insert(req.id.raw(), (req, result));
             self.model.submit(self.now_ns, &req);
         }
     }
@@ -340,8 +359,16 @@ impl World {
         let bytes = (u64::from(req.nr_sectors) * SECTOR_SIZE) as usize;
         let off = (u64::from(req.bio_offset) * SECTOR_SIZE) as usize;
         let slot = self.slots.get_mut(&req.user_data);
+        let mut flipped = None;
         let r = match (req.op, slot.and_then(|s| s.buf.as_mut())) {
-            (Op::Read, Some(b)) => self.mem.execute(req, IoBuf::Read(&mut b.as_mut_slice()[off..off + bytes])),
+            (Op::Read, Some(b)) => {
+                let out = &mut b.as_mut_slice()[off..off + bytes];
+                let r = self.mem.execute(req, IoBuf::Read(out));
+                if r.is_ok() {
+                    flipped = corrupt_read(&mut self.media, &mut self.mem, self.cache.as_mut(), req, out);
+                }
+                r
+            }
             (Op::Write | Op::ZoneAppend, Some(b)) => {
                 let data = b.as_slice()[off..off + bytes].to_vec();
                 let r = self.mem.execute(req, IoBuf::Write(&data));
@@ -358,6 +385,10 @@ impl World {
                 r
             }
         };
+        if let Some((s, i, x)) = flipped {
+            self.stats.corrupted_reads += 1;
+            self.mix(&[8, s.0, i as u64, u64::from(x)]);
+        }
         if let (Op::Flush, Some(c), Ok(_)) = (req.op, &mut self.cache, r) {
             // Durable when it completes (a power loss before may lose it all).
             c.flushes.insert(req.id.raw(), c.destaged + c.log.len() as u64);
@@ -375,22 +406,38 @@ impl World {
 
     /// The power fails and comes back: what was in flight is gone (its BIOs never
     /// end), the device keeps its durable state and a prefix of its cache drawn
-    /// from the seed, its open zones come back CLOSED, and a new engine starts from
-    /// a zone report as at start-up.
+    /// from the seed, the write in progress maybe torn, its open zones come back
+    /// CLOSED, and a new engine starts from a zone report as at start-up.
     pub fn power_loss(&mut self) {
         self.stats.power_losses += 1;
         self.slots.clear();
-        self.pending.clear();
+        let in_flight: Vec<(Request, Sector)> =
+            std::mem::take(&mut self.pending).into_values().filter_map(|(req, r)| Some((req, r.ok()?))).collect();
         self.late.clear();
         self.timers.clear();
         self.model.power_loss(self.now_ns);
-        if let Some(mut c) = self.cache.take() {
-            let n = self.faults.destaged(c.log.len());
-            self.stats.lost_in_cache += (c.log.len() - n) as u64;
-            c.destage(n);
-            c.log.clear();
-            self.mem = c.durable.clone();
-            self.cache = Some(c);
+        let torn = match self.cache.take() {
+            Some(mut c) => {
+                let n = self.faults.destaged(c.log.len());
+                self.stats.lost_in_cache += (c.log.len() - n) as u64;
+                c.destage(n);
+                // The write whose destaging the power cut: a prefix of it on the medium.
+                let torn = self.media.torn_cached(c.log.first(), self.geo.lbs_sectors());
+                if let Some((req, data)) = &torn {
+                    let _ = c.durable.execute(req, IoBuf::Write(data));
+                }
+                c.log.clear();
+                self.mem = c.durable.clone();
+                self.cache = Some(c);
+                torn.map(|(req, _)| vec![(req.sector, req.sector + u64::from(req.nr_sectors))]).unwrap_or_default()
+            }
+            // Without a cache, what executed is on the medium; what had not
+            // completed may not all be.
+            None => self.media.tear_in_flight(&mut self.mem, &in_flight),
+        };
+        for (zone, wp) in torn {
+            self.stats.torn_writes += 1;
+            self.mix(&[9, zone.0, wp.0]);
         }
         let open: Vec<ZoneNo> = self.mem.zones().map_or(Vec::new(), |zs| {
             let open = |z: &&zblk_core::zone::ZoneInfo| matches!(z.cond, ZoneCond::ImpOpen | ZoneCond::ExpOpen);
@@ -413,4 +460,24 @@ impl World {
     pub fn stats(&self) -> SimStats {
         SimStats { faults: self.faults.injected, faults_by_kind: self.faults.by_kind.clone(), ..self.stats.clone() }
     }
+}
+
+/// Silent corruption of a read that succeeded (`out`, what `req` read), as the
+/// medium's faults draw it: the byte changed in `out` and on the medium, the durable
+/// one under a cache too (where it holds the sector). Returns the byte changed.
+fn corrupt_read(
+    media: &mut Media,
+    mem: &mut MemDevice,
+    cache: Option<&mut Cache>,
+    req: &Request,
+    out: &mut [u8],
+) -> Option<super::media::Flip> {
+    let flip = media.corruption(mem, req.sector, req.nr_sectors)?;
+    let (s, i, x) = flip;
+    out[(s.since(req.sector) * SECTOR_SIZE) as usize + i] ^= x;
+    flip_on(mem, flip);
+    if let Some(c) = cache {
+        flip_on(&mut c.durable, flip);
+    }
+    Some(flip)
 }
