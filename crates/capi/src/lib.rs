@@ -135,8 +135,9 @@ unsafe fn options(opts: *const ZblkOptions) -> Result<Options, Error> {
 }
 
 /// Opens the target `spec` names (an image path, a Linux zoned block device, an
-/// NVMe generic device `/dev/ngXnY`, `sim:PRESET[:name=value,...]`) with `opts`
-/// (NULL: the defaults); `*out` is the handle, or NULL on failure.
+/// NVMe generic device `/dev/ngXnY`, `sim:PRESET[:name=value,...]`, a simulated
+/// stack `stack:SPEC`) with `opts` (NULL: the defaults); `*out` is the handle, or
+/// NULL on failure.
 ///
 /// # Safety
 /// `spec` is a NUL-terminated string; `opts` is NULL or valid; `out` points to

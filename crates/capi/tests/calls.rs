@@ -73,3 +73,23 @@ fn bad_inputs_are_negative_errnos_with_words() {
         assert_eq!(zblk_close(h), 0);
     }
 }
+
+#[test]
+fn a_simulated_stack_opens_through_the_c_face() {
+    // A linear stack of two zoned disks: the second disk's first zone is the stack's
+    // zone 4 (4 zones of 4 MiB each), and zone append lands where it should there too.
+    let (r, h) = open("stack:linear[nullb:zone_size=4,size=16; nullb:zone_size=4,size=16]", None);
+    assert_eq!(r, 0, "{}", last());
+    let zone4 = 4 * (4u64 << 20);
+    let data = [7u8; 4096];
+    let mut landed = 0;
+    let mut back = [0u8; 4096];
+    // SAFETY: an open handle and buffers of the lengths given.
+    unsafe {
+        assert_eq!(zblk_append(h, zone4, data.as_ptr().cast(), 4096, &mut landed), 0, "{}", last());
+        assert_eq!(landed, zone4);
+        assert_eq!(zblk_read_at(h, zone4, back.as_mut_ptr().cast(), 4096), 0, "{}", last());
+        assert_eq!(back, data);
+        assert_eq!(zblk_close(h), 0);
+    }
+}
