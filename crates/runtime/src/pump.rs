@@ -1,7 +1,8 @@
 //! Carrying out the engine's actions: drained under the engine lock, then done
 //! outside it: a request the engine issues is checked by the device and goes to a
-//! ring (the calling thread's own or the runtime's io_uring), to a worker, or is
-//! carried out inline; completed BIOs' callbacks run; zone reports are answered;
+//! ring (the calling thread's own or the runtime's io_uring) or to a worker, or, on
+//! a device that works in memory, is carried out as it is drained and completed in
+//! the engine at once; completed BIOs' callbacks run; zone reports are answered;
 //! and what that produced is fed back in, until the engine has nothing left to do.
 
 use crate::callback::Done;
@@ -82,20 +83,25 @@ impl Shared {
     fn pump_with<'a>(&'a self, mut core: MutexGuard<'a, Core>, sc: &mut Scratch) {
         loop {
             self.drain_actions(&mut core, sc);
-            // A device that works in memory carried its requests out while they were
-            // drained (`drain_actions`): their completions go back in under the same
-            // taking of the lock, and the BIOs they end come out in the next drain.
+            // A pipelined request the device refused when it was prepared under the
+            // lock: its completion goes back in under the same taking of it.
             while !sc.results.is_empty() {
                 feed_back(&mut core, sc);
                 self.drain_actions(&mut core, sc);
             }
             drop(core);
-            self.issue_all(sc);
+            // (Each list looked at before it is drained: on a device in memory, the
+            // requests and the reports are none, nearly always.)
+            if !sc.issues.is_empty() {
+                self.issue_all(sc);
+            }
             for (done, r) in sc.dones.drain(..) {
                 done.run(r);
             }
-            for z in sc.reports.drain(..) {
-                sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+            if !sc.reports.is_empty() {
+                for z in sc.reports.drain(..) {
+                    sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+                }
             }
             if sc.results.is_empty() && sc.answers.is_empty() {
                 break;
@@ -130,12 +136,16 @@ impl Shared {
                     // request out here, under the lock, as the kernel's null_blk does
                     // in its submission path: the copy is what it would do just
                     // after the lock is dropped, on this thread, and serialised by
-                    // the device's own lock anyway; done here, its completion goes
-                    // back in without a second taking of the engine lock, and the
-                    // request is not moved through the issue list.
+                    // the device's own lock anyway. Its completion goes into the
+                    // engine at once, as a device that completes before the next
+                    // request reaches it (the requests still queued here were
+                    // issued already, and go to the device in their order): no
+                    // second taking of the engine lock, no trip through the issue
+                    // and result lists. What it ends comes out of this same drain.
                     if self.inline {
                         // SAFETY: as in threads::worker_loop: the request's part of its BIO's buffer.
-                        sc.results.push((req.id, self.device.execute(&req, unsafe { iobuf(req.op, buf) })));
+                        let r = self.device.execute(&req, unsafe { iobuf(req.op, buf) });
+                        core.engine.complete(req.id, r);
                     } else if !req.flags.contains(BioFlags::PIPELINED) {
                         sc.issues.push((req, buf, None));
                     } else {
