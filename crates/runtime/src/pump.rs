@@ -30,10 +30,10 @@ struct Scratch {
     answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)>,
 }
 
-/// The thread's vectors, borrowed by a pump. A pump ends with them empty; one
-/// that a panic cuts short leaves what it held (completions not yet run, requests
-/// not yet started) to be dropped with the panic, as before they were kept, never
-/// found by the thread's next pump.
+/// The thread's vectors, borrowed by a pump. A pump ends with them empty. One that
+/// a panic cuts short leaves in them what it held (completions not yet run,
+/// requests not yet started): dropped with the panic, as before the vectors were
+/// kept, never found by the thread's next pump.
 struct Kept<'a>(std::cell::RefMut<'a, Scratch>);
 
 impl Drop for Kept<'_> {
