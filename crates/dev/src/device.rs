@@ -289,6 +289,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn finish(&self, req: &Request, t: Transfer, io: io::Result<()>) -> Result<Sector, Status> {
         (**self).finish(req, t, io)
     }
+    fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        (**self).execute(req, buf)
+    }
     fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
         (**self).report_zones(from, max, out)
     }
@@ -373,6 +376,13 @@ impl<D: BlockDevice + Send> Device for Locked<D> {
 
     fn finish(&self, _req: &Request, _t: Transfer, _io: io::Result<()>) -> Result<Sector, Status> {
         unreachable!("a locked device never plans a transfer")
+    }
+
+    fn execute(&self, req: &Request, buf: IoBuf<'_>) -> Result<Sector, Status> {
+        // `prepare` plans nothing and `perform` executes under the lock: one call,
+        // no plan made and checked between them (a served memory device's every
+        // request comes this way).
+        self.lock().execute(req, buf)
     }
 
     fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {

@@ -141,22 +141,23 @@ impl PageStore {
     /// The page `page` for writing, taken from the free list (or a new chunk) if it
     /// has none; zeroed unless `whole` (the caller overwrites all of it).
     fn page_mut(&mut self, page: u64, whole: bool) -> &mut Page {
-        let s = match self.map.get(page) {
-            Some(s) => s,
-            None => {
-                if self.free.is_empty() {
-                    let first = u32::try_from(self.chunks.len() * CHUNK_PAGES).expect("fewer than 2^32 pages");
-                    self.chunks.push(Chunk::zeroed());
-                    self.free.extend((first..first + CHUNK_PAGES as u32).rev().map(|s| (s, true)));
-                }
-                let (s, zero) = self.free.pop().expect("a free slot");
-                if !zero && !whole {
-                    self.slot_mut(s).fill(0);
-                }
-                self.map.insert(page, s);
-                s
+        // One look into the index, which gives the page's slot or records the one
+        // taken for it.
+        let (chunks, free) = (&mut self.chunks, &mut self.free);
+        let mut stale = false;
+        let s = self.map.get_or_insert(page, || {
+            if free.is_empty() {
+                let first = u32::try_from(chunks.len() * CHUNK_PAGES).expect("fewer than 2^32 pages");
+                chunks.push(Chunk::zeroed());
+                free.extend((first..first + CHUNK_PAGES as u32).rev().map(|s| (s, true)));
             }
-        };
+            let (s, zero) = free.pop().expect("a free slot");
+            stale = !zero && !whole;
+            s
+        });
+        if stale {
+            self.slot_mut(s).fill(0);
+        }
         self.slot_mut(s)
     }
 

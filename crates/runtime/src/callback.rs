@@ -71,7 +71,8 @@ type Delivery = (Callback, Result<Sector, Status>);
 thread_local! {
     /// Callbacks completed on this thread while one of its callbacks runs: they run
     /// when it returns, in order.
-    static DEFERRED: std::cell::RefCell<std::collections::VecDeque<Delivery>> = Default::default();
+    static DEFERRED: std::cell::RefCell<std::collections::VecDeque<Delivery>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
     /// A callback runs on this thread.
     static DELIVERING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -1,7 +1,8 @@
 //! Carrying out the engine's actions: drained under the engine lock, then done
 //! outside it: a request the engine issues is checked by the device and goes to a
-//! ring (the calling thread's own or the runtime's io_uring), to a worker, or is
-//! carried out inline; completed BIOs' callbacks run; zone reports are answered;
+//! ring (the calling thread's own or the runtime's io_uring) or to a worker, or, on
+//! a device that works in memory, is carried out as it is drained and completed in
+//! the engine at once; completed BIOs' callbacks run; zone reports are answered;
 //! and what that produced is fed back in, until the engine has nothing left to do.
 
 use crate::callback::Done;
@@ -29,9 +30,36 @@ struct Scratch {
     answers: Vec<(ZoneNo, Result<ZoneInfo, Status>)>,
 }
 
+/// The thread's vectors, borrowed by a pump. A pump ends with them empty. One that
+/// a panic cuts short leaves in them what it held (completions not yet run,
+/// requests not yet started): dropped with the panic, as before the vectors were
+/// kept, never found by the thread's next pump.
+struct Kept<'a>(std::cell::RefMut<'a, Scratch>);
+
+impl Drop for Kept<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            *self.0 = Scratch::default();
+        }
+    }
+}
+
+impl std::ops::Deref for Kept<'_> {
+    type Target = Scratch;
+    fn deref(&self) -> &Scratch {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Kept<'_> {
+    fn deref_mut(&mut self) -> &mut Scratch {
+        &mut self.0
+    }
+}
+
 thread_local! {
-    /// The vectors of this thread's last pump (none while one runs).
-    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+    /// This thread's pump vectors, borrowed while a pump runs.
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
     /// This thread is the io_uring completion thread: its next wait submits too.
     pub(crate) static REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -40,20 +68,40 @@ impl Shared {
     /// Carries out the engine's actions until it has none: drains them under the
     /// lock, then starts requests, calls completions and answers zone reports
     /// outside it, and feeds what that produced back in.
-    pub(crate) fn pump<'a>(&'a self, mut core: MutexGuard<'a, Core>) {
-        // The thread's vectors from its last pump: a request's trip through the engine
-        // then allocates nothing here. (A pump nested in a callback finds none and
-        // makes its own.)
-        let mut sc = SCRATCH.with(|s| s.take()).unwrap_or_default();
+    pub(crate) fn pump<'a>(&'a self, core: MutexGuard<'a, Core>) {
+        // The thread's vectors, kept from pump to pump: a request's trip through the
+        // engine then allocates nothing here. They are borrowed in place, not moved
+        // out and back. (A pump nested in a callback finds them borrowed and makes
+        // its own.)
+        SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(sc) => self.pump_with(core, &mut Kept(sc)),
+            Err(_) => self.pump_with(core, &mut Scratch::default()),
+        });
+    }
+
+    /// [`Shared::pump`] with the vectors `sc`.
+    fn pump_with<'a>(&'a self, mut core: MutexGuard<'a, Core>, sc: &mut Scratch) {
         loop {
-            self.drain_actions(&mut core, &mut sc);
+            self.drain_actions(&mut core, sc);
+            // A pipelined request the device refused when it was prepared under the
+            // lock: its completion goes back in under the same taking of it.
+            while !sc.results.is_empty() {
+                feed_back(&mut core, sc);
+                self.drain_actions(&mut core, sc);
+            }
             drop(core);
-            self.issue_all(&mut sc);
+            // (Each list looked at before it is drained: on a device in memory, the
+            // requests and the reports are none, nearly always.)
+            if !sc.issues.is_empty() {
+                self.issue_all(sc);
+            }
             for (done, r) in sc.dones.drain(..) {
                 done.run(r);
             }
-            for z in sc.reports.drain(..) {
-                sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+            if !sc.reports.is_empty() {
+                for z in sc.reports.drain(..) {
+                    sc.answers.push((z, self.device.report_zone(self.geo.zone_start(z))));
+                }
             }
             if sc.results.is_empty() && sc.answers.is_empty() {
                 break;
@@ -66,9 +114,8 @@ impl Shared {
                 break;
             }
             core = self.lock_core();
-            feed_back(&mut core, &mut sc);
+            feed_back(&mut core, sc);
         }
-        SCRATCH.with(|s| s.set(Some(sc)));
     }
 
     /// Takes the engine's actions into `sc` (under the lock), arming the timer for
@@ -84,11 +131,23 @@ impl Shared {
                     // prepare them the other way round, and the device would refuse
                     // the second as unaligned. Anything else of a pipelined zone
                     // goes only when none of its writes is out.
-                    if !req.flags.contains(BioFlags::PIPELINED) {
-                        sc.issues.push((req, buf, None));
-                    } else if self.device.inline() {
+                    //
+                    // A device that works in memory (`Device::inline`) carries the
+                    // request out here, under the lock, as the kernel's null_blk does
+                    // in its submission path: the copy is what it would do just
+                    // after the lock is dropped, on this thread, and serialised by
+                    // the device's own lock anyway. Its completion goes into the
+                    // engine at once, as a device that completes before the next
+                    // request reaches it (the requests still queued here were
+                    // issued already, and go to the device in their order): no
+                    // second taking of the engine lock, no trip through the issue
+                    // and result lists. What it ends comes out of this same drain.
+                    if self.inline {
                         // SAFETY: as in threads::worker_loop: the request's part of its BIO's buffer.
-                        sc.results.push((req.id, self.device.execute(&req, unsafe { iobuf(req.op, buf) })));
+                        let r = self.device.execute(&req, unsafe { iobuf(req.op, buf) });
+                        core.engine.complete(req.id, r);
+                    } else if !req.flags.contains(BioFlags::PIPELINED) {
+                        sc.issues.push((req, buf, None));
                     } else {
                         match self.device.prepare(&req) {
                             Ok(plan) => sc.issues.push((req, buf, Some(plan))),
@@ -141,8 +200,8 @@ impl Shared {
     }
 
     /// Device-side checks, then the request goes to a ring (the calling thread's own,
-    /// [`local`], or the runtime's), is carried out here (a device that works in
-    /// memory), or goes to a worker.
+    /// [`local`], or the runtime's) or to a worker (a device that works in memory
+    /// never comes here: `drain_actions` carried its requests out).
     fn start(&self, req: Request, buf: Option<RawBuf>, prepared: Option<Plan>) -> Started {
         let plan = match prepared.map_or_else(|| self.device.prepare(&req), Ok) {
             Ok(plan) => plan,
@@ -172,10 +231,6 @@ impl Shared {
                     return Started::Ring;
                 }
             }
-        }
-        if self.device.inline() {
-            // SAFETY: as in threads::worker_loop: the request's part of its BIO's buffer.
-            return Started::Done(self.device.perform(&req, plan, unsafe { iobuf(req.op, buf) }));
         }
         let sent = self.jobs.send(Job::Run { req, plan, buf });
         assert!(sent.is_ok(), "worker threads gone while requests are issued");

@@ -137,6 +137,7 @@ impl Runtime {
         let (tx, rx) = crossbeam_channel::unbounded();
         let (timers, timer_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
+            inline: device.inline(),
             device,
             geo,
             core: Mutex::new(Core { engine, bios: Slab::new(), idle_waiters: 0 }),

@@ -134,6 +134,9 @@ pub(crate) enum Timer {
 /// Everything a runtime's threads and handles share.
 pub(crate) struct Shared {
     pub(crate) device: Arc<dyn Device>,
+    /// The device works in memory ([`Device::inline`], asked once): its requests
+    /// are carried out by the thread that pumps, under the engine lock.
+    pub(crate) inline: bool,
     pub(crate) geo: Geometry,
     pub(crate) core: Mutex<Core>,
     /// Signalled when no BIO is in the engine.

@@ -18,8 +18,8 @@ use zblk_core::params::DeviceParams;
 use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::{Locked, MemDevice};
-use zblk_runtime::{Completion, IoDone, Runtime, RuntimeConfig};
-use zblk_serve::served::{DataLimit, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, reply_of_io};
+use zblk_runtime::{Runtime, RuntimeConfig};
+use zblk_serve::served::{DataLimit, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, Tagged};
 
 /// Where the replies go, by tag, as a ublk queue's mailbox takes them: the one
 /// request's buffer back, and whether it succeeded.
@@ -30,31 +30,20 @@ impl Replies for Slot {
     fn reply(&self, _tag: u16, r: Reply) {
         *self.0.lock().unwrap() = Some(r);
     }
-
-    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion> {
-        self
-    }
-}
-
-impl Completion for Slot {
-    fn complete(&self, token: u64, d: IoDone) {
-        let (tag, r) = reply_of_io(token, d);
-        self.reply(tag, r);
-    }
 }
 
 /// Serves `op` at `sector` and waits for it (a memory device completes it inside the
 /// submission); the buffer back.
 fn serve(
     served: &RuntimeServed,
-    slot: &Arc<Slot>,
+    slot: &Arc<Tagged<Slot>>,
     op: Op,
     sector: u64,
     nr_sectors: u32,
     buf: AlignedBuf,
 ) -> AlignedBuf {
     let req = Req::Io { op, sector: Sector(sector), nr_sectors, flags: BioFlags::default(), buf };
-    served.submit(req, ReplyTo::Tag(Arc::clone(slot) as Arc<dyn Replies>, 0));
+    served.submit(req, ReplyTo::tag(slot, 0));
     loop {
         if let Some(r) = slot.0.lock().unwrap().take() {
             assert!(r.result.is_ok(), "{op:?} at {sector}: {:?}", r.result);
@@ -78,7 +67,7 @@ fn main() {
     let zs = geo.zone_sectors();
     let mut wps: Vec<u64> = (0..8).map(|i| (2 + i) * zs).collect();
     let mut buf = AlignedBuf::zeroed(sectors as usize * 512);
-    let slot = Arc::new(Slot::default());
+    let slot = Tagged::new(Slot::default());
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let t = Instant::now();
     for _ in 0..count {

@@ -23,7 +23,8 @@ pub mod ublk;
 pub use paced::{DataStore, PacedInfo, PacedSim, SimBuilder};
 pub use record::ServedRecord;
 pub use served::{
-    CopyOut, DataLimit, Done, PagesOut, Replay, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, reply_of_io,
+    CopyOut, DataLimit, Done, PagesOut, Replay, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, Tagged,
+    TaggedReplies,
 };
 
 use zblk_core::geometry::Geometry;

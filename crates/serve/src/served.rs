@@ -153,15 +153,20 @@ pub enum Done {
 pub enum ReplyTo {
     /// A boxed callback.
     Call(Box<dyn FnOnce(Reply) + Send>),
-    /// Request `tag` of a queue, whose replies all go to one [`Replies`]: a request
+    /// Request `tag` of a queue, whose replies all go to one [`Tagged`]: a request
     /// then costs no allocation, as a kernel request carries its tag, not a closure.
-    Tag(Arc<dyn Replies>, u16),
+    Tag(Arc<dyn TaggedReplies>, u16),
 }
 
 impl ReplyTo {
     /// A boxed callback.
     pub fn call(f: impl FnOnce(Reply) + Send + 'static) -> ReplyTo {
         ReplyTo::Call(Box::new(f))
+    }
+
+    /// Request `tag`, its reply to `to`.
+    pub fn tag<R: Replies>(to: &Arc<Tagged<R>>, tag: u16) -> ReplyTo {
+        ReplyTo::Tag(Arc::clone(to) as Arc<dyn TaggedReplies>, tag)
     }
 
     /// Ends the request with `r`.
@@ -173,21 +178,66 @@ impl ReplyTo {
     }
 }
 
-/// Where the replies of a queue's requests go, named by their tags.
-pub trait Replies: Send + Sync {
+/// Where the replies of a queue's requests go, named by their tags (a ublk queue's
+/// mailbox): what a queue implements, and hands over as a [`Tagged`].
+pub trait Replies: Send + Sync + 'static {
+    /// Request `tag`'s reply.
+    fn reply(&self, tag: u16, r: Reply);
+}
+
+/// A queue's [`Replies`], made once per queue, which the requests it names by tag
+/// reach both ways: a reply made by the served device ([`ReplyTo::Tag`]), and the
+/// end of a request that went to the runtime as one I/O named by a token
+/// ([`RuntimeServed`] makes it from the tag, the operation and the length), which
+/// the runtime hands to it as its [`Completion`] and which becomes the same reply
+/// (`reply_of_io`). Derefs to the queue's own object.
+pub struct Tagged<R>(R);
+
+impl<R: Replies> Tagged<R> {
+    /// `r`, shared, for its requests to name.
+    pub fn new(r: R) -> Arc<Tagged<R>> {
+        Arc::new(Tagged(r))
+    }
+}
+
+impl<R> std::ops::Deref for Tagged<R> {
+    type Target = R;
+    fn deref(&self) -> &R {
+        &self.0
+    }
+}
+
+/// The end of a request that went to the runtime as one I/O, named by its token.
+impl<R: Replies> Completion for Tagged<R> {
+    fn complete(&self, token: u64, d: IoDone) {
+        let (tag, r) = reply_of_io(token, d);
+        self.0.reply(tag, r);
+    }
+}
+
+/// A [`Tagged`] of any queue: what [`ReplyTo::Tag`] holds.
+pub trait TaggedReplies: Send + Sync {
     /// Request `tag`'s reply.
     fn reply(&self, tag: u16, r: Reply);
 
-    /// The same object as the runtime's [`Completion`]: a request that goes to the
-    /// runtime as one I/O names it by a token ([`RuntimeServed`] makes it) and ends
-    /// through it without a callback of its own. Its `complete` is
-    /// `let (tag, r) = reply_of_io(token, d); self.reply(tag, r)`.
+    /// The same object as the runtime's [`Completion`], for a request that goes to
+    /// the runtime as one I/O named by a token.
     fn as_completion(self: Arc<Self>) -> Arc<dyn Completion>;
+}
+
+impl<R: Replies> TaggedReplies for Tagged<R> {
+    fn reply(&self, tag: u16, r: Reply) {
+        self.0.reply(tag, r);
+    }
+
+    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion> {
+        self
+    }
 }
 
 /// The tag and reply of the request whose runtime I/O, named by `token` (made by
 /// [`RuntimeServed`] from the tag, the operation and the length), ended with `d`.
-pub fn reply_of_io(token: u64, d: IoDone) -> (u16, Reply) {
+fn reply_of_io(token: u64, d: IoDone) -> (u16, Reply) {
     let tag = token as u16;
     let op = match (token >> 16) as u8 {
         TOKEN_READ => Op::Read,
@@ -471,15 +521,16 @@ impl Served for RuntimeServed {
     }
 
     fn submit(&self, req: Req, done: ReplyTo) {
-        let req = match self.serve_now(req) {
-            Ok(reply) => return done.reply(reply),
-            Err(req) => req,
-        };
         let len = req.data_len();
         let (op, sector, nr_sectors, flags, buf) = match req {
             Req::Report { first, nr_zones, buf } => return self.report(first, nr_zones, buf, done),
             Req::Io { op, sector, nr_sectors, flags, buf } => (op, sector, nr_sectors, flags, buf),
         };
+        // What `serve_now` answers (taken apart here: the request is not moved in
+        // and out of it on every write).
+        if let (Op::Read, Some(dev)) = (op, &self.pages) {
+            return done.reply(self.read_pages(dev, sector, nr_sectors, buf));
+        }
         if matches!(op, Op::Write | Op::ZoneAppend) && self.limit.as_ref().is_some_and(|l| l.refuses(op, sector, len)) {
             return done.reply(Reply { result: Err(libc::ENOSPC), buf, copy_out: CopyOut::Nothing });
         }

@@ -9,8 +9,8 @@ use zblk_core::geometry::{Geometry, GeometryParams};
 use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::{Locked, MemDevice};
-use zblk_runtime::{Completion, IoDone, Runtime, RuntimeConfig};
-use zblk_serve::{CopyOut, Done, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, reply_of_io};
+use zblk_runtime::{Runtime, RuntimeConfig};
+use zblk_serve::{CopyOut, Done, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, Tagged};
 
 const ZONE: u64 = 16384; // sectors (8 MiB)
 
@@ -22,25 +22,15 @@ impl Replies for Queue {
     fn reply(&self, tag: u16, r: Reply) {
         self.0.lock().unwrap().push((tag, r));
     }
-
-    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion> {
-        self
-    }
-}
-
-impl Completion for Queue {
-    fn complete(&self, token: u64, d: IoDone) {
-        let (tag, r) = reply_of_io(token, d);
-        self.reply(tag, r);
-    }
 }
 
 impl Queue {
     /// Serves `req` as request `tag` and returns its reply (the memory device
     /// completes it within the submission).
-    fn serve(self: &Arc<Self>, s: &dyn Served, tag: u16, req: Req) -> Reply {
-        s.submit(req, ReplyTo::Tag(Arc::clone(self) as Arc<dyn Replies>, tag));
-        let mut got = self.0.lock().unwrap();
+    fn serve(this: &Arc<Tagged<Self>>, s: &dyn Served, tag: u16, req: Req) -> Reply {
+        s.submit(req, ReplyTo::tag(this, tag));
+        let this: &Queue = this;
+        let mut got = this.0.lock().unwrap();
         assert_eq!(got.len(), 1, "one reply for request {tag}");
         let (t, r) = got.pop().unwrap();
         assert_eq!(t, tag, "the reply of request {tag} came to tag {t}");
@@ -70,19 +60,19 @@ fn runtime() -> (Runtime, Geometry) {
 fn a_tagged_request_gets_its_reply_at_its_tag() {
     let (rt, geo) = runtime();
     let s = RuntimeServed::new(rt.submitter(), geo, None);
-    let q = Arc::new(Queue::default());
+    let q = Tagged::new(Queue::default());
     let data: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
-    let w = q.serve(&s, 3, io(Op::Write, 0, &data));
+    let w = Queue::serve(&q, &s, 3, io(Op::Write, 0, &data));
     assert_eq!(w.result, Ok(Done::Bytes(4096)));
     assert!(matches!(w.copy_out, CopyOut::Nothing), "a write copies nothing out");
-    let a = q.serve(&s, 5, io(Op::ZoneAppend, 0, &data));
+    let a = Queue::serve(&q, &s, 5, io(Op::ZoneAppend, 0, &data));
     assert_eq!(a.result, Ok(Done::Appended(4096, 8)), "appended after the write");
-    let r = q.serve(&s, 7, io(Op::Read, 0, &[0u8; 8192]));
+    let r = Queue::serve(&q, &s, 7, io(Op::Read, 0, &[0u8; 8192]));
     assert_eq!(r.result, Ok(Done::Bytes(8192)));
     assert!(matches!(r.copy_out, CopyOut::Buf(8192)), "a read copies its data out: {:?}", r.copy_out);
     assert!(r.buf[..4096] == data[..] && r.buf[4096..8192] == data[..], "the read's data in its buffer");
     // A write behind the write pointer fails, at its tag.
-    let bad = q.serve(&s, 9, io(Op::Write, 0, &data));
+    let bad = Queue::serve(&q, &s, 9, io(Op::Write, 0, &data));
     assert_eq!((bad.result, bad.buf.len()), (Err(libc::EIO), 4096), "failed, with its buffer back");
     // Requests that are not one data I/O (a flush, a zone reset) reach their tag too.
     let req = Req::Io {
@@ -92,7 +82,7 @@ fn a_tagged_request_gets_its_reply_at_its_tag() {
         flags: BioFlags::NONE,
         buf: AlignedBuf::zeroed(512),
     };
-    assert_eq!(q.serve(&s, 11, req).result, Ok(Done::Bytes(0)));
+    assert_eq!(Queue::serve(&q, &s, 11, req).result, Ok(Done::Bytes(0)));
     let req = Req::Io {
         op: Op::ZoneReset,
         sector: Sector(0),
@@ -100,9 +90,9 @@ fn a_tagged_request_gets_its_reply_at_its_tag() {
         flags: BioFlags::NONE,
         buf: AlignedBuf::zeroed(512),
     };
-    assert_eq!(q.serve(&s, 12, req).result, Ok(Done::Bytes(0)));
+    assert_eq!(Queue::serve(&q, &s, 12, req).result, Ok(Done::Bytes(0)));
     rt.close().unwrap();
     // After the runtime has closed, a tagged request ends with EIO, its buffer back.
-    let late = q.serve(&s, 13, io(Op::Write, ZONE, &data));
+    let late = Queue::serve(&q, &s, 13, io(Op::Write, ZONE, &data));
     assert_eq!((late.result, late.buf.len()), (Err(libc::EIO), 4096));
 }

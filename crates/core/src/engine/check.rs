@@ -4,17 +4,29 @@
 //!
 //! When it runs:
 //!
-//! - when the engine goes idle (no BIO inside), in every build and every driver: then
-//!   it costs O(plugs) (about a hundred instructions per plug: an idle engine has no
-//!   fragment, so instead of counting the fragments of every state through the
-//!   tables, which walks their slots and builds maps to find nothing, it checks that
-//!   the tables and lists are empty, [`Engine::check_idle`], and walks the plugs
-//!   once), and it runs once [`INPUTS_PER_PLUG_CHECKED`] inputs per plug, and
-//!   at least [`MIN_INPUTS_PER_CHECK`], have passed since the last check, so that it
-//!   costs O(1) per input however many partially written zones keep plugs: a few
-//!   dozen instructions per input, small beside a request's own path through the
-//!   engine even on a device that goes idle after every request (a memory device
-//!   served at QD 1, where a request's whole trip costs a few thousand);
+//! - when the engine goes idle (no BIO inside), in every build and every driver, in
+//!   two parts. Every time, in O(1): what an idle engine's counts must be, read
+//!   from the counts the engine keeps anyway (no fragment, no request out on the
+//!   device nor waiting for a tag, none held by a RESET_ALL, no zone write or native
+//!   append out in any plug); a count left behind fails at once, on the input that
+//!   left it. Then, once [`INPUTS_PER_PLUG_CHECKED`] inputs per plug, and at least
+//!   [`MIN_INPUTS_PER_CHECK`], have passed since the last walk, the whole check of
+//!   an idle engine, [`Engine::check_idle`]: the same assertions with their
+//!   messages, and each plug walked once (its queue and pipe empty, found by its
+//!   zone, its cached condition, `wp_offset` within the capacity, released if it is
+//!   an idle EMPTY or FULL zone's) and the policy's own check, O(plugs) about a
+//!   hundred instructions per plug. An idle engine has no fragment, so instead of
+//!   counting the fragments of every state through the tables, which walks their
+//!   slots and builds maps to find nothing, it checks that the tables and lists are
+//!   empty. What the walk alone sees is a plug's own state, which no input changes
+//!   while the zone gets none: a plug left wrong at idle stays wrong until the walk
+//!   comes, or until its zone's next write, whose path runs through the plug (a
+//!   plug left busy holds that write for ever, a wrong `wp_offset` refuses it). So
+//!   per input it costs a few instructions, and the walk a few more on average
+//!   however many partially written zones keep plugs, small beside a request's own
+//!   path through the engine even on a device that goes idle after every request
+//!   (a memory device served at QD 1, where a request's whole trip costs a few
+//!   thousand);
 //! - when the runtime closes (the engine is idle then);
 //! - after every input (submit, completion, zone report, timer, attribute write)
 //!   when the environment says `ZBLK_CHECK_INVARIANTS=1`, read once per process: for
@@ -29,15 +41,16 @@ use super::plugs::{CondCache, PlugId};
 use super::{Engine, Queue};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// The fewest inputs between two checks at idle (see the module's doc).
-const MIN_INPUTS_PER_CHECK: u64 = 64;
+/// The fewest inputs between two walks of an idle engine's plugs (see the module's
+/// doc).
+const MIN_INPUTS_PER_CHECK: u64 = 256;
 
-/// Inputs between two checks at idle, per plug the check walks.
-const INPUTS_PER_PLUG_CHECKED: u64 = 4;
+/// Inputs between two walks of an idle engine's plugs, per plug walked.
+const INPUTS_PER_PLUG_CHECKED: u64 = 16;
 
 /// Whether `ZBLK_CHECK_INVARIANTS=1`: every engine checks its invariants after every
 /// input. Read once.
-fn every_input() -> bool {
+pub(super) fn every_input() -> bool {
     static EVERY_INPUT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *EVERY_INPUT.get_or_init(|| std::env::var_os("ZBLK_CHECK_INVARIANTS").is_some_and(|v| v == "1"))
 }
@@ -66,8 +79,9 @@ impl Engine {
         self.q.self_check = on;
     }
 
-    /// After every input: the invariants, when the engine went idle and enough
-    /// inputs passed to pay for them, or always under `ZBLK_CHECK_INVARIANTS=1`.
+    /// After every input: the counts of an idle engine, in O(1), whenever it went
+    /// idle; its whole check when enough inputs passed to pay for the walk of its
+    /// plugs; every invariant after every input under `ZBLK_CHECK_INVARIANTS=1`.
     #[inline]
     pub(super) fn after_input(&mut self) {
         let q = &mut self.q;
@@ -75,22 +89,34 @@ impl Engine {
             return;
         }
         q.inputs_unchecked += 1;
-        let idle = q.bios.is_empty() && q.frozen.is_empty();
-        if every_input()
-            || (idle
-                && q.inputs_unchecked >= (q.plugs.len() as u64 * INPUTS_PER_PLUG_CHECKED).max(MIN_INPUTS_PER_CHECK))
+        if q.check_every_input {
+            return self.check_due();
+        }
+        if !q.bios.is_empty() || !q.frozen.is_empty() {
+            return;
+        }
+        // Idle: every count the engine keeps of what is inside is zero. (`&`, not
+        // `&&`: six loads and compares, no branch each.)
+        let drained = q.frags.is_empty()
+            & (q.tags.inflight == 0)
+            & q.tags.wait.is_empty()
+            & q.barrier.waiting.is_empty()
+            & (q.plugs.ops_out == 0)
+            & (q.plugs.appends_out == 0);
+        if !drained || q.inputs_unchecked >= (q.plugs.len() as u64 * INPUTS_PER_PLUG_CHECKED).max(MIN_INPUTS_PER_CHECK)
         {
+            // A count left behind fails there, with its message.
             self.check_due();
         }
     }
 
-    /// The check [`Engine::after_input`] found due: apart, so that the counting on
+    /// The check [`Engine::after_input`] found due: apart, so that what runs on
     /// every input stays inlined in it.
     #[cold]
     #[inline(never)]
     fn check_due(&mut self) {
         self.q.inputs_unchecked = 0;
-        if every_input() {
+        if self.q.check_every_input {
             self.check_invariants();
         } else {
             // Only an idle engine's check is due without ZBLK_CHECK_INVARIANTS.
@@ -110,6 +136,8 @@ impl Engine {
         assert_eq!(q.tags.inflight, 0, "in-flight count");
         assert!(q.tags.wait.is_empty(), "fragments waiting for a tag, none in the engine");
         assert!(q.barrier.waiting.is_empty(), "fragments held by a RESET_ALL, none in the engine");
+        assert_eq!(q.plugs.ops_out, 0, "zone writes out, none in the engine");
+        assert_eq!(q.plugs.appends_out, 0, "native appends out, none in the engine");
         for (_, plug) in q.plugs.iter() {
             assert!(
                 plug.queue.is_empty() && plug.pipe.is_empty(),
@@ -268,9 +296,10 @@ fn check_plugs(q: &Queue, issued_of: &FxHashMap<PlugId, (u32, u32)>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::bios::FragId;
     use super::super::{Action, EngineConfig};
     use super::*;
-    use crate::bio::Bio;
+    use crate::bio::{Bio, BioFlags, Op};
     use crate::geometry::{Geometry, GeometryParams};
     use crate::units::{Sector, ZoneNo};
     use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -359,6 +388,70 @@ mod tests {
         assert!(e.bios_in_engine() > 0, "the write is still out: not idle, no check yet");
         let idle = catch_unwind(AssertUnwindSafe(|| e.complete(req.id, Ok(req.sector))));
         assert!(idle.is_err(), "the check at idle did not run");
+    }
+
+    /// A count an idle engine must have at zero, left behind, fails at the end of
+    /// the input that left it, whenever that is: the O(1) part of the check at idle
+    /// does not wait for the walk of the plugs (which is not due: the engine walked
+    /// them two inputs before).
+    #[test]
+    fn a_count_left_behind_fails_when_the_engine_goes_idle() {
+        // A fragment whose BIO is gone (kept in the table when `keep`).
+        fn orphan(e: &mut Engine, keep: bool) -> FragId {
+            let b = e.q.bios.insert(99, Sector(0));
+            let f = e.q.frags.insert(b, Op::Read, Kind::Free, Sector(0), 8, 0, BioFlags::NONE);
+            assert!(e.q.bios.put(b, Ok(()), None).is_some(), "the BIO gone");
+            if !keep {
+                e.q.frags.remove(f);
+            }
+            f
+        }
+        type Break = (&'static str, fn(&mut Engine));
+        let breaks: [Break; 6] = [
+            ("in-flight count", |e| e.q.tags.inflight += 1),
+            ("zone writes out", |e| e.q.plugs.ops_out += 1),
+            ("native appends out", |e| e.q.plugs.appends_out += 1),
+            ("waiting for a tag", |e| {
+                let f = orphan(e, false);
+                e.q.tags.wait.push_back(f);
+            }),
+            ("held by a RESET_ALL", |e| {
+                let f = orphan(e, false);
+                e.q.barrier.waiting.push_back(f);
+            }),
+            ("fragments in an engine without BIOs", |e| {
+                orphan(e, true);
+            }),
+        ];
+        // A sound engine idle, its plugs walked, then two inputs (a read in and
+        // out): idle again, and the walk not due for MIN_INPUTS_PER_CHECK inputs.
+        let idle_again = || {
+            let (mut e, req) = busy_plug(0);
+            e.set_self_check(true);
+            e.complete(req.id, Ok(req.sector));
+            e.check_due();
+            e.submit(Bio::read(Sector(0), 8, 7));
+            let read = std::iter::from_fn(|| e.poll_action())
+                .find_map(|a| if let Action::Issue(r) = a { Some(r) } else { None })
+                .expect("the read issued");
+            e.complete(read.id, Ok(read.sector));
+            assert_eq!((e.bios_in_engine(), e.q.inputs_unchecked), (0, 2), "idle, two inputs since the walk");
+            e
+        };
+        // Sound, it passes the check every input ends with.
+        idle_again().after_input();
+        for (what, broken) in breaks {
+            let mut e = idle_again();
+            broken(&mut e);
+            // The end of the input that left the count behind.
+            let r = catch_unwind(AssertUnwindSafe(|| e.after_input()));
+            let p = r.expect_err(what);
+            let msg = p
+                .downcast_ref::<String>()
+                .map_or_else(|| p.downcast_ref::<&str>().map(|m| m.to_string()), |m| Some(m.clone()));
+            let msg = msg.unwrap_or_default();
+            assert!(msg.contains(what), "{what}: the check said {msg:?}");
+        }
     }
 
     /// The check of an idle engine (its tables empty, its plugs walked once) fails

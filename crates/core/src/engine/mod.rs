@@ -234,6 +234,9 @@ pub(crate) struct Queue {
     self_check: bool,
     /// Inputs since the engine last checked its invariants.
     inputs_unchecked: u64,
+    /// `ZBLK_CHECK_INVARIANTS=1` (read once per process): every invariant after
+    /// every input.
+    check_every_input: bool,
     actions: VecDeque<Action>,
     stats: EngineStats,
 }
@@ -295,6 +298,7 @@ impl Engine {
             traits: PolicyTraits::of(&cfg),
             self_check: true,
             inputs_unchecked: 0,
+            check_every_input: check::every_input(),
             actions: VecDeque::new(),
             stats: EngineStats::default(),
         };

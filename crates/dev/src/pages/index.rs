@@ -24,11 +24,22 @@ struct Group {
     used: u32,
 }
 
+impl Group {
+    fn empty() -> Box<Group> {
+        Box::new(Group { slots: [NONE; GROUP_PAGES as usize], used: 0 })
+    }
+}
+
 /// Page number → slot, for the pages written.
 #[derive(Clone, Debug, Default)]
 pub(super) struct PageIndex {
     groups: FxHashMap<u64, Box<Group>>,
     len: usize,
+    /// Groups emptied, their tables kept for the next groups written (never more
+    /// than the most groups held at once, as the store's chunks). Boxed as the
+    /// map holds them: a table moves between the two as a pointer.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Group>>,
 }
 
 impl PageIndex {
@@ -44,18 +55,21 @@ impl PageIndex {
         (s != NONE).then_some(s)
     }
 
-    /// Records `page` in slot `s`; the page holds no slot yet.
-    pub(super) fn insert(&mut self, page: u64, s: u32) {
-        assert_ne!(s, NONE, "slot numbers stay below 2^32 - 1");
-        let g = self
-            .groups
-            .entry(page / GROUP_PAGES)
-            .or_insert_with(|| Box::new(Group { slots: [NONE; GROUP_PAGES as usize], used: 0 }));
+    /// The slot of `page`, recorded as `new()` if it has none: one look into the
+    /// index for a page written, where a [`PageIndex::get`] and then a record of
+    /// the slot took two.
+    pub(super) fn get_or_insert(&mut self, page: u64, new: impl FnOnce() -> u32) -> u32 {
+        let spare = &mut self.spare;
+        let g = self.groups.entry(page / GROUP_PAGES).or_insert_with(|| spare.pop().unwrap_or_else(Group::empty));
         let e = &mut g.slots[(page % GROUP_PAGES) as usize];
-        assert_eq!(*e, NONE, "page {page} indexed twice");
-        *e = s;
-        g.used += 1;
-        self.len += 1;
+        if *e == NONE {
+            let s = new();
+            assert_ne!(s, NONE, "slot numbers stay below 2^32 - 1");
+            *e = s;
+            g.used += 1;
+            self.len += 1;
+        }
+        *e
     }
 
     /// Forgets `page`, giving back its slot.
@@ -69,7 +83,12 @@ impl PageIndex {
         let s = std::mem::replace(e, NONE);
         g.used -= 1;
         if g.used == 0 {
-            self.groups.remove(&key);
+            // Kept for the next group written (all its entries are NONE again): a
+            // device whose zones are written, reset and written again allocates
+            // no table per 64 pages.
+            if let Some(g) = self.groups.remove(&key) {
+                self.spare.push(g);
+            }
         }
         self.len -= 1;
         Some(s)
@@ -130,12 +149,8 @@ mod tests {
         for i in 0..20_000u32 {
             let page = next() % 1000;
             match next() % 8 {
-                0..=3 => {
-                    if let std::collections::btree_map::Entry::Vacant(e) = model.entry(page) {
-                        e.insert(i);
-                        idx.insert(page, i);
-                    }
-                }
+                // A page held keeps its slot; a new one takes the slot given.
+                0..=3 => assert_eq!(idx.get_or_insert(page, || i), *model.entry(page).or_insert(i)),
                 4..=5 => assert_eq!(idx.remove(page), model.remove(&page)),
                 6 => {
                     let last = page + next() % 300;
@@ -154,5 +169,10 @@ mod tests {
         assert!(idx.pages().eq(model.keys().copied()), "pages in order");
         idx.remove_range(0, u64::MAX, |_| {});
         assert_eq!((idx.len(), idx.groups.len()), (0, 0), "a range wider than the index empties it");
+        // The groups' tables are kept, and taken again.
+        let kept = idx.spare.len();
+        assert!(kept > 0, "tables kept");
+        assert_eq!(idx.get_or_insert(5, || 1), 1);
+        assert_eq!(idx.spare.len(), kept - 1, "a kept table taken");
     }
 }

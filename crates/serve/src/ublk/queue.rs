@@ -22,7 +22,7 @@
 //! its data goes to the kernel from the device's pages ([`CopyOut::Pages`]).
 
 use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
-use crate::served::{CopyOut, Done, Replies, Reply, ReplyTo, Req, Served, reply_of_io};
+use crate::served::{CopyOut, Done, Replies, Reply, ReplyTo, Req, Served, Tagged};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{BufDesc, UblkIORes};
 use slab::Slab;
@@ -34,7 +34,7 @@ use std::time::Duration;
 use zblk_core::bio::Op;
 use zblk_core::units::SECTOR_SIZE;
 use zblk_dev::buf::AlignedBuf;
-use zblk_runtime::{Completion, IoDone, LocalIo, PollWindow};
+use zblk_runtime::{LocalIo, PollWindow};
 
 /// The `op` of a target entry on the queue's ring that reads the mailbox's eventfd.
 const OP_WAKE: u32 = 1;
@@ -59,18 +59,6 @@ impl Replies for Mailbox {
         } else {
             self.post(tag, r);
         }
-    }
-
-    fn as_completion(self: Arc<Self>) -> Arc<dyn Completion> {
-        self
-    }
-}
-
-/// The end of a request that went to the runtime as one I/O, named by its token.
-impl Completion for Mailbox {
-    fn complete(&self, token: u64, d: IoDone) {
-        let (tag, r) = reply_of_io(token, d);
-        self.reply(tag, r);
     }
 }
 
@@ -101,12 +89,12 @@ pub(super) struct Queues {
     changed: Condvar,
     /// The device never started: each queue ends without serving ([`abandon`]).
     abandoned: AtomicBool,
-    mailboxes: Mutex<Vec<Arc<Mailbox>>>,
+    mailboxes: Mutex<Vec<Arc<Tagged<Mailbox>>>>,
 }
 
 impl Queues {
     /// A queue is about to serve; its thread is woken through `mailbox`.
-    fn serving(&self, mailbox: &Arc<Mailbox>) {
+    fn serving(&self, mailbox: &Arc<Tagged<Mailbox>>) {
         self.mailboxes.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::clone(mailbox));
     }
 
@@ -193,7 +181,7 @@ enum Kind {
 struct Queue {
     cdev: i32,
     served: Arc<dyn Served>,
-    mailbox: Arc<Mailbox>,
+    mailbox: Arc<Tagged<Mailbox>>,
     /// Each tag's buffer, `None` while its request is in flight.
     bufs: Vec<Option<AlignedBuf>>,
     kinds: Vec<Kind>,
@@ -231,8 +219,8 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, pol
         return;
     }
     // SAFETY: efd was just opened and is owned by nobody else.
-    let mailbox = Arc::new(Mailbox { done: Mutex::new(Vec::new()), efd: unsafe { OwnedFd::from_raw_fd(efd) } });
-    HOME.with(|h| h.set(Arc::as_ptr(&mailbox)));
+    let mailbox = Tagged::new(Mailbox { done: Mutex::new(Vec::new()), efd: unsafe { OwnedFd::from_raw_fd(efd) } });
+    HOME.with(|h| h.set(std::ptr::from_ref::<Mailbox>(&mailbox)));
     let depth = dev.dev_info.queue_depth as usize;
     let mut st = Queue {
         cdev: dev.tgt.fds[0],
@@ -398,7 +386,7 @@ impl Queue {
             Err(req) => req,
         };
         // The reply goes to the queue's mailbox by tag: no closure per request.
-        let done = ReplyTo::Tag(Arc::clone(&self.mailbox) as Arc<dyn Replies>, tag);
+        let done = ReplyTo::tag(&self.mailbox, tag);
         // (Not `self.on_ring`: the closure borrows the served device, a field apart.)
         on_ring(&*self.served, &mut self.fresh, || self.served.submit(req, done));
     }
