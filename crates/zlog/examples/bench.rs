@@ -122,15 +122,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         a.targets.iter().map(|t| (t.clone(), a.policy)).collect()
     };
-    println!(
-        "records per second, the median of {} runs of {} records of 4 KiB frames, a flush every {} appends of a \
-         thread\n",
-        a.runs, a.records, a.flush_every
-    );
+    let flush = match a.flush_every {
+        0 => "a flush at each thread's end only".to_string(),
+        n => format!("a flush every {n} appends of a thread"),
+    };
+    println!("records per second, the median of {} runs of {} records of 4 KiB frames, {flush}\n", a.runs, a.records);
     println!("| target | policy | {} |", THREADS.map(|t| format!("{t} thr")).join(" | "));
     println!("|---|---|{}", "---:|".repeat(THREADS.len()));
+    let temporary_image = a.targets.is_empty();
     for (spec, policy) in runs {
-        let shown = if spec.starts_with("sim:") { spec.clone() } else { "image".into() };
+        // The temporary image's path says nothing; a target given is shown as given.
+        let shown = if temporary_image && !spec.starts_with("sim:") { "image".into() } else { spec.clone() };
         match row(&spec, policy, &a) {
             Ok(r) => println!("{}", r.replacen(&format!("| {spec} "), &format!("| {shown} "), 1)),
             Err(e) => println!("| {shown} | {} | {e} |", policy.map_or("default", IssuePolicy::name)),
