@@ -69,11 +69,12 @@ impl StackDevice {
         let geo = match geo_rx.recv() {
             Ok(Ok(geo)) => geo,
             Ok(Err(why)) => {
-                let _ = thread.join();
+                join_or_raise(thread);
                 return Err(why);
             }
             Err(_) => {
-                let _ = thread.join();
+                // Only a panic ends the thread before it answers: raised here.
+                join_or_raise(thread);
                 return Err("the stack's thread ended while building it".into());
             }
         };
@@ -90,12 +91,20 @@ impl StackDevice {
         self.data.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Asks the simulation's thread; `None` when it is gone (it panicked).
+    /// Asks the simulation's thread. A thread that is gone panicked (a simulator
+    /// assertion: an invariant broken, not an I/O error): its panic is raised again
+    /// here, in the caller, so that it stops the process as any failed assertion
+    /// does. `None` only after another caller took that panic.
     fn ask<T>(&self, msg: impl FnOnce(Sender<T>) -> Msg) -> Option<T> {
         let (tx, rx) = mpsc::channel();
         let sent = self.tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref()?.send(msg(tx));
-        sent.ok()?;
-        rx.recv().ok()
+        let answer = sent.ok().and_then(|()| rx.recv().ok());
+        if answer.is_none() {
+            if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                join_or_raise(t);
+            }
+        }
+        answer
     }
 
     /// The data side of a completed request: what it wrote, read or emptied.
@@ -125,8 +134,22 @@ impl Drop for StackDevice {
         // The thread ends when its channel closes.
         self.tx.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = self.thread.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = t.join();
+            // A panic of the thread is raised, unless one is unwinding already (a
+            // second would abort without its message).
+            if std::thread::panicking() {
+                let _ = t.join();
+            } else {
+                join_or_raise(t);
+            }
         }
+    }
+}
+
+/// Joins the simulation's thread; a panic that ended it is raised again here, its
+/// message kept.
+fn join_or_raise(thread: JoinHandle<()>) {
+    if let Err(panic) = thread.join() {
+        std::panic::resume_unwind(panic);
     }
 }
 
@@ -248,5 +271,36 @@ impl zblk_dev::Device for StackDevice {
     /// Its requests are carried out by the simulation's thread at once: no I/O.
     fn inline(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zblk_core::geometry::GeometryParams;
+
+    #[test]
+    fn a_panic_of_the_simulations_thread_is_raised_in_the_caller() {
+        // A thread that panics on its first message, as a simulator assertion would:
+        // the caller gets that panic, not an I/O error.
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let thread = std::thread::spawn(move || {
+            let _ = rx.recv();
+            panic!("simulator invariant broken");
+        });
+        let p = GeometryParams { capacity_bytes: 8 << 20, zone_size_bytes: 1 << 20, ..GeometryParams::default() };
+        let dev = StackDevice {
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            geo: Geometry::new(&p).unwrap(),
+            name: "test".into(),
+            data: Mutex::new(PageStore::new()),
+        };
+        let asked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dev.ask(|tx| Msg::Report(Sector(0), 1, tx))));
+        let panic = asked.expect_err("the thread's panic reaches the caller");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"simulator invariant broken"));
+        // Taken once: the device is dropped without a second panic.
+        drop(dev);
     }
 }
