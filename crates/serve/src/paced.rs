@@ -33,7 +33,7 @@ use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneType;
 use zblk_dev::PageStore;
 use zblk_dev::buf::AlignedBuf;
-use zblk_sim::Sim;
+use zblk_sim::{Sim, join_or_raise};
 
 /// The written data of a simulated device: the memory device's sparse page store, at
 /// most `limit` bytes of it (`None`: no data kept at all).
@@ -166,14 +166,6 @@ impl PacedSim {
         };
         let geo = info.geo.clone();
         Ok((Arc::new(PacedSim { tx: Mutex::new(tx), geo, keeps_data }), info, thread))
-    }
-}
-
-/// Joins the simulation's thread; a panic that ended it (a simulator assertion) is
-/// raised again here, its message kept, rather than dropped.
-fn join_or_raise(thread: std::thread::JoinHandle<()>) {
-    if let Err(panic) = thread.join() {
-        std::panic::resume_unwind(panic);
     }
 }
 

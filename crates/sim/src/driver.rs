@@ -115,6 +115,16 @@ impl StackSimConfig {
 /// Makes the timing model of a disk: `(disk, its parameters, a seed for it)`.
 pub type ModelFactory<'a> = &'a mut dyn FnMut(DevId, &DeviceParams, u64) -> Box<dyn DeviceModel>;
 
+/// Joins a thread that owned a [`Sim`] (the simulator is not `Send`, so a server
+/// or a handle runs it on a thread of its own); a panic that ended the thread (a
+/// simulator assertion: an invariant broken) is raised again in the joiner, its
+/// message kept, so that it stops the process as any failed assertion does.
+pub fn join_or_raise(thread: std::thread::JoinHandle<()>) {
+    if let Err(panic) = thread.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// The null device's timing for every disk, from its `completion_nsec` and
 /// `completion_dist`.
 pub fn null_model(_dev: DevId, params: &DeviceParams, seed: u64) -> Box<dyn DeviceModel> {

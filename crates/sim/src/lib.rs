@@ -26,7 +26,7 @@ pub mod workload;
 pub use checker::Checker;
 pub use driver::{
     ModelFactory, ProgressFn, Sim, SimChecks, SimCompletion, SimConfig, SimStats, StackSimConfig, TraceSink, Workload,
-    null_model,
+    join_or_raise, null_model,
 };
 pub use faults::FaultConfig;
 pub use model::{DeviceModel, NullModel};

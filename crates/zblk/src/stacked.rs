@@ -19,7 +19,7 @@ use zblk_core::stack::{SplitOrder, StackSpec};
 use zblk_core::units::{Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
 use zblk_dev::{DeviceError, DeviceZeroing, IoBuf, PageStore, Plan, Transfer};
-use zblk_sim::{Sim, StackSimConfig, null_model};
+use zblk_sim::{Sim, StackSimConfig, join_or_raise, null_model};
 
 /// What the simulation's thread is asked.
 enum Msg {
@@ -142,14 +142,6 @@ impl Drop for StackDevice {
                 join_or_raise(t);
             }
         }
-    }
-}
-
-/// Joins the simulation's thread; a panic that ended it is raised again here, its
-/// message kept.
-fn join_or_raise(thread: JoinHandle<()>) {
-    if let Err(panic) = thread.join() {
-        std::panic::resume_unwind(panic);
     }
 }
 

@@ -107,16 +107,7 @@ impl Media {
         if ppm == 0 || self.rng.random_range(0..1_000_000) >= ppm {
             return None;
         }
-        // The sectors below their zone's write pointer: past it a zone reads as
-        // zeroes, whatever the medium holds.
-        let end = match mem.zones() {
-            Some(zs) => {
-                let z = zs.zone(zs.geometry().zone_no(sector));
-                if z.ztype == ZoneType::Conventional { sector + u64::from(nr_sectors) } else { z.wp }
-            }
-            None => sector + u64::from(nr_sectors),
-        };
-        let written = end.0.saturating_sub(sector.0).min(u64::from(nr_sectors));
+        let written = written_end(mem, sector, nr_sectors).0 - sector.0;
         if written == 0 {
             return None;
         }
@@ -129,14 +120,24 @@ impl Media {
 /// (below its zone's write pointer).
 pub(crate) fn flip_on(mem: &mut MemDevice, flip: Flip) {
     let (s, i, x) = flip;
-    let holds = mem.zones().is_none_or(|zs| {
-        let z = zs.zone(zs.geometry().zone_no(s));
-        z.ztype == ZoneType::Conventional || s < z.wp
-    });
-    if holds {
+    if written_end(mem, s, 1) > s {
         let mut sector = [0u8; SECTOR_SIZE as usize];
         mem.peek(s, &mut sector);
         sector[i] ^= x;
         mem.poke(s, &sector);
+    }
+}
+
+/// Where the data `mem` holds ends within the `nr_sectors` from `sector` (at most
+/// their end): a zone's sectors past its write pointer read as zeroes, whatever the
+/// medium holds.
+fn written_end(mem: &MemDevice, sector: Sector, nr_sectors: u32) -> Sector {
+    let end = sector + u64::from(nr_sectors);
+    match mem.zones() {
+        Some(zs) => {
+            let z = zs.zone(zs.geometry().zone_no(sector));
+            if z.ztype == ZoneType::Conventional { end } else { Sector(z.wp.0.clamp(sector.0, end.0)) }
+        }
+        None => end,
     }
 }
