@@ -19,7 +19,17 @@
 //! - each zone has a lock, held by one job while it has I/O to the zone in flight;
 //!   a job that needs a zone another job holds first waits for its own I/O to
 //!   complete (`io_u_quiesce()`, so that jobs never deadlock holding locks), then
-//!   blocks until the lock is handed to it;
+//!   blocks on it; the locks are glibc mutexes: one released is free, its first
+//!   waiter is woken and tries again at its turn, and a job that runs before it may
+//!   take it first;
+//! - jobs that can run at the same time (the one whose completion it is, those its
+//!   releases woke, every job at the start) take turns, one submission each, as
+//!   fio's job threads share the host's CPUs;
+//! - a random writer draws its blocks from fio's random map: every block of its range
+//!   once a cycle (a used one gives the next free one), so each zone gets its share;
+//! - a writing job scans its zones as it starts, and a time-based random writer
+//!   again each time its map is used up (`zbd_file_reset()`): it takes every zone
+//!   lock of its range in order, keeps them until it has all, then lets them go;
 //! - a zone found full is reset (synchronously, after the job's own I/O drained),
 //!   then written from its start;
 //! - with an open zone limit (`max_open_zones`, or the device's `max_open_zones`
@@ -131,6 +141,11 @@ struct Job {
     fsynced: bool,
     state: JobState,
     tally: Tally,
+    /// fio's random map of the job's zones (a random writer in zbd mode).
+    map: Option<RandMap>,
+    /// The zone lock its scan of its zones (`zbd_file_reset()`) takes next, while it
+    /// scans: at its start, and at each new cycle of its random map.
+    scan: Option<u32>,
 }
 
 /// A zone's lock, as fio's recursive per-zone mutex shared by all jobs: held by one
@@ -166,6 +181,8 @@ enum Next {
     Plain(Op, Sector, u32),
     /// Nothing now.
     Wait,
+    /// The random map was used up: the job scans its zones again first.
+    Rescan,
     /// The job is done.
     Stop,
 }
@@ -190,8 +207,13 @@ pub struct FioGen {
     geo: Geometry,
     zbd: Option<ZbdState>,
     stamp: u64,
-    /// Jobs handed a zone lock since they last ran: filled after the current event.
-    woken: Vec<usize>,
+    /// Jobs woken by a released zone lock they wait for, with the zone: each tries
+    /// the lock again at its turn, after the job whose event it is has had its own.
+    woken: Vec<(usize, ZoneNo)>,
+    /// Submissions left in the running job's turn ([`FioGen::take_turns`]).
+    turn_left: Option<u32>,
+    /// The jobs waiting for their turn, and the zone a woken one tries again.
+    turns: VecDeque<(usize, Option<ZoneNo>)>,
     /// Inputs not processed yet.
     work: VecDeque<Work>,
     /// Actions decided and not taken by the driver yet.
@@ -252,6 +274,8 @@ impl FioGen {
                     fsynced: false,
                     state: JobState::Running,
                     tally: Tally { jobs: 1, ..Tally::default() },
+                    map: None,
+                    scan: None,
                 });
             }
         }
@@ -259,17 +283,29 @@ impl FioGen {
             true => Some(Self::zbd_state(specs, geo, zones)?),
             false => None,
         };
-        Ok(FioGen {
+        let mut fio = FioGen {
             specs: specs.to_vec(),
             jobs,
             geo: geo.clone(),
             zbd,
             stamp: 0,
             woken: Vec::new(),
+            turn_left: None,
+            turns: VecDeque::new(),
             work: VecDeque::new(),
             out: VecDeque::new(),
             awaiting: None,
-        })
+        };
+        for j in 0..fio.jobs.len() {
+            let spec = fio.spec(j);
+            if spec.zonemode == ZoneMode::Zbd && spec.rw.is_write() {
+                // fio's zbd_file_reset() as the job starts: a scan of its zones.
+                let (first, last) = fio.zone_range(j);
+                fio.jobs[j].map = Self::map_for(fio.spec(j), geo, first, last);
+                fio.jobs[j].scan = (first <= last).then_some(first);
+            }
+        }
+        Ok(fio)
     }
 
     /// fio's zone table from the device's report: write pointers, and the zones
@@ -337,12 +373,7 @@ impl FioGen {
                 return None;
             }
             match self.work.pop_front()? {
-                Work::FillAll => {
-                    for j in 0..self.jobs.len() {
-                        self.fill(j, now_ns);
-                    }
-                    self.fill_woken(now_ns);
-                }
+                Work::FillAll => self.take_turns(0..self.jobs.len(), now_ns),
                 Work::Done(c, at_ns) => self.done(c, at_ns, now_ns),
                 Work::Resume { job, zone } => {
                     self.maybe_release(zone);
@@ -400,17 +431,9 @@ impl FioGen {
         self.out.push_back(FioAction::Submit(FioIo { bio, token, stamp, job }));
     }
 
-    /// Jobs woken by a lock hand-over run after the event that woke them, the last
-    /// woken first.
-    fn fill_woken(&mut self, now_ns: u64) {
-        while let Some(w) = self.woken.pop() {
-            self.fill(w, now_ns);
-        }
-    }
-
-    /// Submits as much as job `j` may: up to its iodepth, until its budget is spent or
-    /// it has to wait for a zone.
-    fn fill(&mut self, j: usize, now_ns: u64) {
+    /// Submits as much as job `j` may: up to its iodepth, until its budget is spent,
+    /// its turn is over or it has to wait for a zone.
+    pub(super) fn fill(&mut self, j: usize, now_ns: u64) {
         loop {
             let job = &self.jobs[j];
             if job.stopped && !job.fsynced && job.inflight == 0 {
@@ -420,13 +443,20 @@ impl FioGen {
                 self.submit(j, Bio::flush(0), (j as u64) | FLUSH_FLAG, 0);
                 return;
             }
-            if job.stopped || job.inflight >= self.spec(j).iodepth {
+            if job.stopped || job.inflight >= self.spec(j).iodepth || self.turn_left == Some(0) {
                 return;
             }
             if self.out_of_budget(j, now_ns) {
                 self.stop(j);
                 return;
             }
+            if self.jobs[j].scan.is_some() {
+                if !self.scan(j) {
+                    return;
+                }
+                continue;
+            }
+            let job = &self.jobs[j];
             let next = match job.state {
                 JobState::Granted(z) => Next::Zone(z),
                 JobState::Running => self.next_target(j),
@@ -440,6 +470,7 @@ impl FioGen {
                     }
                 }
                 Next::Wait => return,
+                Next::Rescan => continue,
                 Next::Stop => {
                     self.stop(j);
                     return;
@@ -449,6 +480,15 @@ impl FioGen {
     }
 
     fn stop(&mut self, j: usize) {
+        if self.jobs[j].scan.is_some() {
+            let (first, last) = self.zone_range(j);
+            if let JobState::Granted(z) = self.jobs[j].state {
+                // Handed the zone its scan waited for: let it go with the others.
+                self.jobs[j].state = JobState::Running;
+                self.jobs[j].scan = Some(z.0 + 1);
+            }
+            self.end_scan(j, first, last);
+        }
         self.jobs[j].stopped = true;
         self.jobs[j].fsynced |= !self.spec(j).end_fsync;
         if let JobState::Granted(z) = self.jobs[j].state {
@@ -505,6 +545,9 @@ impl FioGen {
                     zbd.wp[z.idx()] = sector.since(self.geo.zone_start(z)) + u64::from(nr_sectors);
                 }
             }
+        }
+        if let Some(t) = &mut self.turn_left {
+            *t = t.saturating_sub(1);
         }
         let job = &mut self.jobs[j];
         job.inflight += 1;
@@ -571,7 +614,13 @@ impl FioGen {
     fn next_write_zone(&mut self, j: usize) -> Next {
         let (first, last) = self.zone_range(j);
         let max_open = self.max_open(j);
-        let z = if self.spec(j).rw.is_random() {
+        let z = if self.jobs[j].map.is_some() {
+            match self.next_mapped_zone(j, first) {
+                Some(Next::Zone(z)) => z.0,
+                Some(other) => return other,
+                None => return Next::Stop,
+            }
+        } else if self.spec(j).rw.is_random() {
             self.jobs[j].rng.random_range(first..=last)
         } else {
             let job = &mut self.jobs[j];
@@ -698,11 +747,13 @@ impl FioGen {
                 }
             }
         }
-        self.fill(j, now_ns);
-        self.fill_woken(now_ns);
+        self.take_turns([j], now_ns);
     }
 }
 
+mod randmap;
 #[cfg(test)]
 mod tests;
 mod zones;
+
+use randmap::RandMap;

@@ -1,6 +1,7 @@
 //! fio's zone locks and open zones (`zbd.c`'s `zone_lock`, `zbd_open_zone`,
 //! `zbd_convert_to_open_zone`, `zbd_end_zone_io`): which job holds a zone, when it
-//! lets it go, and where a write goes when its zone is taken or full.
+//! lets it go, who takes it next (the jobs' turns), and where a write goes when its
+//! zone is taken or full.
 
 use super::*;
 
@@ -29,20 +30,64 @@ impl FioGen {
         }
     }
 
-    /// Releases zone `z`'s lock if its owner holds it for nothing any more, handing it
-    /// to the first waiting job (which runs after the current event).
+    /// Releases zone `z`'s lock if its owner holds it for nothing any more, and wakes
+    /// the first job waiting for it, which tries to take it at its turn
+    /// ([`FioGen::take_turns`]): fio's zone locks are glibc mutexes, free once
+    /// unlocked, not handed to a waiter.
     pub(super) fn maybe_release(&mut self, z: ZoneNo) {
         let zbd = self.zbd.as_mut().expect("zbd");
         let lock = &mut zbd.locks[z.idx()];
         if lock.count > 0 || lock.pinned || lock.reporting {
             return;
         }
-        lock.owner = lock.waiters.pop_front();
-        if let Some(w) = lock.owner {
-            lock.pinned = true;
-            self.jobs[w].state = JobState::Granted(z);
-            self.woken.push(w);
+        lock.owner = None;
+        if let Some(w) = lock.waiters.pop_front() {
+            self.woken.push((w, z));
         }
+    }
+
+    /// Jobs that can run now take turns, one submission a turn, as fio's job threads
+    /// share the host's CPUs: the job whose event it is first, then each job woken
+    /// by a lock it waited for, in the order of their waking. A woken job tries the
+    /// lock again at its turn: a job that ran before it may have taken it (a glibc
+    /// mutex is not handed over: unlocking wakes one waiter, and a thread already
+    /// running takes the lock if it gets there first), and then it waits again,
+    /// behind the other waiters.
+    pub(super) fn take_turns(&mut self, first: impl IntoIterator<Item = usize>, now_ns: u64) {
+        // The queue is kept between calls: no allocation per completion.
+        let mut run = std::mem::take(&mut self.turns);
+        run.extend(first.into_iter().map(|j| (j, None)));
+        loop {
+            run.extend(self.woken.drain(..).map(|(w, z)| (w, Some(z))));
+            let Some((j, retry)) = run.pop_front() else { break };
+            if let Some(z) = retry {
+                if self.jobs[j].state != JobState::Blocked(z) {
+                    continue;
+                }
+                let lock = &mut self.zbd.as_mut().expect("zbd").locks[z.idx()];
+                if lock.owner.is_some() {
+                    lock.waiters.push_back(j);
+                    continue;
+                }
+                if self.jobs[j].stopped {
+                    // Out of time while it waited: the next waiter gets the wake-up.
+                    self.jobs[j].state = JobState::Running;
+                    self.maybe_release(z);
+                    continue;
+                }
+                lock.owner = Some(j);
+                lock.pinned = true;
+                self.jobs[j].state = JobState::Granted(z);
+            }
+            self.turn_left = Some(1);
+            self.fill(j, now_ns);
+            let more = self.turn_left == Some(0);
+            self.turn_left = None;
+            if more {
+                run.push_back((j, None));
+            }
+        }
+        self.turns = run;
     }
 
     pub(super) fn unpin(&mut self, z: ZoneNo) {
