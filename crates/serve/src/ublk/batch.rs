@@ -103,6 +103,10 @@ pub(super) struct Batch {
     spare: Vec<Vec<Elem>>,
     /// The driver has ended the fetch commands: the device is stopping.
     stopped: bool,
+    /// The planted bug `commit-drops-one`: which tags hold a write (the bug leaves
+    /// a write out, not the reads of the kernel's partition scan, which would keep
+    /// the device from starting).
+    writes: Vec<bool>,
 }
 
 impl Batch {
@@ -140,6 +144,7 @@ impl Batch {
             commits: Slab::new(),
             spare: Vec::new(),
             stopped: false,
+            writes: Vec::new(),
         };
         for id in 0..FETCH_COMMANDS {
             b.arm_fetch(q, id);
@@ -226,6 +231,15 @@ impl Batch {
         }
     }
 
+    /// The planted bug `commit-drops-one`: whether `tag`'s request is a write.
+    pub(super) fn planted_write(&mut self, tag: u16, write: bool) {
+        let tag = usize::from(tag);
+        if self.writes.len() <= tag {
+            self.writes.resize(tag + 1, false);
+        }
+        self.writes[tag] = write;
+    }
+
     /// The result of `tag`'s request, for the next commit; `lba`: a zone append's
     /// sector.
     pub(super) fn push(&mut self, tag: u16, result: i32, lba: u64) {
@@ -238,9 +252,14 @@ impl Batch {
             return;
         }
         let planted = zblk_core::mutation::Mutation::CommitDropsOne;
-        if zblk_core::mutation::on(planted) && self.pending.len() > 1 && !DROPPED.swap(true, Ordering::Relaxed) {
-            // The planted bug: the last request of a batch is never committed.
-            self.pending.pop();
+        if zblk_core::mutation::on(planted) && self.pending.len() > 1 {
+            // The planted bug: a write of a commit of several is never committed.
+            let write = self.pending.iter().rposition(|e| self.writes.get(usize::from(e.tag)) == Some(&true));
+            if let Some(at) = write
+                && !DROPPED.swap(true, Ordering::Relaxed)
+            {
+                self.pending.remove(at);
+            }
         }
         let mut elems = self.spare.pop().unwrap_or_default();
         std::mem::swap(&mut elems, &mut self.pending);

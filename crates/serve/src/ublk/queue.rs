@@ -443,6 +443,11 @@ impl Queue {
         if zblk_core::mutation::on(planted) && matches!(req, Req::Io { op: Op::Write, .. }) {
             panic!("planted bug {}: assertion failed when the kernel brought a write", planted.name());
         }
+        if zblk_core::mutation::on(zblk_core::mutation::Mutation::CommitDropsOne)
+            && let Some(b) = &mut self.batch
+        {
+            b.planted_write(tag, matches!(req, Req::Io { op: Op::Write, .. }));
+        }
         // (A device that keeps no data needs none: its writes' data is not copied in.)
         if let Req::Io { op: Op::Write | Op::ZoneAppend, nr_sectors, buf, .. } = &mut req
             && self.served.keeps_data()
