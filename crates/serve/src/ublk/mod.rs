@@ -444,3 +444,30 @@ fn set_params(dev: &mut UblkDev, geo: &Geometry, rotational: bool) {
         ..Default::default()
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_follows_what_the_driver_offers() {
+        let batch = u64::from(sys::UBLK_F_BATCH_IO);
+        let (linux_7_3, linux_6_12) = (Some(0x1f_ffff), Some(0x1fe));
+        assert_eq!(linux_7_3.map(|f: u64| f & batch != 0), Some(true));
+        assert_eq!(Transport::Auto.batched(linux_7_3).ok(), Some(true));
+        assert_eq!(Transport::Auto.batched(linux_6_12).ok(), Some(false));
+        assert_eq!(Transport::Auto.batched(None).ok(), Some(false), "a driver that does not say: no batches");
+        assert_eq!(Transport::Command.batched(linux_7_3).ok(), Some(false));
+        assert_eq!(Transport::Batch.batched(linux_7_3).ok(), Some(true));
+        let refused = Transport::Batch.batched(linux_6_12).unwrap_err().0;
+        assert!(refused.contains("does not offer them") && refused.contains("0x1fe"), "{refused}");
+        // The path said: batched commands move from what the driver offers to the
+        // path used.
+        let used = DriverPath { features: linux_7_3, batched: true };
+        assert_eq!(used.used(), "batched commands, data by user copy");
+        assert!(!used.offered().contains(&"batched commands"));
+        let offered = DriverPath { features: linux_7_3, batched: false };
+        assert_eq!(offered.used(), "a command per request, data by user copy");
+        assert_eq!(offered.offered()[0], "batched commands");
+    }
+}
