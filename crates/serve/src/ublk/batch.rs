@@ -186,7 +186,8 @@ impl Batch {
     pub(super) fn fetched(&mut self, q: &UblkQueue, id: u16, res: i32, flags: u32, tags: &mut Vec<u16>) {
         let more = cqueue::more(flags);
         if !more {
-            self.fetches -= 1;
+            // (Saturating: a driver that ended a fetch twice does not stop the queue.)
+            self.fetches = self.fetches.saturating_sub(1);
         }
         if res < 0 {
             // ENODEV (UBLK_IO_RES_ABORT): the device stops. ENOBUFS: the driver had
@@ -221,7 +222,7 @@ impl Batch {
 
     /// A fetch buffer given back to the ring.
     pub(super) fn provided(&mut self, res: i32) {
-        self.provides -= 1;
+        self.provides = self.provides.saturating_sub(1);
         if res < 0 {
             crate::say(&format!(
                 "ublk queue {}: giving a fetch buffer back: {}",
