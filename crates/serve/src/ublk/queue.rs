@@ -2,6 +2,11 @@
 //! ring, hands it to the served device at once (as many in flight as the kernel's
 //! queue depth), and commits each when the device is done.
 //!
+//! Requests arrive and results go back one io_uring command per request (libublk's
+//! queue: `FETCH_REQ`, `COMMIT_AND_FETCH_REQ`) or with batched commands
+//! ([`super::batch`]: many requests a fetch, many results a commit); everything
+//! else here is the same for both.
+//!
 //! The queue's thread does as much of the work as it can itself, because every hand-off
 //! to another thread costs two context switches, more than the work on a memory
 //! device or a file in the page cache:
