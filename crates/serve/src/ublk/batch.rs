@@ -103,6 +103,9 @@ pub(super) struct Batch {
     spare: Vec<Vec<Elem>>,
     /// The driver has ended the fetch commands: the device is stopping.
     stopped: bool,
+    /// Commits and fetch buffers queued since the queue's last wait: each completes
+    /// as soon as it is submitted ([`Batch::take_sent`]).
+    sent: u32,
     /// The planted bug `commit-drops-one`: which tags hold a write (the bug leaves
     /// a write out, not the reads of the kernel's partition scan, which would keep
     /// the device from starting).
@@ -144,12 +147,23 @@ impl Batch {
             commits: Slab::new(),
             spare: Vec::new(),
             stopped: false,
+            sent: 0,
             writes: Vec::new(),
         };
         for id in 0..FETCH_COMMANDS {
             b.arm_fetch(q, id);
         }
         Ok(b)
+    }
+
+    /// How many completions the commits and fetch buffers queued since the last call
+    /// will bring at once: the driver and the ring answer them while they are
+    /// submitted. A wait for the next request asks for these as well, so that the
+    /// same system call that sends a commit waits for what comes next, instead of
+    /// returning at once with the commit's answer (which would take a second call
+    /// per request at QD 1).
+    pub(super) fn take_sent(&mut self) -> u32 {
+        std::mem::take(&mut self.sent)
     }
 
     /// Whether the device is stopping (the driver ended the fetch commands).
@@ -208,7 +222,10 @@ impl Batch {
                     let n = (res as usize / std::mem::size_of::<u16>()).min(buf.len());
                     tags.extend_from_slice(&buf[..n]);
                     match q.ublk_submit_sqe_sync(provide_entry(buf, bid)) {
-                        Ok(()) => self.provides += 1,
+                        Ok(()) => {
+                            self.provides += 1;
+                            self.sent += 1;
+                        }
                         Err(e) => crate::say(&format!("ublk queue {}: fetch buffer {bid}: {e}", self.qid)),
                     }
                 }
@@ -277,9 +294,12 @@ impl Batch {
             .addr(Some(rest.as_ptr() as u64))
             .build()
             .user_data(user_data(id, OP_COMMIT));
-        if let Err(e) = q.ublk_submit_sqe_sync(entry) {
-            crate::say(&format!("ublk queue {}: commit: {e}", self.qid));
-            self.recycle(key);
+        match q.ublk_submit_sqe_sync(entry) {
+            Ok(()) => self.sent += 1,
+            Err(e) => {
+                crate::say(&format!("ublk queue {}: commit: {e}", self.qid));
+                self.recycle(key);
+            }
         }
     }
 

@@ -323,7 +323,13 @@ impl Queue {
             if abandoned.load(Ordering::Acquire) {
                 return true;
             }
-            let to_wait = window.want();
+            let mut to_wait = window.want();
+            // (Taken on every pass: a pass that only polls does not wait for them, and
+            // they must not count towards a later wait.)
+            let sent = self.batch.as_mut().map_or(0, Batch::take_sent);
+            if to_wait > 0 {
+                to_wait += sent;
+            }
             let handled = q.flush_and_wake_io_tasks(
                 |user_data, cqe, _| {
                     let tag = UblkIOCtx::user_data_to_tag(user_data) as u16;
