@@ -112,8 +112,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll: u64,
-    /// How the kernel's requests reach the queues' threads: `command` (the default:
-    /// the path every test runs), one io_uring command per request (every driver
+    /// How the kernel's requests reach the queues' threads: `command` (the default;
+    /// batched commands are newer and less tried), one io_uring command per request (every driver
     /// since Linux 6.6); `batch`, batched commands
     /// (many requests fetched, and many results committed, by one command: drivers
     /// with UBLK_F_BATCH_IO, Linux 7.3; refused by others); `auto`, batched commands
