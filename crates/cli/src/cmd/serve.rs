@@ -113,12 +113,12 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll: u64,
     /// How the kernel's requests reach the queues' threads: `command` (the default;
-    /// batched commands are newer and less tried), one io_uring command per request (every driver
-    /// since Linux 6.6); `batch`, batched commands
-    /// (many requests fetched, and many results committed, by one command: drivers
-    /// with UBLK_F_BATCH_IO, Linux 7.3; refused by others); `auto`, batched commands
-    /// when the driver offers them, else a command per request. Data moves by user
-    /// copy either way. A recovered device (--recover) keeps the one it was added with.
+    /// batched commands are newer and less tried), one io_uring command per request
+    /// (every driver since Linux 6.6); `batch`, batched commands (many requests
+    /// fetched, and many results committed, by one command: drivers with
+    /// UBLK_F_BATCH_IO, Linux 7.3; refused by others); `auto`, batched commands when
+    /// the driver offers them, else a command per request. Data moves by user copy
+    /// either way. A recovered device (--recover) keeps the one it was added with.
     #[arg(long, value_enum, default_value_t = TransportArg::Command)]
     pub transport: TransportArg,
     /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", "data": ...}).
