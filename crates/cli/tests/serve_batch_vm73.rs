@@ -9,6 +9,10 @@
 //!   jobs pass, and btrfs (whose data writes are zone appends: the sector each landed
 //!   at goes back in the batched commit) writes a file that reads back intact after a
 //!   remount;
+//! - user recovery on batched commands: a recoverable image under fio's
+//!   write-and-verify job, its server killed with SIGKILL twice and each time taken
+//!   over by `zblk serve --recover N` (which keeps the device's batched commands):
+//!   fio completes with no error and its verify passes;
 //! - with the planted bug `commit-drops-one` (a commit leaves one request out), fio
 //!   does not complete: the kernel never hears of that request.
 //!
@@ -44,8 +48,8 @@ jobs() { n=$1
 const PLANTED_TIMEOUT_S: u32 = 60;
 
 #[test]
-fn batched_commands_serve_fio_and_btrfs_and_a_dropped_commit_hangs() {
-    let test = "batched_commands_serve_fio_and_btrfs_and_a_dropped_commit_hangs";
+fn batched_commands_serve_fio_btrfs_and_a_recovery_and_a_dropped_commit_hangs() {
+    let test = "batched_commands_serve_fio_btrfs_and_a_recovery_and_a_dropped_commit_hangs";
     let Some(script) = vm::ready_for_serve(test) else {
         return;
     };
@@ -88,6 +92,19 @@ dd if=/dev/urandom of=/tmp/f bs=1M count=6 status=none; sha256sum < /tmp/f > $S/
 cp /tmp/f $M/f; sync; umount $M
 mount -t btrfs $D $M 2>> $S/mount.err; sha256sum < $M/f > $S/back.sha; umount $M
 kill -TERM $P; wait $P; rc fs-stop
+$X create /tmp/r.img --size 256M -p zone_size=4,zone_nr_conv=2,zone_max_open=8 > /dev/null
+serve rec0 --json --recoverable --transport batch /tmp/r.img
+N=${{D#/dev/ublkb}}
+fio --name=rec --filename=$D --direct=1 --zonemode=zbd --rw=randwrite --bs=16k --ioengine=io_uring --iodepth=8 \
+  --numjobs=2 --offset=16M --offset_increment=64M --size=64M --io_size=24M --job_max_open_zones=3 --verify=crc32c \
+  --output-format=json > $S/fio-rec.json 2> $S/fio-rec.err &
+F=$!
+for k in 1 2; do
+  sleep 2; kill -KILL $P; wait $P
+  serve rec$k --json --recover $N /tmp/r.img
+done
+wait $F; rc fio-rec
+kill -TERM $P; wait $P; rc rec-stop
 {planted_run}"#,
         share = share.display(),
     );
@@ -129,6 +146,25 @@ kill -TERM $P; wait $P; rc fs-stop
     let served = served.lines().find(|l| l.contains("requests served")).unwrap_or_else(|| panic!("{served}"));
     assert!(!served.contains("zone_append 0,"), "btrfs sent zone appends: {served}");
     eprintln!("btrfs on batched commands: {served}");
+
+    // User recovery: the recovered servers take the batched commands the device was
+    // added with, and fio's verify passes across both deaths.
+    for k in 1..=2 {
+        let ready: Value = serde_json::from_str(file(&format!("rec{k}.out")).lines().next().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("recovery {k}: {e}: {}", file(&format!("rec{k}.err"))));
+        assert_eq!(ready["path"], "batched commands, data by user copy", "recovery {k}: {ready}");
+        assert_eq!(ready["recoverable"], true, "{ready}");
+    }
+    let fio = file("fio-rec.json");
+    let v: Value = serde_json::from_str(&fio[fio.find('{').unwrap_or(0)..])
+        .unwrap_or_else(|e| panic!("fio: {e}: {fio}\n{}", file("fio-rec.err")));
+    for job in v["jobs"].as_array().unwrap() {
+        assert_eq!(job["error"], 0, "fio across server deaths: {job}\n{}", file("fio-rec.err"));
+        assert_eq!(job["write"]["io_bytes"], 24 << 20, "{job}");
+        assert_eq!(job["read"]["io_bytes"], 24 << 20, "verify read back what was written: {job}");
+    }
+    assert_eq!(rc("fio-rec"), 0, "{}", file("fio-rec.err"));
+    assert_eq!(rc("rec-stop"), 0, "{}", file("rec2.err"));
 
     if planted {
         // One request left out of a commit: fio never completes (killed at its bound,
