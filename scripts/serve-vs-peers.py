@@ -34,6 +34,8 @@ if len(sys.argv) > 5:
 NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev nullb (memory)",
          "zblk-img": "zblk serve IMG (tmpfs)", "zblk-img-zwp": "zblk serve IMG (tmpfs) --policy zwp",
          "zblk-mem-poll": "zblk serve --dev nullb --poll 1000", "zblk-img-poll": "zblk serve IMG (tmpfs) --poll 1000",
+         "zblk-mem-batch": "zblk serve --dev nullb --transport batch",
+         "zblk-img-batch": "zblk serve IMG (tmpfs) --transport batch",
          "rublk-ram": "rublk zoned, RAM",
          "rublk-file": "rublk zoned, file (tmpfs)"}
 
@@ -83,6 +85,10 @@ TARGETS = [
     ("zblk-img-poll", "zblk-mem-poll", ["w4k", "w128k", "r4k"], 0.8, "polling: zblk IMG / zblk memory"),
     ("zblk-img-poll", "rublk-file", ["w4k", "w128k", "r4k"], 1.0, "polling: zblk IMG / rublk file"),
     ("zblk-mem-poll", "nullb", ["r4k"], 0.9, "polling: reads, zblk memory / null_blk"),
+    ("zblk-mem-batch", "zblk-mem", ["w4k", "w512", "w128k", "r4k"], None,
+     "batched commands / a command per request, zblk memory"),
+    ("zblk-img-batch", "zblk-img", ["w4k", "w512", "w128k", "r4k"], None,
+     "batched commands / a command per request, zblk IMG"),
     ("zblk-img", "zblk-img-zwp", ["w4k", "w512", "w128k", "r4k"], None,
      "zblk IMG, its default (pipelining) / per-zone plugging"),
 ]

@@ -48,4 +48,9 @@ fn serve_without_the_ublk_driver_says_how_to_load_it() {
         assert_eq!(o.status.code(), Some(2), "{opt:?}: {err}");
         assert!(err.contains("cannot be used with"), "{opt:?}: {err}");
     }
+    // A transport that does not exist: a usage error naming the three there are.
+    let o = Command::new(zblk).args(["serve", "x.img", "--transport", "sideways"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("auto") && err.contains("command") && err.contains("batch"), "{err}");
 }

@@ -109,11 +109,15 @@ pub enum Mutation {
     /// A ublk queue's thread of `zblk serve` panics when the kernel brings it a
     /// request: the server stops, and the device waits for `zblk serve --recover`.
     PanicOnServeQueue,
+    /// A ublk queue of `zblk serve` on batched commands leaves one request out of a
+    /// commit of several: the kernel never hears of it, and its submitter waits for
+    /// ever (or until its own timeout).
+    CommitDropsOne,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 28] = [
+    pub const ALL: [Mutation; 29] = [
         Mutation::TwoWritesReleased,
         Mutation::AppendSectorEarly,
         Mutation::ActiveLimitOffByOne,
@@ -142,6 +146,7 @@ impl Mutation {
         Mutation::PanicOnCompletion,
         Mutation::PanicOnWorker,
         Mutation::PanicOnServeQueue,
+        Mutation::CommitDropsOne,
     ];
 
     /// Its name on the command line.
@@ -175,6 +180,7 @@ impl Mutation {
             Mutation::PanicOnCompletion => "panic-on-completion",
             Mutation::PanicOnWorker => "panic-on-worker",
             Mutation::PanicOnServeQueue => "panic-on-serve-queue",
+            Mutation::CommitDropsOne => "commit-drops-one",
         }
     }
 
@@ -193,10 +199,12 @@ impl Mutation {
         )
     }
 
-    /// Whether only a comparison with the kernel sees it (an order of valid writes):
-    /// the simulator's checks and `zblk vopr` do not look for it.
+    /// Whether only the kernel meets it: an order of valid writes, which a comparison
+    /// with the kernel's sees, or a request a served device never completes, which
+    /// the kernel's submitter waits for. The simulator's checks and `zblk vopr` do not
+    /// look for it.
     pub fn kernel_only(self) -> bool {
-        self == Mutation::IssuerOnePerVisit
+        matches!(self, Mutation::IssuerOnePerVisit | Mutation::CommitDropsOne)
     }
 
     /// Whether only an image meets it: the simulator has no image.

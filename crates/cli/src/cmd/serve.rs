@@ -45,11 +45,12 @@ const UBLK_CONTROL: &str = "/dev/ublk-control";
 /// device's zone size, conventional zones, open/active limits and a volatile write
 /// cache with FUA: its flushes reach the image's durable state before they complete.
 ///
-/// Requests come one io_uring command each and data moves by user copy (pread/pwrite
-/// on /dev/ublkcN), the path every driver gives a zoned device; standard error says
-/// so once the device is ready, with the newer paths the driver also offers (Linux
-/// 7.3's: batched commands, automatic buffer registration, zero copy), which zblk
-/// does not take yet (docs/serve.md, "The driver's paths").
+/// Data moves by user copy (pread/pwrite on /dev/ublkcN), the path every driver
+/// gives a zoned device; requests come one io_uring command each or, with
+/// `--transport batch` (or `auto` on a driver that offers them, Linux 7.3), many to a
+/// batched command. Standard error says which once the device is ready, with the
+/// newer paths the driver also offers (Linux 7.3's: automatic buffer registration,
+/// zero copy), which zblk does not take yet (docs/serve.md, "The driver's paths").
 ///
 /// `--dev nullb:...,completion_nsec=0` is zblk's memory device (null_blk without a
 /// latency: nothing to pace), served from memory. Any other simulated device (`--dev
@@ -111,6 +112,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll: u64,
+    /// How the kernel's requests reach the queues' threads: `command` (the default;
+    /// batched commands are newer and less tried), one io_uring command per request
+    /// (every driver since Linux 6.6); `batch`, batched commands (many requests
+    /// fetched, and many results committed, by one command: drivers with
+    /// UBLK_F_BATCH_IO, Linux 7.3; refused by others); `auto`, batched commands when
+    /// the driver offers them, else a command per request. Data moves by user copy
+    /// either way. A recovered device (--recover) keeps the one it was added with.
+    #[arg(long, value_enum, default_value_t = TransportArg::Command)]
+    pub transport: TransportArg,
     /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", "data": ...}).
     #[arg(long)]
     pub json: bool,
@@ -129,6 +139,17 @@ pub struct ServeArgs {
     /// after zblk's issue policy: to compare a policy's order with the kernel's.
     #[arg(long, value_name = "FILE", conflicts_with = "image")]
     pub trace: Option<PathBuf>,
+}
+
+/// `--transport`: how requests travel between the ublk driver and zblk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportArg {
+    /// Batched commands if the driver offers them, else a command per request.
+    Auto,
+    /// One io_uring command per request.
+    Command,
+    /// Batched commands (Linux 7.3's driver); an error on a driver without them.
+    Batch,
 }
 
 fn parse_limit(text: &str) -> Result<u64, String> {
@@ -196,7 +217,7 @@ mod with_ublk {
     use zblk_core::stack::SplitOrder;
     use zblk_dev::{Locked, MemDevice};
     use zblk_runtime::{Backend, Runtime, RuntimeConfig};
-    use zblk_serve::ublk::{Ready, Recovery, ServeConfig, poll_summary, served_summary};
+    use zblk_serve::ublk::{Ready, Recovery, ServeConfig, Transport, poll_summary, served_summary};
     use zblk_serve::{
         DataLimit, DataStore, PacedSim, Replay, RuntimeServed, Served, ServedRecord, SimBuilder, check_geometry,
     };
@@ -261,7 +282,12 @@ mod with_ublk {
             (false, None) => Recovery::None,
         };
         let poll = std::time::Duration::from_micros(a.poll);
-        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery, poll, record };
+        let transport = match a.transport {
+            super::TransportArg::Auto => Transport::Auto,
+            super::TransportArg::Command => Transport::Command,
+            super::TransportArg::Batch => Transport::Batch,
+        };
+        let cfg = ServeConfig { queues: a.queues, depth: a.depth, rotational, recovery, poll, record, transport };
         let json = a.json;
         let shown = name.clone();
         // A signal that came while the device was being made (the lock taken, the

@@ -5,6 +5,7 @@
 //! device without it: zone reports travel back through the character device), so data
 //! moves with `pread`/`pwrite` on `/dev/ublkcN` at each request's user-copy position.
 
+mod batch;
 mod queue;
 mod request;
 
@@ -38,6 +39,42 @@ pub struct ServeConfig {
     /// What is served, recorded with the device (its target data) for a later
     /// recovery to check ([`ServedRecord::check_recovery`]).
     pub record: ServedRecord,
+    /// How requests travel between the driver and the queues' threads.
+    pub transport: Transport,
+}
+
+/// How requests travel between the ublk driver and the queues' threads (data moves by
+/// user copy either way). See docs/serve.md, "The driver's paths".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// Batched commands if the driver offers them (`UBLK_F_BATCH_IO`, Linux 7.3),
+    /// else a command per request.
+    Auto,
+    /// One io_uring command per request (`FETCH_REQ`, `COMMIT_AND_FETCH_REQ`): every
+    /// driver since Linux 6.6.
+    #[default]
+    Command,
+    /// Batched commands (`PREP_IO_CMDS`, multishot `FETCH_IO_CMDS`,
+    /// `COMMIT_IO_CMDS`): refused by a driver that does not offer them.
+    Batch,
+}
+
+impl Transport {
+    /// Whether batched commands are used with a driver of these features (`None`:
+    /// it did not say), or why not.
+    pub fn batched(self, features: Option<u64>) -> Result<bool, ServeError> {
+        let offered = features.is_some_and(|f| f & u64::from(sys::UBLK_F_BATCH_IO) != 0);
+        match self {
+            Transport::Command => Ok(false),
+            Transport::Auto => Ok(offered),
+            Transport::Batch if offered => Ok(true),
+            Transport::Batch => Err(ServeError(format!(
+                "batched commands: this ublk driver does not offer them (UBLK_F_BATCH_IO, Linux 7.3; its features: {}); \
+                 --transport command or auto serves a command per request",
+                features.map_or("unknown".into(), |f| format!("{f:#x}"))
+            ))),
+        }
+    }
 }
 
 /// A server that dies (SIGKILL, a crash) without stopping its device.
@@ -63,20 +100,22 @@ pub enum Recovery {
 const QUEUE_AFFINITY: UblkFlags = UblkFlags::UBLK_DEV_F_SINGLE_CPU_AFFINITY;
 
 /// The control flags of a zoned ublk device served by zblk.
-fn ctrl_flags(recoverable: bool) -> u64 {
+fn ctrl_flags(recoverable: bool, batched: bool) -> u64 {
     let recovery = sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE;
-    u64::from(sys::UBLK_F_USER_COPY | sys::UBLK_F_ZONED | if recoverable { recovery } else { 0 })
+    let batch = if batched { sys::UBLK_F_BATCH_IO } else { 0 };
+    u64::from(sys::UBLK_F_USER_COPY | sys::UBLK_F_ZONED | batch | if recoverable { recovery } else { 0 })
 }
 
-/// The control of the device to serve: a new one, or recoverable device `id` taken
-/// over after its server died.
-fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
+/// The control of the device to serve: a new one (on batched commands with
+/// `batched`), or recoverable device `id` taken over after its server died (on the
+/// transport it was added with).
+fn control(cfg: &ServeConfig, geo: &Geometry, batched: bool) -> Result<UblkCtrl, ServeError> {
     let builder = libublk::ctrl::UblkCtrlBuilder::default().name("zblk").io_buf_bytes(io_buf_bytes(geo));
     let Recovery::Recover(id) = cfg.recovery else {
         return builder
             .nr_queues(cfg.queues)
             .depth(cfg.depth)
-            .ctrl_flags(ctrl_flags(cfg.recovery == Recovery::Recoverable))
+            .ctrl_flags(ctrl_flags(cfg.recovery == Recovery::Recoverable, batched))
             .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV | QUEUE_AFFINITY)
             .build()
             .map_err(|e| ublk_error("adding the ublk device", e));
@@ -134,7 +173,7 @@ fn control(cfg: &ServeConfig, geo: &Geometry) -> Result<UblkCtrl, ServeError> {
         .nr_queues(info.nr_hw_queues)
         .depth(info.queue_depth)
         .io_buf_bytes(info.max_io_buf_bytes)
-        .ctrl_flags(ctrl_flags(true))
+        .ctrl_flags(ctrl_flags(true, info.flags & u64::from(sys::UBLK_F_BATCH_IO) != 0))
         .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV | QUEUE_AFFINITY)
         .build()
         .map_err(|e| ublk_error(&format!("{dev}: recovering"), e))
@@ -154,20 +193,23 @@ pub struct Ready {
 /// How requests and data travel between the ublk driver and zblk, and what the
 /// driver offers beside it.
 ///
-/// zblk's path is the one every driver since Linux 6.6 gives a zoned device: one
-/// io_uring command per request (`FETCH_REQ`, then `COMMIT_AND_FETCH_REQ` with the
-/// result, a zone append's sector in it), the data moved by user copy
-/// (`pread`/`pwrite` on `/dev/ublkcN`). Newer drivers (Linux 7.3's) also take a
-/// zoned device with batched commands (`UBLK_F_BATCH_IO`, whose commit carries a
-/// zone append's sector), automatic buffer registration (`UBLK_F_AUTO_BUF_REG`) or
-/// zero copy (`UBLK_F_SUPPORT_ZERO_COPY`, then without user copy); libublk 0.4's
-/// batched transport refuses zoned and user-copy devices, and zblk's runtime moves
-/// a request's data with its own buffers, so zblk uses none of them yet
-/// (docs/serve.md, "The driver's paths").
+/// Data moves by user copy (`pread`/`pwrite` on `/dev/ublkcN`), which every driver
+/// since Linux 6.6 takes with a zoned device; requests come either one io_uring
+/// command each (`FETCH_REQ`, then `COMMIT_AND_FETCH_REQ` with the result, a zone
+/// append's sector in it), as every such driver gives them, or with batched
+/// commands (`UBLK_F_BATCH_IO`, Linux 7.3's driver: many requests fetched and
+/// committed by one command, the commit carrying a zone append's sector), which
+/// zblk drives itself (libublk 0.4's batched transport refuses zoned and user-copy
+/// devices): [`Transport`]. Newer drivers also take automatic buffer registration
+/// (`UBLK_F_AUTO_BUF_REG`) or zero copy (`UBLK_F_SUPPORT_ZERO_COPY`, then without
+/// user copy); zblk's runtime moves a request's data with its own buffers, so it
+/// uses neither yet (docs/serve.md, "The driver's paths").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DriverPath {
     /// The driver's features (`UBLK_U_CMD_GET_FEATURES`), if it answered.
     pub features: Option<u64>,
+    /// Requests come with batched commands (else a command per request).
+    pub batched: bool,
 }
 
 /// The newer paths a driver may offer, by feature bit, with their names.
@@ -179,19 +221,22 @@ const NEWER_PATHS: [(u64, &str); 4] = [
 ];
 
 impl DriverPath {
-    /// The path of the running driver.
-    pub fn probe() -> DriverPath {
-        DriverPath { features: UblkCtrl::get_features() }
+    /// The path of the running driver, requests coming with batched commands or not.
+    pub fn probe(batched: bool) -> DriverPath {
+        DriverPath { features: UblkCtrl::get_features(), batched }
     }
 
-    /// The path zblk takes: always the same (see the type's documentation).
+    /// The path zblk takes.
     pub fn used(&self) -> &'static str {
-        "a command per request, data by user copy"
+        if self.batched { "batched commands, data by user copy" } else { "a command per request, data by user copy" }
     }
 
     /// The newer paths the driver offers, which zblk does not take.
     pub fn offered(&self) -> Vec<&'static str> {
-        let f = self.features.unwrap_or(0);
+        let mut f = self.features.unwrap_or(0);
+        if self.batched {
+            f &= !u64::from(sys::UBLK_F_BATCH_IO);
+        }
         NEWER_PATHS.iter().filter(|(bit, _)| f & bit != 0).map(|&(_, name)| name).collect()
     }
 
@@ -256,7 +301,10 @@ pub fn serve(
     let geo = served.geometry().clone();
     crate::check_geometry(&geo)?;
     check_run_dir()?;
-    let ctrl = control(cfg, &geo)?;
+    let batched = cfg.transport.batched(UblkCtrl::get_features())?;
+    let ctrl = control(cfg, &geo, batched)?;
+    // What the device was added with (a recovered one: what its first server chose).
+    let batched = ctrl.dev_info().flags & u64::from(sys::UBLK_F_BATCH_IO) != 0;
     let rotational = cfg.rotational;
     let record = cfg.record.to_json();
     let tgt_init = move |dev: &mut UblkDev| {
@@ -280,14 +328,18 @@ pub fn serve(
         // one to complete them, and the device hung. The process ends instead: the
         // ublk driver then fails or, for a recoverable device, holds the device's
         // I/O until `zblk serve --recover` takes it over, as after a SIGKILL.
-        let run = std::panic::AssertUnwindSafe(|| queue::serve_queue(qid, dev, &served, poll, &queues));
+        let run = std::panic::AssertUnwindSafe(|| queue::serve_queue(qid, dev, &served, poll, batched, &queues));
         if std::panic::catch_unwind(run).is_err() {
             std::process::abort();
         }
         queues.ended();
     };
     let wait = move |ctrl: &UblkCtrl| {
-        until_stop(&Ready { device: ctrl.get_bdev_path(), id: ctrl.dev_info().dev_id, path: DriverPath::probe() });
+        until_stop(&Ready {
+            device: ctrl.get_bdev_path(),
+            id: ctrl.dev_info().dev_id,
+            path: DriverPath::probe(batched),
+        });
         // The kernel removes the disk once no request is in flight: what the device
         // holds ends now, not in its own time.
         stopping.stop();
@@ -391,4 +443,31 @@ fn set_params(dev: &mut UblkDev, geo: &Geometry, rotational: bool) {
         },
         ..Default::default()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_follows_what_the_driver_offers() {
+        let batch = u64::from(sys::UBLK_F_BATCH_IO);
+        let (linux_7_3, linux_6_12) = (Some(0x1f_ffff), Some(0x1fe));
+        assert_eq!(linux_7_3.map(|f: u64| f & batch != 0), Some(true));
+        assert_eq!(Transport::Auto.batched(linux_7_3).ok(), Some(true));
+        assert_eq!(Transport::Auto.batched(linux_6_12).ok(), Some(false));
+        assert_eq!(Transport::Auto.batched(None).ok(), Some(false), "a driver that does not say: no batches");
+        assert_eq!(Transport::Command.batched(linux_7_3).ok(), Some(false));
+        assert_eq!(Transport::Batch.batched(linux_7_3).ok(), Some(true));
+        let refused = Transport::Batch.batched(linux_6_12).unwrap_err().0;
+        assert!(refused.contains("does not offer them") && refused.contains("0x1fe"), "{refused}");
+        // The path said: batched commands move from what the driver offers to the
+        // path used.
+        let used = DriverPath { features: linux_7_3, batched: true };
+        assert_eq!(used.used(), "batched commands, data by user copy");
+        assert!(!used.offered().contains(&"batched commands"));
+        let offered = DriverPath { features: linux_7_3, batched: false };
+        assert_eq!(offered.used(), "a command per request, data by user copy");
+        assert_eq!(offered.offered()[0], "batched commands");
+    }
 }

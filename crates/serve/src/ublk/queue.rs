@@ -2,6 +2,11 @@
 //! ring, hands it to the served device at once (as many in flight as the kernel's
 //! queue depth), and commits each when the device is done.
 //!
+//! Requests arrive and results go back one io_uring command per request (libublk's
+//! queue: `FETCH_REQ`, `COMMIT_AND_FETCH_REQ`) or with batched commands
+//! ([`super::batch`]: many requests a fetch, many results a commit); everything
+//! else here is the same for both.
+//!
 //! The queue's thread does as much of the work as it can itself, because every hand-off
 //! to another thread costs two context switches, more than the work on a memory
 //! device or a file in the page cache:
@@ -21,6 +26,7 @@
 //! descriptor straight from and to it. A read of the memory device leaves it unused:
 //! its data goes to the kernel from the device's pages ([`CopyOut::Pages`]).
 
+use super::batch::{Batch, OP_COMMIT, OP_FETCH, OP_PROVIDE};
 use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
 use crate::served::{CopyOut, Done, Replies, Reply, ReplyTo, Req, Served, Tagged};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
@@ -198,6 +204,10 @@ struct Queue {
     /// Scratch space for the `iovec`s of a read copied out of the memory device's
     /// pages (kept, so that no read allocates them).
     iov: Vec<libc::iovec>,
+    /// With batched commands, their transport's state; `None`: a command per request.
+    batch: Option<Batch>,
+    /// Scratch space for the tags a batched fetch brings.
+    tags: Vec<u16>,
 }
 
 /// Runs `f` with the transfers `served`'s runtime issues meanwhile on this thread
@@ -211,7 +221,14 @@ fn on_ring(served: &dyn Served, fresh: &mut Vec<LocalIo>, f: impl FnOnce()) {
 
 /// Serves queue `qid` of `dev` until the device stops, or until `queues` gives the
 /// device up.
-pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, poll: Duration, queues: &Queues) {
+pub(super) fn serve_queue(
+    qid: u16,
+    dev: &UblkDev,
+    served: &Arc<dyn Served>,
+    poll: Duration,
+    batched: bool,
+    queues: &Queues,
+) {
     // SAFETY: eventfd takes no pointer; a negative result is checked.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -233,10 +250,14 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, pol
         ready: Vec::new(),
         counter: Box::leak(Box::new(0u64)),
         iov: Vec::new(),
+        batch: None,
+        tags: Vec::with_capacity(depth),
     };
-    let queue = match UblkQueue::new(qid, dev).and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(None)))
-    {
-        Ok(q) => q,
+    let queue = match start_queue(qid, dev, batched) {
+        Ok((q, batch)) => {
+            st.batch = batch;
+            q
+        }
         Err(e) => {
             crate::say(&format!("ublk queue {qid}: {e}"));
             return;
@@ -245,11 +266,27 @@ pub(super) fn serve_queue(qid: u16, dev: &UblkDev, served: &Arc<dyn Served>, pol
     st.arm_wake(&queue);
     queues.serving(&st.mailbox);
     if st.run(&queue, poll, &queues.abandoned) {
+        // The driver may still hold fetch commands that write into the fetch
+        // buffers: they are leaked with the queue.
+        std::mem::forget(st.batch.take());
         abandon(queue, dev.dev_info.queue_depth);
     } else {
         st.drain(&queue);
     }
     HOME.with(|h| h.set(std::ptr::null()));
+}
+
+/// The queue's ring, its tags with the driver: a fetch command each, or with
+/// `batched` the batched commands' preparation and fetches.
+fn start_queue(qid: u16, dev: &UblkDev, batched: bool) -> Result<(UblkQueue<'_>, Option<Batch>), String> {
+    let q = UblkQueue::new(qid, dev).map_err(|e| e.to_string())?;
+    if batched {
+        let batch = Batch::start(&q, dev.dev_info.queue_depth)?;
+        Ok((q, Some(batch)))
+    } else {
+        let q = q.submit_fetch_commands_unified(BufDescList::Slices(None)).map_err(|e| e.to_string())?;
+        Ok((q, None))
+    }
 }
 
 /// Ends the queue of a device that never started, its fetch commands still with the
@@ -286,12 +323,18 @@ impl Queue {
             if abandoned.load(Ordering::Acquire) {
                 return true;
             }
-            let to_wait = window.want();
+            let mut to_wait = window.want();
+            // (Taken on every pass: a pass that only polls does not wait for them, and
+            // they must not count towards a later wait.)
+            let sent = self.batch.as_mut().map_or(0, Batch::take_sent);
+            if to_wait > 0 {
+                to_wait += sent;
+            }
             let handled = q.flush_and_wake_io_tasks(
                 |user_data, cqe, _| {
                     let tag = UblkIOCtx::user_data_to_tag(user_data) as u16;
                     if user_data & libublk::UblkUringData::Target as u64 != 0 {
-                        self.handle(q, tag, Some((user_data, cqe.result())));
+                        self.handle(q, tag, Some((user_data, cqe.result(), cqe.flags())));
                     } else if cqe.result() == libublk::sys::UBLK_IO_RES_OK as i32 {
                         // (A command aborted as the queue stops brings no request.)
                         self.handle(q, tag, None);
@@ -315,24 +358,34 @@ impl Queue {
                 Err(_) => return false,
                 Ok(n) => window.took(to_wait, n > 0, &BATCHES),
             }
+            // Batched commands: what completed meanwhile is committed in one command,
+            // and the queue ends once the driver has ended its fetches and answered
+            // every commit (libublk's queue never learns that it stops).
+            if let Some(b) = &mut self.batch {
+                b.commit(q);
+                if b.finished() {
+                    return false;
+                }
+            }
         }
     }
 
-    /// One completion of the queue's ring: a target entry (its user data and
-    /// result) or, with `None`, a new request on `tag`.
-    fn handle(&mut self, q: &UblkQueue, tag: u16, target: Option<(u64, i32)>) {
-        if let Some((user_data, res)) = target {
+    /// One completion of the queue's ring: a target entry (its user data, result
+    /// and flags) or, with `None`, a new request on `tag`.
+    fn handle(&mut self, q: &UblkQueue, tag: u16, target: Option<(u64, i32, u32)>) {
+        if let Some((user_data, res, flags)) = target {
             match UblkIOCtx::user_data_to_op(user_data) {
                 OP_TRANSFER => {
                     let t = self.transfers.remove(tag as usize);
                     self.on_ring(|| t.complete(res));
                 }
+                op @ (OP_FETCH | OP_COMMIT | OP_PROVIDE) => self.batched(q, op, tag, res, flags),
                 _ => {
                     let posted = std::mem::take(&mut *self.mailbox.done.lock().unwrap_or_else(|p| p.into_inner()));
                     for (tag, reply) in posted {
                         self.commit(q, tag, reply);
                     }
-                    if !q.is_stopping() {
+                    if !self.stopping(q) {
                         self.arm_wake(q);
                     }
                 }
@@ -347,6 +400,39 @@ impl Queue {
             self.commit(q, tag, reply);
         }
         self.ready = ready;
+    }
+
+    /// A completion of the batched commands' transport: the requests a fetch
+    /// brought are taken at once.
+    fn batched(&mut self, q: &UblkQueue, op: u32, id: u16, res: i32, flags: u32) {
+        let Some(b) = &mut self.batch else {
+            return crate::say(&format!("ublk queue {}: a batched command's completion on its own", q.get_qid()));
+        };
+        match op {
+            OP_FETCH => {
+                let mut tags = std::mem::take(&mut self.tags);
+                b.fetched(q, id, res, flags, &mut tags);
+                for &tag in &tags {
+                    if u32::from(tag) < q.get_depth() {
+                        self.request(q, tag);
+                    } else {
+                        crate::say(&format!(
+                            "ublk queue {}: the driver fetched tag {tag}, past its depth",
+                            q.get_qid()
+                        ));
+                    }
+                }
+                tags.clear();
+                self.tags = tags;
+            }
+            OP_COMMIT => b.committed(q, id, res),
+            _ => b.provided(res),
+        }
+    }
+
+    /// Whether the device is stopping (nothing is fetched any more).
+    fn stopping(&self, q: &UblkQueue) -> bool {
+        q.is_stopping() || self.batch.as_ref().is_some_and(Batch::stopping)
     }
 
     /// Runs `f` with the runtime's transfers taken for this ring.
@@ -367,6 +453,11 @@ impl Queue {
         let planted = zblk_core::mutation::Mutation::PanicOnServeQueue;
         if zblk_core::mutation::on(planted) && matches!(req, Req::Io { op: Op::Write, .. }) {
             panic!("planted bug {}: assertion failed when the kernel brought a write", planted.name());
+        }
+        if zblk_core::mutation::on(zblk_core::mutation::Mutation::CommitDropsOne)
+            && let Some(b) = &mut self.batch
+        {
+            b.planted_write(tag, matches!(req, Req::Io { op: Op::Write, .. }));
         }
         // (A device that keeps no data needs none: its writes' data is not copied in.)
         if let Req::Io { op: Op::Write | Op::ZoneAppend, nr_sectors, buf, .. } = &mut req
@@ -425,6 +516,15 @@ impl Queue {
     /// fetches the tag's next request).
     fn finish(&mut self, q: &UblkQueue, tag: u16, buf: AlignedBuf, res: Result<Done, i32>) {
         assert!(self.bufs[tag as usize].replace(buf).is_none(), "tag {tag} committed twice");
+        if let Some(b) = &mut self.batch {
+            // Committed with the others at the end of this batch of completions.
+            let (result, lba) = match res {
+                Ok(Done::Bytes(n)) => (n, 0),
+                Ok(Done::Appended(n, lba)) => (n, lba),
+                Err(errno) => (-errno, 0),
+            };
+            return b.push(tag, result, lba);
+        }
         let res = match res {
             Ok(Done::Bytes(n)) => UblkIORes::Result(n),
             Ok(Done::Appended(n, lba)) => UblkIORes::FatRes(libublk::UblkFatRes::ZonedAppendRes((n, lba))),
