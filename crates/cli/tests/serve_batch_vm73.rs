@@ -125,8 +125,7 @@ kill -TERM $P; wait $P; rc rec-stop
     }
     for n in ["mem", "img"] {
         let fio = file(&format!("fio-{n}.json"));
-        let v: Value = serde_json::from_str(&fio[fio.find('{').unwrap_or(0)..])
-            .unwrap_or_else(|e| panic!("fio {n}: {e}: {fio}\n{}", file(&format!("fio-{n}.err"))));
+        let v = vm::fio_report(&fio, &file(&format!("fio-{n}.err")), n);
         let jobs = v["jobs"].as_array().unwrap();
         assert_eq!(jobs.len(), 5, "{n}: {fio}");
         for job in jobs {
@@ -155,14 +154,7 @@ kill -TERM $P; wait $P; rc rec-stop
         assert_eq!(ready["path"], "batched commands, data by user copy", "recovery {k}: {ready}");
         assert_eq!(ready["recoverable"], true, "{ready}");
     }
-    let fio = file("fio-rec.json");
-    let v: Value = serde_json::from_str(&fio[fio.find('{').unwrap_or(0)..])
-        .unwrap_or_else(|e| panic!("fio: {e}: {fio}\n{}", file("fio-rec.err")));
-    for job in v["jobs"].as_array().unwrap() {
-        assert_eq!(job["error"], 0, "fio across server deaths: {job}\n{}", file("fio-rec.err"));
-        assert_eq!(job["write"]["io_bytes"], 24 << 20, "{job}");
-        assert_eq!(job["read"]["io_bytes"], 24 << 20, "verify read back what was written: {job}");
-    }
+    vm::assert_verified(&file("fio-rec.json"), &file("fio-rec.err"), "across server deaths", 24 << 20);
     assert_eq!(rc("fio-rec"), 0, "{}", file("fio-rec.err"));
     assert_eq!(rc("rec-stop"), 0, "{}", file("rec2.err"));
 

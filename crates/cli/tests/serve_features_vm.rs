@@ -176,14 +176,7 @@ kill -TERM $P; wait $P; rc smr-stop
     let replayed =
         (1..=3).filter(|k| file(&format!("rec{k}.err")).contains("in flight when the last server died")).count();
     eprintln!("user recovery: {replayed} of 3 recoveries met a write given again that the image already held");
-    let fio = file("fio-rec.json");
-    let v: Value = serde_json::from_str(&fio[fio.find('{').unwrap_or(0)..])
-        .unwrap_or_else(|e| panic!("fio: {e}: {fio}\n{}", file("fio-rec.err")));
-    for job in v["jobs"].as_array().unwrap() {
-        assert_eq!(job["error"], 0, "fio across server deaths: {job}\n{}", file("fio-rec.err"));
-        assert_eq!(job["write"]["io_bytes"], 24 << 20, "{job}");
-        assert_eq!(job["read"]["io_bytes"], 24 << 20, "verify read back what was written: {job}");
-    }
+    vm::assert_verified(&file("fio-rec.json"), &file("fio-rec.err"), "across server deaths", 24 << 20);
     assert_eq!(rc("fio-rec"), 0, "{}", file("fio-rec.err"));
     assert_eq!(rc("geo"), 1);
     assert!(file("geo.err").contains("has another geometry (524288 sectors"), "{}", file("geo.err"));

@@ -220,3 +220,21 @@ pub fn run_guest_on(kernel: &str, script: &Path, share: &Path, nullb: &str, opti
     eprintln!("VM run on Linux {kernel}: {:.1} s", t.elapsed().as_secs_f64());
     log
 }
+
+/// fio's `--output-format=json` report from a guest's file (`text`, after whatever
+/// fio printed before it), or a panic naming `what` with the text and fio's standard
+/// error `stderr`.
+pub fn fio_report(text: &str, stderr: &str, what: &str) -> serde_json::Value {
+    serde_json::from_str(&text[text.find('{').unwrap_or(0)..])
+        .unwrap_or_else(|e| panic!("fio {what}: {e}: {text}\n{stderr}"))
+}
+
+/// Asserts that every job of fio's write-and-verify report ended without an error,
+/// each having written `bytes` and read them all back.
+pub fn assert_verified(text: &str, stderr: &str, what: &str, bytes: u64) {
+    for job in fio_report(text, stderr, what)["jobs"].as_array().expect("fio's jobs") {
+        assert_eq!(job["error"], 0, "fio {what}: {job}\n{stderr}");
+        assert_eq!(job["write"]["io_bytes"], bytes, "{what}: {job}");
+        assert_eq!(job["read"]["io_bytes"], bytes, "{what}: verify read back what was written: {job}");
+    }
+}
