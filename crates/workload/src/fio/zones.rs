@@ -70,14 +70,15 @@ impl FioGen {
                     continue;
                 }
                 if self.jobs[j].stopped {
-                    // Out of time while it waited: the next waiter gets the wake-up.
+                    // Out of time while it waited: it leaves the lock to the next
+                    // waiter, and its turn is for its final flush, if any.
                     self.jobs[j].state = JobState::Running;
                     self.maybe_release(z);
-                    continue;
+                } else {
+                    lock.owner = Some(j);
+                    lock.pinned = true;
+                    self.jobs[j].state = JobState::Granted(z);
                 }
-                lock.owner = Some(j);
-                lock.pinned = true;
-                self.jobs[j].state = JobState::Granted(z);
             }
             self.turn_left = Some(1);
             self.fill(j, now_ns);
