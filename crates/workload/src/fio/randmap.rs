@@ -32,14 +32,17 @@ pub(super) const MAX_MAP_BLOCKS: u64 = 1 << 22;
 pub(super) struct RandMap {
     used: Vec<u64>,
     blocks: u64,
+    /// Blocks a zone (the job's block size into the zone size): block `b` is in the
+    /// `b / per_zone`-th zone of the job's range.
+    per_zone: u64,
     pub(super) free: u64,
 }
 
 impl RandMap {
-    /// A map of `blocks` blocks, all free.
-    pub(super) fn new(blocks: u64) -> RandMap {
-        assert!(blocks > 0 && blocks <= MAX_MAP_BLOCKS, "random map of {blocks} blocks");
-        RandMap { used: vec![0; blocks.div_ceil(64) as usize], blocks, free: blocks }
+    /// A map of `blocks` blocks, `per_zone` a zone, all free.
+    pub(super) fn new(blocks: u64, per_zone: u64) -> RandMap {
+        assert!(blocks > 0 && blocks <= MAX_MAP_BLOCKS && per_zone > 0, "random map of {blocks} blocks");
+        RandMap { used: vec![0; blocks.div_ceil(64) as usize], blocks, per_zone, free: blocks }
     }
 
     /// Every block free again: a new cycle.
@@ -100,19 +103,18 @@ impl FioGen {
         }
         let per_zone = (geo.zone_sectors() / (spec.bs_bytes >> SECTOR_SHIFT).max(1)).max(1);
         let blocks = u64::from(last - first + 1).checked_mul(per_zone)?;
-        (blocks <= MAX_MAP_BLOCKS).then(|| RandMap::new(blocks))
+        (blocks <= MAX_MAP_BLOCKS).then(|| RandMap::new(blocks, per_zone))
     }
 
     /// The zone of job `j`'s next random write from its map, or a new cycle's scan
     /// when the map is used up (`None`: the job's map is done and it is not time
     /// based, so its range is written: it ends).
     pub(super) fn next_mapped_zone(&mut self, j: usize, first: u32) -> Option<Next> {
-        let per_zone = (self.geo.zone_sectors() / (self.spec(j).bs_bytes >> SECTOR_SHIFT).max(1)).max(1);
         let time_based = self.spec(j).runtime_ns.is_some();
         let job = &mut self.jobs[j];
         let map = job.map.as_mut().expect("a mapped job");
         match map.pick(&mut job.rng) {
-            Some(b) => Some(Next::Zone(ZoneNo(first + (b / per_zone) as u32))),
+            Some(b) => Some(Next::Zone(ZoneNo(first + (b / map.per_zone) as u32))),
             None if time_based => {
                 map.reset();
                 job.scan = Some(first);
@@ -172,7 +174,7 @@ mod tests {
     #[test]
     fn a_cycle_uses_every_block_once_then_ends() {
         for blocks in [1u64, 2, 63, 64, 65, 130, 1000] {
-            let mut m = RandMap::new(blocks);
+            let mut m = RandMap::new(blocks, 1);
             let mut rng = ChaCha8Rng::seed_from_u64(blocks);
             let mut seen = vec![false; blocks as usize];
             for _ in 0..blocks {
@@ -188,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_used_block_gives_the_next_free_one_after_it() {
-        let mut m = RandMap::new(130);
+        let mut m = RandMap::new(130, 1);
         for b in [5u64, 6, 7, 129] {
             m.used[(b / 64) as usize] |= 1 << (b % 64);
         }
