@@ -616,9 +616,8 @@ impl FioGen {
         let max_open = self.max_open(j);
         let z = if self.jobs[j].map.is_some() {
             match self.next_mapped_zone(j, first) {
-                Some(Next::Zone(z)) => z.0,
-                Some(other) => return other,
-                None => return Next::Stop,
+                Next::Zone(z) => z.0,
+                other => return other,
             }
         } else if self.spec(j).rw.is_random() {
             self.jobs[j].rng.random_range(first..=last)

@@ -63,7 +63,7 @@ impl Transport {
     /// Whether batched commands are used with a driver of these features (`None`:
     /// it did not say), or why not.
     pub fn batched(self, features: Option<u64>) -> Result<bool, ServeError> {
-        let offered = features.is_some_and(|f| f & u64::from(sys::UBLK_F_BATCH_IO) != 0);
+        let offered = features.is_some_and(offers_batches);
         match self {
             Transport::Command => Ok(false),
             Transport::Auto => Ok(offered),
@@ -98,6 +98,12 @@ pub enum Recovery {
 /// CPUs loses its cache and, when one queue covers every CPU, keeps meeting the
 /// submitter on a CPU it then has to wake from idle.
 const QUEUE_AFFINITY: UblkFlags = UblkFlags::UBLK_DEV_F_SINGLE_CPU_AFFINITY;
+
+/// Whether driver features, or a device's flags, have batched commands
+/// (`UBLK_F_BATCH_IO`).
+fn offers_batches(flags: u64) -> bool {
+    flags & u64::from(sys::UBLK_F_BATCH_IO) != 0
+}
 
 /// The control flags of a zoned ublk device served by zblk.
 fn ctrl_flags(recoverable: bool, batched: bool) -> u64 {
@@ -173,7 +179,7 @@ fn control(cfg: &ServeConfig, geo: &Geometry, batched: bool) -> Result<UblkCtrl,
         .nr_queues(info.nr_hw_queues)
         .depth(info.queue_depth)
         .io_buf_bytes(info.max_io_buf_bytes)
-        .ctrl_flags(ctrl_flags(true, info.flags & u64::from(sys::UBLK_F_BATCH_IO) != 0))
+        .ctrl_flags(ctrl_flags(true, offers_batches(info.flags)))
         .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV | QUEUE_AFFINITY)
         .build()
         .map_err(|e| ublk_error(&format!("{dev}: recovering"), e))
@@ -304,7 +310,7 @@ pub fn serve(
     let batched = cfg.transport.batched(UblkCtrl::get_features())?;
     let ctrl = control(cfg, &geo, batched)?;
     // What the device was added with (a recovered one: what its first server chose).
-    let batched = ctrl.dev_info().flags & u64::from(sys::UBLK_F_BATCH_IO) != 0;
+    let batched = offers_batches(ctrl.dev_info().flags);
     let rotational = cfg.rotational;
     let record = cfg.record.to_json();
     let tgt_init = move |dev: &mut UblkDev| {

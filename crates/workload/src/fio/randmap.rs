@@ -106,21 +106,21 @@ impl FioGen {
         (blocks <= MAX_MAP_BLOCKS).then(|| RandMap::new(blocks, per_zone))
     }
 
-    /// The zone of job `j`'s next random write from its map, or a new cycle's scan
-    /// when the map is used up (`None`: the job's map is done and it is not time
-    /// based, so its range is written: it ends).
-    pub(super) fn next_mapped_zone(&mut self, j: usize, first: u32) -> Option<Next> {
+    /// The zone of job `j`'s next random write from its map; when the map is used
+    /// up, a new cycle's scan ([`Next::Rescan`]) for a time-based job, else the end
+    /// of the job (its range is written).
+    pub(super) fn next_mapped_zone(&mut self, j: usize, first: u32) -> Next {
         let time_based = self.spec(j).runtime_ns.is_some();
         let job = &mut self.jobs[j];
         let map = job.map.as_mut().expect("a mapped job");
         match map.pick(&mut job.rng) {
-            Some(b) => Some(Next::Zone(ZoneNo(first + (b / map.per_zone) as u32))),
+            Some(b) => Next::Zone(ZoneNo(first + (b / map.per_zone) as u32)),
             None if time_based => {
                 map.reset();
                 job.scan = Some(first);
-                Some(Next::Rescan)
+                Next::Rescan
             }
-            None => None,
+            None => Next::Stop,
         }
     }
 
