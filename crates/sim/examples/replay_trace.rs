@@ -1,7 +1,8 @@
-//! Replays the writes and zone resets a trace says were issued to the disk (its `D`
-//! lines: `zblk serve --trace`, `zblk bench --trace`) into a fresh SMR 30 TB model,
-//! each request at its issue time, open loop, and prints each reset's time on the disk
-//! (the model writes its cache back first). Two hosts' streams can so be compared on
+//! Replays the writes, zone resets and flushes a trace says were issued to the disk
+//! (its `D` lines: `zblk serve --trace`, `zblk bench --trace`) into a fresh SMR 30 TB
+//! model, each request at its issue time, open loop, and prints each reset's time on
+//! the disk (the model writes its cache back first), when a flush (fio's end_fsync)
+//! is done, and the model's counters. Two hosts' streams can so be compared on
 //! the same model, and a stream changed by hand (reordered, retimed) measured:
 //! `cargo run --release -p zblk-sim --example replay_trace TRACE`. Every figure is
 //! the model's (SIMULATED).
@@ -31,6 +32,8 @@ fn main() {
         let op = match w[6] {
             "W" => Op::Write,
             "N" if line.contains("RESET") => Op::ZoneReset,
+            // A flush (fio's end_fsync): its completion is when the cache is written back.
+            "F" | "FN" => Op::Flush,
             _ => continue,
         };
         let plus = w.iter().position(|x| *x == "+").unwrap();
@@ -62,7 +65,10 @@ fn main() {
                 m.advance(e, &mut done);
                 for r in done.drain(..) {
                     let s = issued[&r.user_data];
-                    if r.op == Op::ZoneReset {
+                    if r.op == Op::Flush {
+                        println!("flush issued {:.3} s, done {:.3} s", s as f64 / 1e9, e as f64 / 1e9);
+                        last_c = last_c.max(e);
+                    } else if r.op == Op::ZoneReset {
                         println!(
                             "reset zone {} issued {:.3} s, took {:.3} s",
                             r.sector.0 / 524288,
@@ -78,5 +84,7 @@ fn main() {
             _ => unreachable!(),
         }
     }
+    let counters: Vec<String> = m.counters().iter().map(|(k, v)| format!("{k}={v:.3}")).collect();
+    println!("model: {}", counters.join(" "));
     println!("writes {:.1} MB, last completion {:.3} s (SIMULATED replay)", bytes as f64 / 1e6, last_c as f64 / 1e9);
 }

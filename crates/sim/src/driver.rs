@@ -28,6 +28,7 @@ mod build;
 mod durability;
 mod event_loop;
 mod inspect;
+mod plug_work;
 mod submit;
 mod tracing;
 
@@ -43,7 +44,7 @@ use zblk_core::bio::{BioFlags, Op, Request, Status};
 use zblk_core::engine::EngineConfig;
 use zblk_core::params::DeviceParams;
 use zblk_core::stack::{DevId, SeekTracker, Stack, TraceEvent};
-use zblk_core::units::Sector;
+use zblk_core::units::{Sector, ZoneNo};
 
 /// How to build a simulation of one device.
 #[derive(Clone, Debug)]
@@ -64,6 +65,12 @@ pub struct SimConfig {
     /// the next submission's system call). Zone writes released from plugs by the
     /// engine do not pay it: the kernel issues them from its own context.
     pub host_latency_ns: u64,
+    /// The kernel's plug work: a zone write that a completion releases from its plug
+    /// reaches the device this long after the completion, the time the block layer's
+    /// work item (`blk_zone_wplug_bio_work()`) takes to run. 0: at the completion.
+    /// A workload's own submission to an idle plug goes out from its own context,
+    /// without it, so the two race once this passes [`SimConfig::host_latency_ns`].
+    pub plug_work_ns: u64,
     /// The device keeps a zone's writes in the order it is handed them: it executes
     /// each request on its data and zone state when the request arrives, while its
     /// completions still come back when the timing model says, in whatever order
@@ -84,6 +91,7 @@ impl SimConfig {
             check: false,
             faults: FaultConfig::default(),
             host_latency_ns: 0,
+            plug_work_ns: 0,
             keeps_zone_order: false,
         }
     }
@@ -103,12 +111,21 @@ pub struct StackSimConfig {
     pub faults: FaultConfig,
     /// As [`SimConfig::host_latency_ns`].
     pub host_latency_ns: u64,
+    /// As [`SimConfig::plug_work_ns`].
+    pub plug_work_ns: u64,
 }
 
 impl StackSimConfig {
     /// Seeded, checker and tracing off, no faults, no host latency.
     pub fn new(seed: u64) -> StackSimConfig {
-        StackSimConfig { seed, check: false, trace: false, faults: FaultConfig::default(), host_latency_ns: 0 }
+        StackSimConfig {
+            seed,
+            check: false,
+            trace: false,
+            faults: FaultConfig::default(),
+            host_latency_ns: 0,
+            plug_work_ns: 0,
+        }
     }
 }
 
@@ -258,6 +275,14 @@ struct Clock {
     host_latency_ns: u64,
     /// Completions on their way to the workload: (delivery time, completion).
     delayed: VecDeque<(u64, SimCompletion)>,
+    /// The plug work's delay ([`SimConfig::plug_work_ns`]).
+    plug_work_ns: u64,
+    /// Requests on their way to their disk ([`SimConfig::plug_work_ns`]), earliest
+    /// first.
+    unplugged: VecDeque<Unplugged>,
+    /// The stack's next actions follow disk completions: its issues are the plug
+    /// work's.
+    after_completions: bool,
     /// The engines' anticipation timers: (due time, disk, token), earliest first.
     timers: VecDeque<(u64, DevId, u64)>,
     /// Completions lost by the disks, which the driver's timeout fails: (time,
@@ -265,6 +290,18 @@ struct Clock {
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
     /// Each disk model's next event, during a step.
     next_ns: Vec<Option<u64>>,
+}
+
+/// A request the plug work has yet to hand its disk ([`SimConfig::plug_work_ns`]).
+struct Unplugged {
+    /// When it reaches the disk, ns.
+    due_ns: u64,
+    dev: DevId,
+    req: Request,
+    /// Its `D` trace event, held back until then (tracing on).
+    traced: Option<TraceEvent>,
+    /// The zone it addresses (`None`: it keeps its place among all of the disk's).
+    zone: Option<ZoneNo>,
 }
 
 /// Which acknowledged writes are durable: a FLUSH makes the writes acknowledged
@@ -297,6 +334,9 @@ struct Tracing {
     /// Trace events taken from the stack (with the disks' completions between them,
     /// in the order they happened) and not handed out yet; `None` when not tracing.
     events: Option<Vec<TraceEvent>>,
+    /// `D` events of requests the plug work has yet to issue
+    /// ([`SimConfig::plug_work_ns`]), stamped when it does.
+    held: Vec<TraceEvent>,
     seeks: Option<SeekTracker>,
     sink: Option<TraceSink>,
     /// Print every action to stderr (set `ZBLK_SIM_TRACE=1`): for debugging a seed.

@@ -38,6 +38,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         check: a.check,
         faults: FaultConfig { write_error_ppm: a.write_error_ppm, ..FaultConfig::default() },
         host_latency_ns: a.host_latency.unwrap_or(spec.host_latency_ns()),
+        plug_work_ns: a.plug_work.unwrap_or(0),
         keeps_zone_order: false,
     };
     let progress = crate::fio_out::Progress::start(&job, &geo);

@@ -49,6 +49,7 @@ impl Sim {
             trace: false,
             faults: cfg.faults,
             host_latency_ns: cfg.host_latency_ns,
+            plug_work_ns: cfg.plug_work_ns,
         };
         let mut model = Some(model);
         let mut sim = Sim::with_stack(built, run, &mut |_, _, _| model.take().expect("one disk"));
@@ -80,6 +81,7 @@ impl Sim {
             seed: cfg.seed,
             tracing: Tracing {
                 events: tracing.then(Vec::new),
+                held: Vec::new(),
                 seeks: tracing.then(|| SeekTracker::new(&stack)),
                 sink: None,
                 debug: std::env::var_os("ZBLK_SIM_TRACE").is_some(),
@@ -93,6 +95,9 @@ impl Sim {
                 now_ns: 0,
                 host_latency_ns: cfg.host_latency_ns,
                 delayed: VecDeque::new(),
+                plug_work_ns: cfg.plug_work_ns,
+                unplugged: VecDeque::new(),
+                after_completions: false,
                 timers: VecDeque::new(),
                 late: VecDeque::new(),
                 next_ns: Vec::new(),

@@ -63,13 +63,18 @@ impl Sim {
     /// The host dies with BIOs in flight: they never complete. Forgets them
     /// everywhere the simulation tracks them (their records, the completions on
     /// their way to the workload, the completions the driver's timeout would fail,
-    /// the requests the disks' models hold and the results of those a disk that
-    /// keeps zone order executed at arrival) and returns their tokens.
+    /// the requests the plug work had yet to issue, the requests the disks' models
+    /// hold and the results of those a disk that keeps zone order executed at
+    /// arrival) and returns their tokens.
     fn cut_in_flight(&mut self) -> Vec<u64> {
         let mut tokens: Vec<u64> = self.completions.drain(..).map(|c| c.token).collect();
         tokens.extend(self.clock.delayed.drain(..).map(|(_, c)| c.token));
         tokens.extend(self.bios.drain().map(|r| r.token));
         self.clock.late.clear();
+        // Requests the plug work had yet to hand a disk die with the host.
+        self.clock.unplugged.clear();
+        self.clock.after_completions = false;
+        self.tracing.held.clear();
         let pipelined = self.disks.iter().any(|d| {
             let mut per_zone: BTreeMap<ZoneNo, u32> = BTreeMap::new();
             d.arrived.values().filter_map(|a| a.pipelined_zone).for_each(|z| *per_zone.entry(z).or_insert(0) += 1);

@@ -36,6 +36,7 @@ impl Sim {
                     }
                     let i = self.disk_index(dev);
                     let d = &mut self.disks[i];
+                    // The checker learns of the issue as the engine decides it.
                     if let Some(c) = &mut d.checker {
                         let engine = self.stack.engine(dev).expect("a disk has an engine");
                         let unmap_disabled = engine.write_zeroes_unmap_max_bytes() == 0;
@@ -47,17 +48,12 @@ impl Sim {
                         }
                         c.on_issue(&req, engine.policy_traits(), bio_flags, unmap_disabled);
                     }
-                    d.model.submit(self.clock.now_ns, &req);
-                    if self.disks[i].in_order {
-                        // The device takes the request now, in arrival order; only
-                        // its completion waits for the model.
-                        let (result, timed_out) = self.execute_on_disk(i, &req);
-                        let d = &mut self.disks[i];
-                        d.arrivals += 1;
-                        let geo = d.mem.geometry();
-                        let pipelined_zone = req.flags.contains(BioFlags::PIPELINED).then(|| geo.zone_no(req.sector));
-                        let a = Arrived { result, timed_out, order: d.arrivals, pipelined_zone };
-                        d.arrived.insert(req.id, a);
+                    match self.plug_work_due(dev, &req) {
+                        Some(at) => self.defer_issue(at, dev, req),
+                        None => {
+                            self.reach_disk(i, &req);
+                            self.stamp_issue_now(dev, &req);
+                        }
                     }
                 }
                 StackAction::Complete(c) => self.bio_done(c.user_data as usize, c.result),
@@ -80,6 +76,24 @@ impl Sim {
             if self.tracing.events.is_some() {
                 self.drain_events();
             }
+        }
+        self.clock.after_completions = false;
+        self.release_held_events();
+    }
+
+    /// Request `req` reaches disk `i` now.
+    pub(super) fn reach_disk(&mut self, i: usize, req: &Request) {
+        self.disks[i].model.submit(self.clock.now_ns, req);
+        if self.disks[i].in_order {
+            // The device takes the request now, in arrival order; only its
+            // completion waits for the model.
+            let (result, timed_out) = self.execute_on_disk(i, req);
+            let d = &mut self.disks[i];
+            d.arrivals += 1;
+            let geo = d.mem.geometry();
+            let pipelined_zone = req.flags.contains(BioFlags::PIPELINED).then(|| geo.zone_no(req.sector));
+            let a = Arrived { result, timed_out, order: d.arrivals, pipelined_zone };
+            d.arrived.insert(req.id, a);
         }
     }
 
@@ -214,6 +228,7 @@ impl Sim {
             self.clock.delayed.front().map(|d| d.0),
             self.clock.timers.front().map(|t| t.0),
             self.clock.late.front().map(|l| l.0),
+            self.clock.unplugged.front().map(|u| u.due_ns),
         ];
         let Some(t) = self.clock.next_ns.iter().chain(&next_host).flatten().copied().min() else {
             return false;
@@ -225,6 +240,7 @@ impl Sim {
             }
             let mut done = std::mem::take(&mut self.done);
             self.disks[i].model.advance(self.clock.now_ns, &mut done);
+            self.clock.after_completions |= !done.is_empty();
             for req in done.drain(..) {
                 if self.disks[i].in_order {
                     let d = &mut self.disks[i];
@@ -243,6 +259,7 @@ impl Sim {
             }
             self.done = done;
         }
+        self.issue_unplugged();
         self.deliver_due();
         while self.clock.late.front().is_some_and(|l| l.0 <= self.clock.now_ns) {
             let (_, dev, req, result) = self.clock.late.pop_front().expect("a late completion");
@@ -305,6 +322,7 @@ impl Sim {
             self.clock.delayed.front().map(|d| d.0),
             self.clock.timers.front().map(|t| t.0),
             self.clock.late.front().map(|l| l.0),
+            self.clock.unplugged.front().map(|u| u.due_ns),
         ];
         disks.chain(host.into_iter().flatten()).min()
     }

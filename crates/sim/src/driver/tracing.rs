@@ -3,7 +3,7 @@
 
 use super::{Sim, TraceSink};
 use zblk_core::bio::Bio;
-use zblk_core::stack::{SeekTracker, TraceAction};
+use zblk_core::stack::{SeekTracker, TraceAction, TraceEvent};
 
 impl Sim {
     /// Turns tracing on in a simulation built without it (a served device whose trace
@@ -48,23 +48,34 @@ impl Sim {
     pub(super) fn drain_events(&mut self) {
         self.take_events();
         let Some(mut events) = self.tracing.events.take() else { return };
-        for mut e in events.drain(..) {
-            if let (TraceAction::Queue, Some(i)) = (e.action, self.disk_of[e.dev.idx()]) {
-                let bio = Bio { op: e.op, sector: e.sector, nr_sectors: e.nr_sectors, flags: e.flags, user_data: 0 };
-                let d = &mut self.disks[i];
-                let engine = self.stack.engine(d.dev).expect("a disk has an engine");
-                if let (Some(c), true) = (&mut d.checker, engine.validate(&bio).is_ok()) {
-                    c.on_submit(&bio);
-                }
+        // With the plug work, a `D` waits for its request to reach the disk.
+        let hold = self.clock.plug_work_ns > 0;
+        for e in events.drain(..) {
+            if hold && e.action == TraceAction::Issue && self.disk_of[e.dev.idx()].is_some() {
+                self.tracing.held.push(e);
+                continue;
             }
-            e.time_ns = self.clock.now_ns;
-            if let Some(s) = &mut self.tracing.seeks {
-                s.record(&e);
-            }
-            if let Some(sink) = &mut self.tracing.sink {
-                sink(&e);
-            }
+            self.hand_out(e);
         }
         self.tracing.events = Some(events);
+    }
+
+    /// Hands out one event, stamped now.
+    pub(super) fn hand_out(&mut self, mut e: TraceEvent) {
+        if let (TraceAction::Queue, Some(i)) = (e.action, self.disk_of[e.dev.idx()]) {
+            let bio = Bio { op: e.op, sector: e.sector, nr_sectors: e.nr_sectors, flags: e.flags, user_data: 0 };
+            let d = &mut self.disks[i];
+            let engine = self.stack.engine(d.dev).expect("a disk has an engine");
+            if let (Some(c), true) = (&mut d.checker, engine.validate(&bio).is_ok()) {
+                c.on_submit(&bio);
+            }
+        }
+        e.time_ns = self.clock.now_ns;
+        if let Some(s) = &mut self.tracing.seeks {
+            s.record(&e);
+        }
+        if let Some(sink) = &mut self.tracing.sink {
+            sink(&e);
+        }
     }
 }
