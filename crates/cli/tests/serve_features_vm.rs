@@ -100,6 +100,13 @@ $X serve --recover ${{D#/dev/ublkb}} /tmp/r.img > $S/norec.out 2> $S/norec.err; 
 cat /sys/block/${{D#/dev/}}/queue/nr_zones > $S/smr-zones
 blkzone report $D > $S/smr-blkzone.txt
 kill -TERM $P; wait $P; rc smr-stop
+# Batched commands asked for: 7.3's driver takes them, 6.12's is refused before any
+# device is added.
+ls /sys/block | grep -c ublkb > $S/batch-before
+timeout 60 $X serve --json --transport batch --dev nullb > $S/batch.out 2> $S/batch.err & P=$!
+i=0; while ! [ -s $S/batch.out ] && kill -0 $P 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+ls /sys/block | grep -c ublkb > $S/batch-during
+kill -TERM $P 2>/dev/null; wait $P; rc batch
 "#,
         share = share.display(),
     );
@@ -210,6 +217,18 @@ kill -TERM $P; wait $P; rc smr-stop
     let conv = report.lines().filter(|l| l.contains("CONVENTIONAL")).count();
     assert_eq!(conv, geo.nr_conv() as usize, "conventional zones");
     assert_eq!(rc("smr-stop"), 0, "{}", file("smr.err"));
+
+    // `--transport batch`: served on 7.3's driver, refused on 6.12's before a device is added.
+    let (batch_out, batch_err) = (file("batch.out"), file("batch.err"));
+    if common::vm::kernel() == "7.3" {
+        assert_eq!(rc("batch"), 0, "{batch_err}");
+        assert!(batch_out.contains(r#""path":"batched commands, data by user copy""#), "{batch_out}");
+        assert_eq!(file("batch-during").trim(), "1", "one device while served: {batch_out}");
+    } else {
+        assert_eq!(rc("batch"), 1, "{batch_out}{batch_err}");
+        assert!(batch_err.contains("this ublk driver does not offer them (UBLK_F_BATCH_IO"), "{batch_err}");
+        assert_eq!(file("batch-during").trim(), file("batch-before").trim(), "no device added: {batch_err}");
+    }
 }
 
 fn sha256(path: &std::path::Path) -> String {
