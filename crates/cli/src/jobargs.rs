@@ -88,13 +88,14 @@ pub struct BenchArgs {
     pub end_fsync: u8,
     /// Host turnaround between a completion and the next submission (e.g. 18us).
     /// Default: the fitted value for the disk presets (docs/calibration.md), 0 otherwise.
-    #[arg(long = "host-latency", value_parser = parse::duration_or_zero_ns)]
+    /// At most 1s.
+    #[arg(long = "host-latency", value_parser = parse::host_delay_ns)]
     pub host_latency: Option<u64>,
     /// The kernel's plug work (e.g. 40us): a zone write a completion releases from
     /// its plug reaches the device this long after the completion, as the block
     /// layer's work item issues it. Default 0 (at the completion). Longer than
-    /// --host-latency, a job's submission to an idle zone can overtake it.
-    #[arg(long = "plug-work", value_parser = parse::duration_or_zero_ns)]
+    /// --host-latency, a job's submission to an idle zone can overtake it. At most 1s.
+    #[arg(long = "plug-work", value_parser = parse::host_delay_ns)]
     pub plug_work: Option<u64>,
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]

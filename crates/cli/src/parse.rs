@@ -40,6 +40,17 @@ pub fn duration_or_zero_ns(text: &str) -> Result<u64, String> {
     duration_ns(text)
 }
 
+/// A host-side delay in virtual time (a turnaround, the plug work): as
+/// [`duration_or_zero_ns`], at most a second (more means nothing for a host, and
+/// added up over a run it would overflow the clock).
+pub fn host_delay_ns(text: &str) -> Result<u64, String> {
+    let ns = duration_or_zero_ns(text)?;
+    if ns > 1_000_000_000 {
+        return Err(format!("invalid delay '{text}': at most 1s"));
+    }
+    Ok(ns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +68,8 @@ mod tests {
         assert_eq!(duration_or_zero_ns("0us"), Ok(0));
         assert_eq!(duration_or_zero_ns("40us"), Ok(40_000));
         assert!(duration_or_zero_ns("-1").is_err());
+        assert_eq!(host_delay_ns("0"), Ok(0));
+        assert_eq!(host_delay_ns("1s"), Ok(1_000_000_000));
+        assert!(host_delay_ns("1.5s").is_err_and(|e| e.contains("at most 1s")));
     }
 }

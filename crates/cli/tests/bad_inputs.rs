@@ -121,6 +121,8 @@ const ROWS: &[(&str, &str, Option<i32>, &str)] = &[
     ),
     ("unknown-command", "$Z frobnicate", Some(2), ""),
     ("bench-bad-rw", "$Z bench --rw sideways", Some(2), ""),
+    ("bench-host-latency-huge", "$Z bench --host-latency 1000000000s", Some(2), "at most 1s"),
+    ("bench-plug-work-huge", "$Z bench --plug-work 1000000000s", Some(2), "at most 1s"),
     ("bench-iodepth-huge", "$Z bench --image a.img --iodepth 100000", None, "at most 4096"),
     ("bench-numjobs-huge", "$Z bench --numjobs 100000 --runtime 1", None, "--numjobs is at most 256 (got 100000)"),
     ("bench-increment-unaligned", "$Z bench --numjobs 2 --offset_increment 1", None, "must be block aligned"),

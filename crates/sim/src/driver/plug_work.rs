@@ -78,6 +78,9 @@ impl Sim {
 
     /// Hands out, stamped now, any held `D` no request took (none is expected).
     pub(super) fn release_held_events(&mut self) {
+        if self.tracing.held.is_empty() {
+            return;
+        }
         for e in std::mem::take(&mut self.tracing.held) {
             self.hand_out(e);
         }
