@@ -292,6 +292,20 @@ struct Clock {
     next_ns: Vec<Option<u64>>,
 }
 
+impl Clock {
+    /// When each of the host's queues is next due: a completion reaching the
+    /// workload, an anticipation timer, a late completion, a request the plug work
+    /// hands its disk.
+    fn host_due(&self) -> [Option<u64>; 4] {
+        [
+            self.delayed.front().map(|d| d.0),
+            self.timers.front().map(|t| t.0),
+            self.late.front().map(|l| l.0),
+            self.unplugged.front().map(|u| u.due_ns),
+        ]
+    }
+}
+
 /// A request the plug work has yet to hand its disk ([`SimConfig::plug_work_ns`]).
 struct Unplugged {
     /// When it reaches the disk, ns.

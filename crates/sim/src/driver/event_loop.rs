@@ -224,12 +224,7 @@ impl Sim {
         // for the pump): the models' next events, asked once, hold for the step.
         self.clock.next_ns.clear();
         self.clock.next_ns.extend(self.disks.iter().map(|d| d.model.next_event_ns()));
-        let next_host = [
-            self.clock.delayed.front().map(|d| d.0),
-            self.clock.timers.front().map(|t| t.0),
-            self.clock.late.front().map(|l| l.0),
-            self.clock.unplugged.front().map(|u| u.due_ns),
-        ];
+        let next_host = self.clock.host_due();
         let Some(t) = self.clock.next_ns.iter().chain(&next_host).flatten().copied().min() else {
             return false;
         };
@@ -318,13 +313,7 @@ impl Sim {
     /// `None` when nothing is pending.
     pub fn next_event_ns(&self) -> Option<u64> {
         let disks = self.disks.iter().filter_map(|d| d.model.next_event_ns());
-        let host = [
-            self.clock.delayed.front().map(|d| d.0),
-            self.clock.timers.front().map(|t| t.0),
-            self.clock.late.front().map(|l| l.0),
-            self.clock.unplugged.front().map(|u| u.due_ns),
-        ];
-        disks.chain(host.into_iter().flatten()).min()
+        disks.chain(self.clock.host_due().into_iter().flatten()).min()
     }
 
     /// Processes every event due up to `t_ns` and moves the clock to `t_ns` (never
