@@ -54,8 +54,10 @@ impl Sim {
     /// `req` reached its disk as it was issued: its held `D` is stamped now.
     pub(super) fn stamp_issue_now(&mut self, dev: DevId, req: &Request) {
         if self.clock.plug_work_ns > 0 {
-            let traced = self.take_held_issue(dev, req);
-            self.stamp(traced);
+            // Taking it drained the events before it: it goes out next.
+            if let Some(e) = self.take_held_issue(dev, req) {
+                self.hand_out(e);
+            }
         }
     }
 
