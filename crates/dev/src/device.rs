@@ -19,7 +19,7 @@ use crate::{BlockDevice, IoBuf};
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use zblk_core::bio::{Request, Status};
 use zblk_core::geometry::Geometry;
 use zblk_core::units::{Sector, ZoneNo};
@@ -316,11 +316,15 @@ impl<D: Device + ?Sized> Device for Arc<D> {
 }
 
 /// A synchronous [`BlockDevice`] (the in-memory device, a simulated device's data
-/// side) behind a mutex: every request is [`Plan::Blocking`] and executes under the
-/// lock. The device executes in memory, so the lock is held for a copy, not for I/O.
+/// side) behind a reader-writer lock: every request is [`Plan::Blocking`] and
+/// executes under the lock, held exclusively. The device executes in memory, so the
+/// lock is held for a copy, not for I/O. What only looks ([`Locked::read`]: a zone
+/// report, a served read's check and its copy to the kernel straight from the pages)
+/// shares it: reads arriving on several queues at once copy side by side instead of
+/// one after the other.
 #[derive(Debug)]
 pub struct Locked<D> {
-    dev: Mutex<D>,
+    dev: RwLock<D>,
     geo: Geometry,
     name: String,
     rotational: bool,
@@ -330,15 +334,22 @@ impl<D: BlockDevice> Locked<D> {
     /// Wraps `dev`, which stands for a device called `name` (its kind: "memory")
     /// that is `rotational` or not.
     pub fn new(dev: D, name: impl Into<String>, rotational: bool) -> Locked<D> {
-        Locked { geo: dev.geometry().clone(), dev: Mutex::new(dev), name: name.into(), rotational }
+        Locked { geo: dev.geometry().clone(), dev: RwLock::new(dev), name: name.into(), rotational }
     }
 
     /// The device, locked: for checkers that look at its state. A lock poisoned by
     /// a panic under it (a request executing) propagates the panic: the device's
     /// zones and data may be half way through the request, and a checker or a
     /// caller taking the device back would judge or keep that state.
-    pub fn lock(&self) -> MutexGuard<'_, D> {
-        self.dev.lock().unwrap_or_else(|_| panic!("{}: the device lock is poisoned: a request panicked", self.name))
+    pub fn lock(&self) -> RwLockWriteGuard<'_, D> {
+        self.dev.write().unwrap_or_else(|_| panic!("{}: the device lock is poisoned: a request panicked", self.name))
+    }
+
+    /// The device, shared with other readers: for what only looks at it (a zone
+    /// report, a read's check and its data). Blocks while a request executes. A
+    /// poisoned lock panics, as [`Locked::lock`].
+    pub fn read(&self) -> RwLockReadGuard<'_, D> {
+        self.dev.read().unwrap_or_else(|_| panic!("{}: the device lock is poisoned: a request panicked", self.name))
     }
 
     /// The device back. Panics if a request panicked under the lock (see
@@ -349,7 +360,7 @@ impl<D: BlockDevice> Locked<D> {
     }
 }
 
-impl<D: BlockDevice + Send> Device for Locked<D> {
+impl<D: BlockDevice + Send + Sync> Device for Locked<D> {
     fn geometry(&self) -> &Geometry {
         &self.geo
     }
@@ -386,11 +397,11 @@ impl<D: BlockDevice + Send> Device for Locked<D> {
     }
 
     fn report_zones(&self, from: Sector, max: usize, out: &mut Vec<ZoneInfo>) -> Result<usize, Status> {
-        self.lock().report_zones(from, max, out)
+        self.read().report_zones(from, max, out)
     }
 
     fn zeroing(&self, nounmap: bool) -> Option<DeviceZeroing> {
-        self.lock().zeroing(nounmap)
+        self.read().zeroing(nounmap)
     }
 
     fn close(&self) -> Result<(), DeviceError> {

@@ -107,7 +107,8 @@ const IOV_MAX: usize = 1024;
 
 impl PagesOut {
     /// Hands the read's bytes to `write` as `iovec`s over the device's pages (and
-    /// runs of zeroes), under the device's lock, at most 1,024 of them a call (`IOV_MAX`):
+    /// runs of zeroes), under the device's lock shared with other reads (a write
+    /// waits), at most 1,024 of them a call (`IOV_MAX`):
     /// `write(offset of the first byte in the read, iovecs)` returns how many bytes
     /// it took, or an errno; fewer than given is EIO. `iov` is scratch space, kept
     /// by the caller so that a read allocates nothing; it holds no pointer after.
@@ -116,7 +117,7 @@ impl PagesOut {
         iov: &mut Vec<libc::iovec>,
         mut write: impl FnMut(u64, &[libc::iovec]) -> Result<usize, i32>,
     ) -> Result<(), i32> {
-        let dev = self.dev.lock();
+        let dev = self.dev.read();
         iov.clear();
         dev.read_slices(self.sector, self.len, |p| {
             iov.push(libc::iovec { iov_base: p.as_ptr().cast_mut().cast(), iov_len: p.len() })
@@ -326,7 +327,7 @@ impl DataLimit {
     /// Whether a write of `len` bytes at `sector` (an append: into the zone at
     /// `sector`, wherever its write pointer is) must be refused.
     fn refuses(&self, op: Op, sector: Sector, len: usize) -> bool {
-        let dev = self.dev.lock();
+        let dev = self.dev.read();
         // Far from the limit, no page needs counting: a write takes at most one page
         // more than its length.
         let page = zblk_dev::pages::PAGE_BYTES as u64;
@@ -465,7 +466,7 @@ impl RuntimeServed {
     /// condition of its zones), and its data goes to the kernel from the device's
     /// pages when it is committed.
     fn read_pages(&self, dev: &Arc<Locked<MemDevice>>, sector: Sector, nr_sectors: u32, buf: AlignedBuf) -> Reply {
-        let checked = dev.lock().check_read(sector, nr_sectors);
+        let checked = dev.read().check_read(sector, nr_sectors);
         let len = nr_sectors as usize * SECTOR_SIZE as usize;
         match checked {
             Ok(_) => Reply {

@@ -203,3 +203,59 @@ fn only_a_read_of_the_memory_device_is_answered_at_once() {
     drop((plain, served));
     rt.close().unwrap();
 }
+
+/// Reads share the device's lock: one read handing out its pages (its copy to the
+/// kernel under way, in the callback) lets another read hand out its own at the same
+/// time, as two queues' reads do; a write waits until no read holds the pages.
+#[test]
+fn reads_hand_out_side_by_side_and_a_write_waits_for_them() {
+    use std::time::Duration;
+    let Setup { rt, plain, served, .. } = setup(16384);
+    assert_eq!(call(&plain, io(Op::Write, 0, &[7u8; 4096])).result, Ok(Done::Bytes(4096)));
+    let first = call(&served, io(Op::Read, 0, &[0u8; 4096]));
+    let second = call(&served, io(Op::Read, 0, &[0u8; 4096]));
+    let (inside_tx, inside_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    let (done_tx, done_rx) = channel();
+    std::thread::scope(|s| {
+        // The first read stays inside its copy until told to go on.
+        s.spawn(move || {
+            let mut iov = Vec::new();
+            let CopyOut::Pages(p) = &first.copy_out else { panic!("not from the pages") };
+            let r = p.write_out(&mut iov, |_, group| {
+                inside_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                Ok(group.iter().map(|v| v.iov_len).sum())
+            });
+            assert_eq!(r, Ok(()));
+        });
+        inside_rx.recv().unwrap();
+        // Meanwhile a second read hands out its pages: it gets in beside the first.
+        let (in_tx, in_rx) = channel();
+        s.spawn(move || {
+            let mut iov = Vec::new();
+            let CopyOut::Pages(p) = &second.copy_out else { panic!("not from the pages") };
+            let r = p.write_out(&mut iov, |_, group| {
+                in_tx.send(()).unwrap();
+                Ok(group.iter().map(|v| v.iov_len).sum())
+            });
+            assert_eq!(r, Ok(()));
+        });
+        let beside = in_rx.recv_timeout(Duration::from_secs(20));
+        // And a write to the same pages (the conventional zone) waits for the first.
+        let plain = &plain;
+        s.spawn(move || {
+            let r = call(plain, io(Op::Write, 0, &[8u8; 4096]));
+            done_tx.send(r.result).unwrap();
+        });
+        let early = done_rx.recv_timeout(Duration::from_millis(300));
+        go_tx.send(()).unwrap();
+        assert!(beside.is_ok(), "a second read did not get in while the first handed out its pages");
+        assert!(early.is_err(), "a write went ahead while a read handed out the pages it overwrites: {early:?}");
+        assert_eq!(done_rx.recv().unwrap(), Ok(Done::Bytes(4096)), "the write, once the read is done");
+    });
+    let r = call(&served, io(Op::Read, 0, &[0u8; 4096]));
+    assert_eq!(handed_out(&r, false).1, vec![8u8; 4096]);
+    drop((plain, served));
+    rt.close().unwrap();
+}
