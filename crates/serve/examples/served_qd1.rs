@@ -10,48 +10,18 @@
 //! a 1 GiB device of 16 MiB zones, 2 conventional, cycling through 8 zones in random
 //! order at their write pointers, each zone reset when full.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
-use zblk_core::bio::{BioFlags, Op};
+use zblk_core::bio::Op;
 use zblk_core::engine::EngineConfig;
 use zblk_core::params::DeviceParams;
-use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::{Locked, MemDevice};
 use zblk_runtime::{Runtime, RuntimeConfig};
-use zblk_serve::served::{DataLimit, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, Tagged};
+use zblk_serve::served::{DataLimit, RuntimeServed, Tagged};
 
-/// Where the replies go, by tag, as a ublk queue's mailbox takes them: the one
-/// request's buffer back, and whether it succeeded.
-#[derive(Default)]
-struct Slot(Mutex<Option<Reply>>);
-
-impl Replies for Slot {
-    fn reply(&self, _tag: u16, r: Reply) {
-        *self.0.lock().unwrap() = Some(r);
-    }
-}
-
-/// Serves `op` at `sector` and waits for it (a memory device completes it inside the
-/// submission); the buffer back.
-fn serve(
-    served: &RuntimeServed,
-    slot: &Arc<Tagged<Slot>>,
-    op: Op,
-    sector: u64,
-    nr_sectors: u32,
-    buf: AlignedBuf,
-) -> AlignedBuf {
-    let req = Req::Io { op, sector: Sector(sector), nr_sectors, flags: BioFlags::default(), buf };
-    served.submit(req, ReplyTo::tag(slot, 0));
-    loop {
-        if let Some(r) = slot.0.lock().unwrap().take() {
-            assert!(r.result.is_ok(), "{op:?} at {sector}: {:?}", r.result);
-            return r.buf;
-        }
-        std::hint::spin_loop();
-    }
-}
+mod common;
+use common::{Slot, serve};
 
 fn main() {
     let arg = |i: usize, default: u64| std::env::args().nth(i).map_or(default, |s| s.parse().expect("a number"));

@@ -14,8 +14,8 @@
 //! THREADS, default 2, then one and THREADS again). Prints the requests a second.
 
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use zblk_core::bio::{BioFlags, Op};
 use zblk_core::params::DeviceParams;
@@ -23,7 +23,10 @@ use zblk_core::units::Sector;
 use zblk_dev::buf::AlignedBuf;
 use zblk_dev::{Locked, MemDevice};
 use zblk_runtime::{Runtime, RuntimeConfig};
-use zblk_serve::served::{CopyOut, Replies, Reply, ReplyTo, Req, RuntimeServed, Served, Tagged};
+use zblk_serve::served::{CopyOut, ReplyTo, Req, RuntimeServed, Served, Tagged};
+
+mod common;
+use common::{Slot, serve};
 
 /// A xorshift step: the requests' random order, the same every run.
 fn next(x: &mut u64) -> u64 {
@@ -55,30 +58,6 @@ fn reads(served: &RuntimeServed, count: u64, seed: u64) {
         });
         assert_eq!(handed, Ok(()), "the pages handed out");
         buf = reply.buf;
-    }
-}
-
-/// Where a thread's replies go, by tag, as a ublk queue's mailbox takes them.
-#[derive(Default)]
-struct Slot(Mutex<Option<Reply>>);
-
-impl Replies for Slot {
-    fn reply(&self, _tag: u16, r: Reply) {
-        *self.0.lock().expect("the slot's lock") = Some(r);
-    }
-}
-
-/// Serves `op` at `sector` and waits for it (a memory device completes it inside the
-/// submission); the buffer back.
-fn serve(served: &RuntimeServed, slot: &Arc<Tagged<Slot>>, op: Op, sector: u64, n: u32, buf: AlignedBuf) -> AlignedBuf {
-    let req = Req::Io { op, sector: Sector(sector), nr_sectors: n, flags: BioFlags::NONE, buf };
-    served.submit(req, ReplyTo::tag(slot, 0));
-    loop {
-        if let Some(r) = slot.0.lock().expect("the slot's lock").take() {
-            assert!(r.result.is_ok(), "{op:?} at {sector}: {:?}", r.result);
-            return r.buf;
-        }
-        std::hint::spin_loop();
     }
 }
 
