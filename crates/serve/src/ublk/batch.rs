@@ -6,8 +6,9 @@
 //!   queue (the device starts once every queue has done so).
 //! - Multishot `UBLK_U_IO_FETCH_IO_CMDS` commands stay with the driver; each
 //!   completion they post names the tags of new requests, written by the driver into
-//!   one of the queue's fetch buffers (an io_uring provided buffer group), which the
-//!   thread gives back at once.
+//!   one of the queue's fetch buffers, which the thread gives back at once. The
+//!   buffers are a registered buffer ring (`IORING_REGISTER_PBUF_RING`): giving one
+//!   back is a store to the ring's tail, not a ring operation and its completion.
 //! - `UBLK_U_IO_COMMIT_IO_CMDS` commits the results gathered since the last one: a
 //!   tag, its result and, for a zone append, the sector written
 //!   (`UBLK_BATCH_F_HAS_ZONE_LBA`).
@@ -27,8 +28,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub(super) const OP_FETCH: u32 = 3;
 /// The `op` of a commit's entries (their tag field: the commit's key).
 pub(super) const OP_COMMIT: u32 = 4;
-/// The `op` of the entries giving a fetch buffer back (their tag field: its id).
-pub(super) const OP_PROVIDE: u32 = 5;
 /// The `op` of the preparation of the queue's tags.
 const OP_PREP: u32 = 6;
 
@@ -37,9 +36,10 @@ const OP_PREP: u32 = 6;
 /// buffers).
 const FETCH_COMMANDS: u16 = 2;
 /// Fetch buffers, each able to hold every tag of the queue: the driver never runs
-/// out while the thread gives each back as soon as it has read it.
+/// out while the thread gives each back as soon as it has read it. A power of two:
+/// the buffer ring's size.
 const FETCH_BUFFERS: u16 = 4;
-/// The provided buffer group of the fetch buffers on the queue's ring (its own: the
+/// The buffer group of the fetch buffers' ring on the queue's ring (its own: the
 /// runtime's transfers on the ring select no buffers).
 const BUFFER_GROUP: u16 = 0x7a62;
 /// `IORING_URING_CMD_MULTISHOT` (the io_uring crate does not name it).
@@ -91,10 +91,10 @@ pub(super) struct Batch {
     qid: u16,
     /// The fetch buffers, by id; the driver writes tags (`u16`) into them.
     bufs: Vec<Box<[u16]>>,
+    /// Their ring, through which they are given to the driver.
+    ring: BufRing,
     /// Fetch commands the driver holds.
     fetches: u16,
-    /// Fetch buffers given back and not yet confirmed by the ring.
-    provides: u16,
     /// Results waiting for the next commit.
     pending: Vec<Elem>,
     /// Commits in flight, by key (their entries' tag field).
@@ -103,8 +103,8 @@ pub(super) struct Batch {
     spare: Vec<Vec<Elem>>,
     /// The driver has ended the fetch commands: the device is stopping.
     stopped: bool,
-    /// Commits and fetch buffers queued since the queue's last wait: each completes
-    /// as soon as it is submitted ([`Batch::take_sent`]).
+    /// Commits queued since the queue's last wait: each completes as soon as it is
+    /// submitted ([`Batch::take_sent`]).
     sent: u32,
     /// The planted bug `commit-drops-one`: which tags hold a write (the bug leaves
     /// a write out, not the reads of the kernel's partition scan, which would keep
@@ -114,13 +114,15 @@ pub(super) struct Batch {
 
 impl Batch {
     /// Gives the ring the fetch buffers and the driver every tag of the queue, waits
-    /// for both, and queues the fetch commands (sent with the queue's next wait).
+    /// for the driver, and queues the fetch commands (sent with the queue's next
+    /// wait).
     pub(super) fn start(q: &UblkQueue, depth: u16) -> Result<Batch, String> {
         let qid = q.get_qid();
         let mut bufs: Vec<Box<[u16]>> =
             (0..FETCH_BUFFERS).map(|_| vec![0u16; usize::from(depth)].into_boxed_slice()).collect();
+        let mut ring = BufRing::register().map_err(|e| format!("fetch buffers' ring: {e}"))?;
         for (id, buf) in bufs.iter_mut().enumerate() {
-            q.ublk_submit_sqe_sync(provide_entry(buf, id as u16)).map_err(|e| format!("fetch buffers: {e}"))?;
+            ring.give(buf, id as u16);
         }
         let prep: Vec<Elem> = (0..depth).map(|tag| Elem { tag, ..Elem::default() }).collect();
         let entry = opcode::UringCmd16::new(types::Fixed(0), sys::UBLK_U_IO_PREP_IO_CMDS)
@@ -129,20 +131,17 @@ impl Batch {
             .build()
             .user_data(user_data(0, OP_PREP));
         q.ublk_submit_sqe_sync(entry).map_err(|e| format!("preparing its tags: {e}"))?;
-        // Nothing else is on the ring yet: every completion is one of these.
-        let results = wait_completions(usize::from(FETCH_BUFFERS) + 1)?;
-        for (ud, res) in results {
+        // Nothing else is on the ring yet: the one completion is the preparation's.
+        for (_, res) in wait_completions(1)? {
             if res < 0 {
-                let what =
-                    if UblkIOCtx::user_data_to_op(ud) == OP_PREP { "preparing its tags" } else { "fetch buffers" };
-                return Err(format!("{what}: {}", std::io::Error::from_raw_os_error(-res)));
+                return Err(format!("preparing its tags: {}", std::io::Error::from_raw_os_error(-res)));
             }
         }
         let mut b = Batch {
             qid,
             bufs,
+            ring,
             fetches: 0,
-            provides: 0,
             pending: Vec::with_capacity(usize::from(depth)),
             commits: Slab::new(),
             spare: Vec::new(),
@@ -156,8 +155,8 @@ impl Batch {
         Ok(b)
     }
 
-    /// How many completions the commits and fetch buffers queued since the last call
-    /// will bring at once: the driver and the ring answer them while they are
+    /// How many completions the commits queued since the last call will bring at
+    /// once: the driver and the ring answer them while they are
     /// submitted. A wait for the next request asks for these as well, so that the
     /// same system call that sends a commit waits for what comes next, instead of
     /// returning at once with the commit's answer (which would take a second call
@@ -171,10 +170,10 @@ impl Batch {
         self.stopped
     }
 
-    /// Whether the queue is done: no fetch command with the driver, no commit or
-    /// fetch buffer on the ring.
+    /// Whether the queue is done: no fetch command with the driver, no commit on
+    /// the ring.
     pub(super) fn finished(&self) -> bool {
-        self.stopped && self.fetches == 0 && self.commits.is_empty() && self.provides == 0
+        self.stopped && self.fetches == 0 && self.commits.is_empty()
     }
 
     fn arm_fetch(&mut self, q: &UblkQueue, id: u16) {
@@ -221,31 +220,13 @@ impl Batch {
                 Some(buf) => {
                     let n = (res as usize / std::mem::size_of::<u16>()).min(buf.len());
                     tags.extend_from_slice(&buf[..n]);
-                    match q.ublk_submit_sqe_sync(provide_entry(buf, bid)) {
-                        Ok(()) => {
-                            self.provides += 1;
-                            self.sent += 1;
-                        }
-                        Err(e) => crate::say(&format!("ublk queue {}: fetch buffer {bid}: {e}", self.qid)),
-                    }
+                    self.ring.give(buf, bid);
                 }
                 None => crate::say(&format!("ublk queue {}: fetch into unknown buffer {bid}", self.qid)),
             }
         }
         if !more && !self.stopped {
             self.arm_fetch(q, id);
-        }
-    }
-
-    /// A fetch buffer given back to the ring.
-    pub(super) fn provided(&mut self, res: i32) {
-        self.provides = self.provides.saturating_sub(1);
-        if res < 0 {
-            crate::say(&format!(
-                "ublk queue {}: giving a fetch buffer back: {}",
-                self.qid,
-                std::io::Error::from_raw_os_error(-res)
-            ));
         }
     }
 
@@ -344,12 +325,89 @@ impl Batch {
     }
 }
 
-/// The entry giving fetch buffer `id` (back) to the ring's buffer group.
-fn provide_entry(buf: &mut [u16], id: u16) -> squeue::Entry {
-    let len = i32::try_from(std::mem::size_of_val(buf)).expect("a fetch buffer holds at most 4,096 tags");
-    opcode::ProvideBuffers::new(buf.as_mut_ptr().cast(), len, 1, BUFFER_GROUP, id)
-        .build()
-        .user_data(user_data(id, OP_PROVIDE))
+/// The fetch buffers' ring (`IORING_REGISTER_PBUF_RING`), registered on the
+/// queue's ring as [`BUFFER_GROUP`]: [`FETCH_BUFFERS`] descriptors (address, length,
+/// id) the kernel takes a buffer from when a fetch completes, and a tail the thread
+/// moves as it gives buffers back. Before it, a legacy provided buffer: a
+/// `PROVIDE_BUFFERS` operation and its completion for every fetch.
+///
+/// The descriptors live in a page of their own (the kernel pins it while the ring is
+/// registered). A queue given up with fetch commands still armed is forgotten with
+/// its [`Batch`], ring and buffers included: the driver may still write into them.
+struct BufRing {
+    base: std::ptr::NonNull<types::BufRingEntry>,
+    /// The next free descriptor, modulo [`FETCH_BUFFERS`]; the kernel reads it from
+    /// the ring's shared tail.
+    tail: u16,
+}
+
+/// The page the ring's descriptors live in.
+const RING_LAYOUT: std::alloc::Layout = match std::alloc::Layout::from_size_align(4096, 4096) {
+    Ok(l) => l,
+    Err(_) => panic!("a page layout"),
+};
+
+impl BufRing {
+    /// Allocates the ring and registers it on this thread's queue ring.
+    fn register() -> std::io::Result<BufRing> {
+        const { assert!(FETCH_BUFFERS.is_power_of_two()) };
+        const { assert!(FETCH_BUFFERS as usize * std::mem::size_of::<types::BufRingEntry>() <= 4096) };
+        // SAFETY: the layout is a page, not zero-sized.
+        let page = unsafe { std::alloc::alloc_zeroed(RING_LAYOUT) };
+        let Some(base) = std::ptr::NonNull::new(page.cast::<types::BufRingEntry>()) else {
+            std::alloc::handle_alloc_error(RING_LAYOUT);
+        };
+        // SAFETY: the page outlives the registration: it is unregistered before the
+        // page is freed (Drop), or both are forgotten with a queue given up.
+        let registered = libublk::io::with_task_io_ring(|r| unsafe {
+            r.submitter().register_buf_ring_with_flags(base.as_ptr() as u64, FETCH_BUFFERS, BUFFER_GROUP, 0)
+        });
+        match registered {
+            Ok(()) => Ok(BufRing { base, tail: 0 }),
+            Err(e) => {
+                // SAFETY: allocated above with this layout, never registered.
+                unsafe { std::alloc::dealloc(page, RING_LAYOUT) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives fetch buffer `buf` (id `bid`) to the kernel: its descriptor at the
+    /// tail, then the tail moved past it.
+    fn give(&mut self, buf: &mut [u16], bid: u16) {
+        let len = u32::try_from(std::mem::size_of_val(buf)).expect("a fetch buffer holds at most 4,096 tags");
+        let slot = usize::from(self.tail & (FETCH_BUFFERS - 1));
+        // SAFETY: `slot` is below FETCH_BUFFERS, all in the ring's page; the kernel
+        // reads a descriptor only once the tail has passed it, and this one is free
+        // (at most FETCH_BUFFERS buffers exist, each given once after it came back).
+        let e = unsafe { &mut *self.base.as_ptr().add(slot) };
+        e.set_addr(buf.as_mut_ptr() as u64);
+        e.set_len(len);
+        e.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail is the first descriptor's last 2 bytes (aligned, in the
+        // page), which the kernel only reads; the release store publishes the
+        // descriptor written above before the tail that covers it.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.base.as_ptr()).cast_mut();
+            std::sync::atomic::AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // The queue is finished: no fetch command can take a buffer any more.
+        // (Not while unwinding: the queue's ring may be borrowed, and a second panic
+        // would abort; the page is then left to the ring's own end.)
+        if std::thread::panicking() {
+            return;
+        }
+        if libublk::io::with_task_io_ring(|r| r.submitter().unregister_buf_ring(BUFFER_GROUP)).is_ok() {
+            // SAFETY: allocated with this layout in `register`, no longer registered.
+            unsafe { std::alloc::dealloc(self.base.as_ptr().cast(), RING_LAYOUT) };
+        }
+    }
 }
 
 /// Submits what the ring holds and waits for `n` completions: (user data, result)

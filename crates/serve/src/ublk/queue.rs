@@ -26,7 +26,7 @@
 //! descriptor straight from and to it. A read of the memory device leaves it unused:
 //! its data goes to the kernel from the device's pages ([`CopyOut::Pages`]).
 
-use super::batch::{Batch, OP_COMMIT, OP_FETCH, OP_PROVIDE};
+use super::batch::{Batch, OP_COMMIT, OP_FETCH};
 use super::request::{copy_from_kernel, copy_pages_to_kernel, copy_report_to_kernel, copy_to_kernel, decode};
 use crate::served::{CopyOut, Done, Replies, Reply, ReplyTo, Req, Served, Tagged};
 use libublk::io::{BufDescList, UblkDev, UblkIOCtx, UblkQueue};
@@ -379,7 +379,7 @@ impl Queue {
                     let t = self.transfers.remove(tag as usize);
                     self.on_ring(|| t.complete(res));
                 }
-                op @ (OP_FETCH | OP_COMMIT | OP_PROVIDE) => self.batched(q, op, tag, res, flags),
+                op @ (OP_FETCH | OP_COMMIT) => self.batched(q, op, tag, res, flags),
                 _ => {
                     let posted = std::mem::take(&mut *self.mailbox.done.lock().unwrap_or_else(|p| p.into_inner()));
                     for (tag, reply) in posted {
@@ -425,8 +425,7 @@ impl Queue {
                 tags.clear();
                 self.tags = tags;
             }
-            OP_COMMIT => b.committed(q, id, res),
-            _ => b.provided(res),
+            _ => b.committed(q, id, res),
         }
     }
 
