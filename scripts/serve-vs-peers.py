@@ -36,6 +36,8 @@ NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev null
          "zblk-mem-poll": "zblk serve --dev nullb --poll 1000", "zblk-img-poll": "zblk serve IMG (tmpfs) --poll 1000",
          "zblk-mem-batch": "zblk serve --dev nullb --transport batch",
          "zblk-img-batch": "zblk serve IMG (tmpfs) --transport batch",
+         "zblk-mem-command": "zblk serve --dev nullb --transport command",
+         "zblk-img-command": "zblk serve IMG (tmpfs) --transport command",
          "rublk-ram": "rublk zoned, RAM",
          "rublk-file": "rublk zoned, file (tmpfs)"}
 
@@ -85,9 +87,9 @@ TARGETS = [
     ("zblk-img-poll", "zblk-mem-poll", ["w4k", "w128k", "r4k"], 0.8, "polling: zblk IMG / zblk memory"),
     ("zblk-img-poll", "rublk-file", ["w4k", "w128k", "r4k"], 1.0, "polling: zblk IMG / rublk file"),
     ("zblk-mem-poll", "nullb", ["r4k"], 0.9, "polling: reads, zblk memory / null_blk"),
-    ("zblk-mem-batch", "zblk-mem", ["w4k", "w512", "w128k", "r4k"], None,
+    ("zblk-mem-batch", "zblk-mem-command", ["w4k", "w512", "w128k", "r4k"], None,
      "batched commands / a command per request, zblk memory"),
-    ("zblk-img-batch", "zblk-img", ["w4k", "w512", "w128k", "r4k"], None,
+    ("zblk-img-batch", "zblk-img-command", ["w4k", "w512", "w128k", "r4k"], None,
      "batched commands / a command per request, zblk IMG"),
     ("zblk-img", "zblk-img-zwp", ["w4k", "w512", "w128k", "r4k"], None,
      "zblk IMG, its default (pipelining) / per-zone plugging"),

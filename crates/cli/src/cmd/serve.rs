@@ -46,11 +46,11 @@ const UBLK_CONTROL: &str = "/dev/ublk-control";
 /// cache with FUA: its flushes reach the image's durable state before they complete.
 ///
 /// Data moves by user copy (pread/pwrite on /dev/ublkcN), the path every driver
-/// gives a zoned device; requests come one io_uring command each or, with
-/// `--transport batch` (or `auto` on a driver that offers them, Linux 7.3), many to a
-/// batched command. Standard error says which once the device is ready, with the
-/// newer paths the driver also offers (Linux 7.3's: automatic buffer registration,
-/// zero copy), which zblk does not take yet (docs/serve.md, "The driver's paths").
+/// gives a zoned device; requests come many to a batched command where the driver
+/// offers them (Linux 7.3), else one io_uring command each (`--transport`).
+/// Standard error says which once the device is ready, with the newer paths the
+/// driver also offers (Linux 7.3's: automatic buffer registration, zero copy), which
+/// zblk does not take yet (docs/serve.md, "The driver's paths").
 ///
 /// `--dev nullb:...,completion_nsec=0` is zblk's memory device (null_blk without a
 /// latency: nothing to pace), served from memory. Any other simulated device (`--dev
@@ -112,14 +112,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll: u64,
-    /// How the kernel's requests reach the queues' threads: `command` (the default;
-    /// batched commands are newer and less tried), one io_uring command per request
-    /// (every driver since Linux 6.6); `batch`, batched commands (many requests
-    /// fetched, and many results committed, by one command: drivers with
-    /// UBLK_F_BATCH_IO, Linux 7.3; refused by others); `auto`, batched commands when
-    /// the driver offers them, else a command per request. Data moves by user copy
-    /// either way. A recovered device (--recover) keeps the one it was added with.
-    #[arg(long, value_enum, default_value_t = TransportArg::Command)]
+    /// How the kernel's requests reach the queues' threads: `auto` (the default),
+    /// batched commands when the driver offers them, else a command per request;
+    /// `command`, one io_uring command per request (every driver since Linux 6.6);
+    /// `batch`, batched commands (many requests fetched, and many results
+    /// committed, by one command: drivers with UBLK_F_BATCH_IO, Linux 7.3; refused by
+    /// others). Data moves by user copy either way. A recovered device (--recover)
+    /// keeps the one it was added with.
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
     /// Print the ready line as a JSON object ({"device": "/dev/ublkbN", "data": ...}).
     #[arg(long)]

@@ -48,11 +48,11 @@ pub struct ServeConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Transport {
     /// Batched commands if the driver offers them (`UBLK_F_BATCH_IO`, Linux 7.3),
-    /// else a command per request.
+    /// else a command per request: the default.
+    #[default]
     Auto,
     /// One io_uring command per request (`FETCH_REQ`, `COMMIT_AND_FETCH_REQ`): every
     /// driver since Linux 6.6.
-    #[default]
     Command,
     /// Batched commands (`PREP_IO_CMDS`, multishot `FETCH_IO_CMDS`,
     /// `COMMIT_IO_CMDS`): refused by a driver that does not offer them.
