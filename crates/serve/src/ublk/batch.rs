@@ -118,11 +118,25 @@ impl Batch {
     /// wait).
     pub(super) fn start(q: &UblkQueue, depth: u16) -> Result<Batch, String> {
         let qid = q.get_qid();
-        let mut bufs: Vec<Box<[u16]>> =
+        let bufs: Vec<Box<[u16]>> =
             (0..FETCH_BUFFERS).map(|_| vec![0u16; usize::from(depth)].into_boxed_slice()).collect();
-        let mut ring = BufRing::register().map_err(|e| format!("fetch buffers' ring: {e}"))?;
-        for (id, buf) in bufs.iter_mut().enumerate() {
-            ring.give(buf, id as u16);
+        let ring = libublk::io::with_task_io_ring(|r| BufRing::register(&r.submitter(), BUFFER_GROUP))
+            .map_err(|e| format!("fetch buffers' ring: {e}"))?;
+        // Made before anything else can fail: dropped, it releases the ring.
+        let mut b = Batch {
+            qid,
+            bufs,
+            ring,
+            fetches: 0,
+            pending: Vec::with_capacity(usize::from(depth)),
+            commits: Slab::new(),
+            spare: Vec::new(),
+            stopped: false,
+            sent: 0,
+            writes: Vec::new(),
+        };
+        for (id, buf) in b.bufs.iter_mut().enumerate() {
+            b.ring.give(buf, id as u16);
         }
         let prep: Vec<Elem> = (0..depth).map(|tag| Elem { tag, ..Elem::default() }).collect();
         let entry = opcode::UringCmd16::new(types::Fixed(0), sys::UBLK_U_IO_PREP_IO_CMDS)
@@ -137,18 +151,6 @@ impl Batch {
                 return Err(format!("preparing its tags: {}", std::io::Error::from_raw_os_error(-res)));
             }
         }
-        let mut b = Batch {
-            qid,
-            bufs,
-            ring,
-            fetches: 0,
-            pending: Vec::with_capacity(usize::from(depth)),
-            commits: Slab::new(),
-            spare: Vec::new(),
-            stopped: false,
-            sent: 0,
-            writes: Vec::new(),
-        };
         for id in 0..FETCH_COMMANDS {
             b.arm_fetch(q, id);
         }
@@ -339,6 +341,10 @@ struct BufRing {
     /// The next free descriptor, modulo [`FETCH_BUFFERS`]; the kernel reads it from
     /// the ring's shared tail.
     tail: u16,
+    /// Its buffer group on the io_uring it is registered with.
+    group: u16,
+    /// Unregistered and its page freed ([`BufRing::release`]).
+    released: bool,
 }
 
 /// The page the ring's descriptors live in.
@@ -348,8 +354,9 @@ const RING_LAYOUT: std::alloc::Layout = match std::alloc::Layout::from_size_alig
 };
 
 impl BufRing {
-    /// Allocates the ring and registers it on this thread's queue ring.
-    fn register() -> std::io::Result<BufRing> {
+    /// Allocates the ring and registers it as buffer group `group` of the io_uring
+    /// `sub` submits to.
+    fn register(sub: &io_uring::Submitter<'_>, group: u16) -> std::io::Result<BufRing> {
         const { assert!(FETCH_BUFFERS.is_power_of_two()) };
         const { assert!(FETCH_BUFFERS as usize * std::mem::size_of::<types::BufRingEntry>() <= 4096) };
         // SAFETY: the layout is a page, not zero-sized.
@@ -358,12 +365,10 @@ impl BufRing {
             std::alloc::handle_alloc_error(RING_LAYOUT);
         };
         // SAFETY: the page outlives the registration: it is unregistered before the
-        // page is freed (Drop), or both are forgotten with a queue given up.
-        let registered = libublk::io::with_task_io_ring(|r| unsafe {
-            r.submitter().register_buf_ring_with_flags(base.as_ptr() as u64, FETCH_BUFFERS, BUFFER_GROUP, 0)
-        });
+        // page is freed (`release`), or both are forgotten with a queue given up.
+        let registered = unsafe { sub.register_buf_ring_with_flags(base.as_ptr() as u64, FETCH_BUFFERS, group, 0) };
         match registered {
-            Ok(()) => Ok(BufRing { base, tail: 0 }),
+            Ok(()) => Ok(BufRing { base, tail: 0, group, released: false }),
             Err(e) => {
                 // SAFETY: allocated above with this layout, never registered.
                 unsafe { std::alloc::dealloc(page, RING_LAYOUT) };
@@ -375,6 +380,7 @@ impl BufRing {
     /// Gives fetch buffer `buf` (id `bid`) to the kernel: its descriptor at the
     /// tail, then the tail moved past it.
     fn give(&mut self, buf: &mut [u16], bid: u16) {
+        assert!(!self.released, "a buffer given to a released ring");
         let len = u32::try_from(std::mem::size_of_val(buf)).expect("a fetch buffer holds at most 4,096 tags");
         let slot = usize::from(self.tail & (FETCH_BUFFERS - 1));
         // SAFETY: `slot` is below FETCH_BUFFERS, all in the ring's page; the kernel
@@ -393,19 +399,30 @@ impl BufRing {
             std::sync::atomic::AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
         }
     }
-}
 
-impl Drop for BufRing {
-    fn drop(&mut self) {
-        // The queue is finished: no fetch command can take a buffer any more.
-        // (Not while unwinding: the queue's ring may be borrowed, and a second panic
-        // would abort; the page is then left to the ring's own end.)
-        if std::thread::panicking() {
+    /// Unregisters the ring from the io_uring `sub` submits to and frees its page,
+    /// once nothing can take a buffer from it any more. If the unregistration fails
+    /// the page is left as it is: the kernel may still read it.
+    fn release(&mut self, sub: &io_uring::Submitter<'_>) {
+        if self.released {
             return;
         }
-        if libublk::io::with_task_io_ring(|r| r.submitter().unregister_buf_ring(BUFFER_GROUP)).is_ok() {
+        self.released = true;
+        if sub.unregister_buf_ring(self.group).is_ok() {
             // SAFETY: allocated with this layout in `register`, no longer registered.
             unsafe { std::alloc::dealloc(self.base.as_ptr().cast(), RING_LAYOUT) };
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // The queue is finished: no fetch command can take a buffer any more (a
+        // queue given up with fetches still armed is forgotten, not dropped). Not
+        // while unwinding: the queue's ring may be borrowed, and a second panic would
+        // abort; the page is then left to the ring's own end.
+        if !std::thread::panicking() {
+            libublk::io::with_task_io_ring(|r| self.ring.release(&r.submitter()));
         }
     }
 }
@@ -432,6 +449,63 @@ fn wait_completions(n: usize) -> Result<Vec<(u64, i32)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reads 2 bytes of `fd` into a buffer the kernel selects from `group`: the
+    /// buffer's id, or the errno.
+    fn read_selected(ring: &mut io_uring::IoUring, fd: i32, group: u16) -> Result<u16, i32> {
+        let entry = opcode::Read::new(types::Fd(fd), std::ptr::null_mut(), 2)
+            .offset(0)
+            .buf_group(group)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT);
+        // SAFETY: the read's buffer is one of the ring's, alive for the test.
+        unsafe { ring.submission().push(&entry).unwrap() };
+        ring.submit_and_wait(1).unwrap();
+        let c = ring.completion().next().unwrap();
+        if c.result() < 0 {
+            return Err(-c.result());
+        }
+        assert_eq!(c.result(), 2);
+        Ok(cqueue::buffer_select(c.flags()).expect("a selected buffer"))
+    }
+
+    #[test]
+    fn the_fetch_buffers_ring_hands_out_each_buffer_given_back_once_in_order() {
+        use std::os::fd::AsRawFd;
+        let mut ring = io_uring::IoUring::new(8).expect("io_uring on this kernel");
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &[0xab, 0xcd]).unwrap();
+        let fd = file.as_raw_fd();
+        let group = 7;
+        let mut bufs: Vec<Box<[u16]>> = (0..FETCH_BUFFERS).map(|_| vec![0u16; 8].into_boxed_slice()).collect();
+        let mut br = BufRing::register(&ring.submitter(), group).expect("a buffer ring (Linux 5.19)");
+        for (id, buf) in bufs.iter_mut().enumerate() {
+            br.give(buf, id as u16);
+        }
+        // Given 0..4: taken in that order, then none is left.
+        for want in 0..FETCH_BUFFERS {
+            assert_eq!(read_selected(&mut ring, fd, group), Ok(want));
+            assert_eq!(bufs[usize::from(want)][0], u16::from_ne_bytes([0xab, 0xcd]), "the data went into it");
+            bufs[usize::from(want)][0] = 0;
+        }
+        assert_eq!(read_selected(&mut ring, fd, group), Err(libc::ENOBUFS));
+        // Given back out of order, many times over (the tail wraps the ring's four
+        // slots twenty times): each comes out once, in the order given back.
+        for round in 0..20u16 {
+            let order = [(round + 2) % 4, round % 4, (round + 3) % 4];
+            for &bid in &order {
+                br.give(&mut bufs[usize::from(bid)], bid);
+            }
+            for &bid in &order {
+                assert_eq!(read_selected(&mut ring, fd, group), Ok(bid), "round {round}");
+            }
+            assert_eq!(read_selected(&mut ring, fd, group), Err(libc::ENOBUFS), "round {round}");
+        }
+        br.release(&ring.submitter());
+        assert!(br.released);
+        // Released: the group is gone.
+        assert_eq!(read_selected(&mut ring, fd, group), Err(libc::ENOBUFS));
+    }
 
     #[test]
     fn elements_and_headers_have_the_driver_s_layout() {
