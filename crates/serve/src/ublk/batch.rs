@@ -343,15 +343,18 @@ struct BufRing {
     tail: u16,
     /// Its buffer group on the io_uring it is registered with.
     group: u16,
+    /// Its page's layout (the system's page size: the kernel maps the ring by pages).
+    layout: std::alloc::Layout,
     /// Unregistered and its page freed ([`BufRing::release`]).
     released: bool,
 }
 
-/// The page the ring's descriptors live in.
-const RING_LAYOUT: std::alloc::Layout = match std::alloc::Layout::from_size_align(4096, 4096) {
-    Ok(l) => l,
-    Err(_) => panic!("a page layout"),
-};
+/// A page of the system, which the ring's descriptors live in.
+fn page_layout() -> std::alloc::Layout {
+    // SAFETY: sysconf takes no pointer.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(4096);
+    std::alloc::Layout::from_size_align(page, page).expect("a page size is a power of two")
+}
 
 impl BufRing {
     /// Allocates the ring and registers it as buffer group `group` of the io_uring
@@ -359,19 +362,20 @@ impl BufRing {
     fn register(sub: &io_uring::Submitter<'_>, group: u16) -> std::io::Result<BufRing> {
         const { assert!(FETCH_BUFFERS.is_power_of_two()) };
         const { assert!(FETCH_BUFFERS as usize * std::mem::size_of::<types::BufRingEntry>() <= 4096) };
+        let layout = page_layout();
         // SAFETY: the layout is a page, not zero-sized.
-        let page = unsafe { std::alloc::alloc_zeroed(RING_LAYOUT) };
+        let page = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(base) = std::ptr::NonNull::new(page.cast::<types::BufRingEntry>()) else {
-            std::alloc::handle_alloc_error(RING_LAYOUT);
+            std::alloc::handle_alloc_error(layout);
         };
         // SAFETY: the page outlives the registration: it is unregistered before the
         // page is freed (`release`), or both are forgotten with a queue given up.
         let registered = unsafe { sub.register_buf_ring_with_flags(base.as_ptr() as u64, FETCH_BUFFERS, group, 0) };
         match registered {
-            Ok(()) => Ok(BufRing { base, tail: 0, group, released: false }),
+            Ok(()) => Ok(BufRing { base, tail: 0, group, layout, released: false }),
             Err(e) => {
                 // SAFETY: allocated above with this layout, never registered.
-                unsafe { std::alloc::dealloc(page, RING_LAYOUT) };
+                unsafe { std::alloc::dealloc(page, layout) };
                 Err(e)
             }
         }
@@ -400,29 +404,33 @@ impl BufRing {
         }
     }
 
-    /// Unregisters the ring from the io_uring `sub` submits to and frees its page,
-    /// once nothing can take a buffer from it any more. If the unregistration fails
-    /// the page is left as it is: the kernel may still read it.
-    fn release(&mut self, sub: &io_uring::Submitter<'_>) {
+    /// Unregisters the ring from the io_uring `sub` submits to and frees its page:
+    /// whether the kernel let go of it. If the unregistration fails the page is left
+    /// as it is, and so must be the buffers it names: the kernel may still use them.
+    fn release(&mut self, sub: &io_uring::Submitter<'_>) -> bool {
         if self.released {
-            return;
+            return true;
         }
         self.released = true;
-        if sub.unregister_buf_ring(self.group).is_ok() {
+        let gone = sub.unregister_buf_ring(self.group).is_ok();
+        if gone {
             // SAFETY: allocated with this layout in `register`, no longer registered.
-            unsafe { std::alloc::dealloc(self.base.as_ptr().cast(), RING_LAYOUT) };
+            unsafe { std::alloc::dealloc(self.base.as_ptr().cast(), self.layout) };
         }
+        gone
     }
 }
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        // The queue is finished: no fetch command can take a buffer any more (a
-        // queue given up with fetches still armed is forgotten, not dropped). Not
-        // while unwinding: the queue's ring may be borrowed, and a second panic would
-        // abort; the page is then left to the ring's own end.
-        if !std::thread::panicking() {
-            libublk::io::with_task_io_ring(|r| self.ring.release(&r.submitter()));
+        // The ring is unregistered before the buffers go, so that no fetch command
+        // still armed (a queue ended by a ring error) can take one afterwards (a
+        // queue given up is forgotten, not dropped). Not while unwinding: the
+        // queue's ring may be borrowed, and a second panic would abort; the page
+        // and the buffers are then left to the ring's own end.
+        if std::thread::panicking() || !libublk::io::with_task_io_ring(|r| self.ring.release(&r.submitter())) {
+            // The kernel may still hand out the buffers the ring names.
+            std::mem::forget(std::mem::take(&mut self.bufs));
         }
     }
 }
@@ -501,8 +509,7 @@ mod tests {
             }
             assert_eq!(read_selected(&mut ring, fd, group), Err(libc::ENOBUFS), "round {round}");
         }
-        br.release(&ring.submitter());
-        assert!(br.released);
+        assert!(br.release(&ring.submitter()));
         // Released: the group is gone.
         assert_eq!(read_selected(&mut ring, fd, group), Err(libc::ENOBUFS));
     }
