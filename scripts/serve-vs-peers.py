@@ -91,6 +91,10 @@ TARGETS = [
      "batched commands / a command per request, zblk memory"),
     ("zblk-img-batch", "zblk-img-command", ["w4k", "w512", "w128k", "r4k"], None,
      "batched commands / a command per request, zblk IMG"),
+    ("zblk-mem", "zblk-mem-command", ["w4k", "w512", "w128k", "r4k"], None,
+     "the default transport / a command per request, zblk memory"),
+    ("zblk-img", "zblk-img-command", ["w4k", "w512", "w128k", "r4k"], None,
+     "the default transport / a command per request, zblk IMG"),
     ("zblk-img", "zblk-img-zwp", ["w4k", "w512", "w128k", "r4k"], None,
      "zblk IMG, its default (pipelining) / per-zone plugging"),
 ]

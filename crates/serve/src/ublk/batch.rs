@@ -351,8 +351,7 @@ struct BufRing {
 
 /// A page of the system, which the ring's descriptors live in.
 fn page_layout() -> std::alloc::Layout {
-    // SAFETY: sysconf takes no pointer.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(4096);
+    let page = super::page_size().max(4096);
     std::alloc::Layout::from_size_align(page, page).expect("a page size is a power of two")
 }
 

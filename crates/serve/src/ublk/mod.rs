@@ -99,6 +99,13 @@ pub enum Recovery {
 /// submitter on a CPU it then has to wake from idle.
 const QUEUE_AFFINITY: UblkFlags = UblkFlags::UBLK_DEV_F_SINGLE_CPU_AFFINITY;
 
+/// The system's page size (4 KiB where it cannot be read): what the kernel maps a
+/// queue's command buffer and a buffer ring by.
+fn page_size() -> usize {
+    // SAFETY: sysconf takes no pointer.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
 /// Whether driver features, or a device's flags, have batched commands
 /// (`UBLK_F_BATCH_IO`).
 fn offers_batches(flags: u64) -> bool {

@@ -298,8 +298,7 @@ fn start_queue(qid: u16, dev: &UblkDev, batched: bool) -> Result<(UblkQueue<'_>,
 /// ring (this thread's) is closed as the thread ends, which cancels the commands.
 fn abandon(queue: UblkQueue, depth: u16) {
     let base = std::ptr::from_ref(queue.get_iod(0)).cast_mut().cast::<libc::c_void>();
-    // SAFETY: sysconf takes no pointer.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = super::page_size();
     let len = (usize::from(depth) * std::mem::size_of::<libublk::sys::ublksrv_io_desc>()).next_multiple_of(page);
     std::mem::forget(queue);
     // SAFETY: the queue's command buffer is mapped at its first descriptor, `len`
