@@ -410,13 +410,12 @@ impl BufRing {
         if self.released {
             return true;
         }
-        self.released = true;
-        let gone = sub.unregister_buf_ring(self.group).is_ok();
-        if gone {
+        if sub.unregister_buf_ring(self.group).is_ok() {
             // SAFETY: allocated with this layout in `register`, no longer registered.
             unsafe { std::alloc::dealloc(self.base.as_ptr().cast(), self.layout) };
+            self.released = true;
         }
-        gone
+        self.released
     }
 }
 
