@@ -10,7 +10,7 @@ use std::path::Path;
 use zblk_core::geometry::Geometry;
 use zblk_core::params::DeviceParams;
 use zblk_sim::presets::DeviceSpec;
-use zblk_sim::{BenchReport, JobSpec, Sim, SimConfig, run_jobs_on};
+use zblk_sim::{BenchReport, HostCpus, JobSpec, Sim, SimConfig, run_jobs_on};
 use zblk_workload::stats::DirSummary;
 
 /// Progress on stderr while a long simulation runs (only on a terminal).
@@ -38,11 +38,13 @@ impl Progress {
         self,
         spec: &DeviceSpec,
         cfg: &SimConfig,
+        host: HostCpus,
         jobs: &[JobSpec],
         group: bool,
         trace: Option<&Path>,
     ) -> Result<BenchReport, CliError> {
         let mut sim = spec.sim(cfg).map_err(|e| CliError(format!("--dev: {e}")))?;
+        sim.set_host_cpus(host);
         if let Some(path) = trace {
             trace_to(&mut sim, path)?;
         }

@@ -97,6 +97,23 @@ pub struct BenchArgs {
     /// --host-latency, a job's submission to an idle zone can overtake it. At most 1s.
     #[arg(long = "plug-work", value_parser = parse::host_delay_ns)]
     pub plug_work: Option<u64>,
+    /// Run fio's jobs on this many host CPUs, in time (e.g. 2): a job's submission
+    /// takes --host-submit of a CPU, a job woken by a zone lock let go runs
+    /// --host-wake later, and jobs beyond the CPUs wait for one, taking turns. The
+    /// default, 0: the jobs that can run at an instant take turns at that instant,
+    /// one submission each, in no time.
+    #[arg(long = "host-cpus", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub host_cpus: u32,
+    /// With --host-cpus: the CPU time of one submission (e.g. 10us). At most 1s.
+    #[arg(long = "host-submit", value_parser = parse::host_delay_ns)]
+    pub host_submit: Option<u64>,
+    /// With --host-cpus: a woken job's wake-up (e.g. 30us). At most 1s.
+    #[arg(long = "host-wake", value_parser = parse::host_delay_ns)]
+    pub host_wake: Option<u64>,
+    /// With --host-cpus: the jobs start one after another, this far apart (e.g.
+    /// 20ms; fio sets each job up in turn). At most 1s.
+    #[arg(long = "host-start", value_parser = parse::host_delay_ns)]
+    pub host_start: Option<u64>,
     /// Report one result per job description instead of per job.
     #[arg(long = "group_reporting")]
     pub group_reporting: bool,

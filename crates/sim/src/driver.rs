@@ -45,6 +45,7 @@ use zblk_core::engine::EngineConfig;
 use zblk_core::params::DeviceParams;
 use zblk_core::stack::{DevId, SeekTracker, Stack, TraceEvent};
 use zblk_core::units::{Sector, ZoneNo};
+use zblk_workload::fio::HostCpus;
 
 /// How to build a simulation of one device.
 #[derive(Clone, Debug)]
@@ -186,6 +187,13 @@ pub trait Workload {
     }
     /// Whether the workload has nothing more to do.
     fn is_done(&self) -> bool;
+    /// When the workload next acts by itself (its host's CPU time: see
+    /// [`HostCpus`]), whatever else happens; `None`: only when told of something.
+    fn due_ns(&self) -> Option<u64> {
+        None
+    }
+    /// The time [`Workload::due_ns`] named has come.
+    fn on_due(&mut self, _sim: &mut Sim) {}
 }
 
 #[derive(Debug)]
@@ -263,6 +271,8 @@ pub struct Sim {
     completed: u64,
     /// An engine was handed out mutably: what it decided must be collected.
     engines_touched: bool,
+    /// The CPUs fio's jobs run on ([`Sim::set_host_cpus`]).
+    host_cpus: HostCpus,
 }
 
 /// Virtual time, and what is due on it besides the models' own events: the
@@ -290,14 +300,17 @@ struct Clock {
     late: VecDeque<(u64, DevId, Request, Result<Sector, Status>)>,
     /// Each disk model's next event, during a step.
     next_ns: Vec<Option<u64>>,
+    /// When the running workload next acts by itself ([`Workload::due_ns`]).
+    workload_due: Option<u64>,
 }
 
 impl Clock {
     /// When each of the host's queues is next due: a completion reaching the
     /// workload, an anticipation timer, a late completion, a request the plug work
     /// hands its disk.
-    fn host_due(&self) -> [Option<u64>; 4] {
+    fn host_due(&self) -> [Option<u64>; 5] {
         [
+            self.workload_due,
             self.delayed.front().map(|d| d.0),
             self.timers.front().map(|t| t.0),
             self.late.front().map(|l| l.0),

@@ -32,6 +32,7 @@ pub use faults::FaultConfig;
 pub use model::{DeviceModel, NullModel};
 pub use seqjobs::{SeqJob, SeqJobResult, SeqJobs};
 pub use workload::FioJobs;
+pub use zblk_workload::fio::HostCpus;
 pub use zblk_workload::job::{JobError, JobResult, JobSpec, Rw, ZoneMode};
 
 use zblk_core::engine::EngineStats;
@@ -80,6 +81,7 @@ pub fn run_jobs_on(sim: &mut Sim, jobs: &[JobSpec], group: bool) -> Result<Bench
     let geo = sim.device_geometry();
     let zones = sim.report_zones(sim.stack().top());
     let mut w = FioJobs::with_zones(jobs, &geo, &zones, sim.seed())?;
+    w.set_host(sim.host_cpus());
     sim.run(&mut w);
     Ok(BenchReport {
         device: sim.model_description(),

@@ -7,7 +7,7 @@
 use super::driver::{Sim, SimCompletion, Workload};
 use zblk_core::geometry::Geometry;
 use zblk_core::zone::{ZoneInfo, ZoneSet};
-use zblk_workload::fio::{FioAction, FioDone, FioGen};
+use zblk_workload::fio::{FioAction, FioDone, FioGen, HostCpus};
 use zblk_workload::job::{JobError, JobResult, JobSpec};
 
 /// A set of fio jobs as one simulation workload.
@@ -28,6 +28,13 @@ impl FioJobs {
     /// reports them (empty for a device that is not zoned).
     pub fn with_zones(specs: &[JobSpec], geo: &Geometry, zones: &[ZoneInfo], seed: u64) -> Result<FioJobs, JobError> {
         Ok(FioJobs { fio: FioGen::new(specs, geo, zones, seed)? })
+    }
+
+    /// Runs the jobs on `cpus` in time ([`HostCpus`]); before the run.
+    pub fn set_host(&mut self, cpus: HostCpus) {
+        if cpus != HostCpus::default() {
+            self.fio.set_host(cpus);
+        }
     }
 
     /// Per-job results; with `group`, one result per job description (fio's
@@ -81,5 +88,13 @@ impl Workload for FioJobs {
 
     fn is_done(&self) -> bool {
         self.fio.is_done()
+    }
+
+    fn due_ns(&self) -> Option<u64> {
+        self.fio.next_due()
+    }
+
+    fn on_due(&mut self, sim: &mut Sim) {
+        self.drain(sim);
     }
 }

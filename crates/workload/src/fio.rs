@@ -214,6 +214,8 @@ pub struct FioGen {
     turn_left: Option<u32>,
     /// The jobs waiting for their turn, and the zone a woken one tries again.
     turns: VecDeque<(usize, Option<ZoneNo>)>,
+    /// The host's CPUs in time, when set ([`FioGen::set_host`]).
+    host: host::Host,
     /// Inputs not processed yet.
     work: VecDeque<Work>,
     /// Actions decided and not taken by the driver yet.
@@ -292,6 +294,7 @@ impl FioGen {
             woken: Vec::new(),
             turn_left: None,
             turns: VecDeque::new(),
+            host: host::Host::default(),
             work: VecDeque::new(),
             out: VecDeque::new(),
             awaiting: None,
@@ -333,8 +336,25 @@ impl FioGen {
         Ok(ZbdState { wp, open, locks: std::iter::repeat_with(ZoneLock::default).take(n).collect() })
     }
 
-    /// Starts the jobs: every job submits up to its `iodepth`.
+    /// Runs the jobs on `cpus` in time ([`HostCpus`]) instead of at each event's
+    /// instant. Set before [`FioGen::start`]; the driver then also calls
+    /// [`FioGen::next`] at [`FioGen::next_due`].
+    pub fn set_host(&mut self, cpus: HostCpus) {
+        self.host = host::Host::new(cpus, self.jobs.len());
+    }
+
+    /// When a job's step on the host's CPUs is next due ([`FioGen::set_host`]):
+    /// the driver calls [`FioGen::next`] then, whatever else happens.
+    pub fn next_due(&self) -> Option<u64> {
+        self.host.due()
+    }
+
+    /// Starts the jobs: every job submits up to its `iodepth` (on the host in time,
+    /// each from its start: [`HostCpus::start_ns`]).
     pub fn start(&mut self) {
+        if self.host.timed() {
+            return self.book_start();
+        }
         self.work.push_back(Work::FillAll);
     }
 
@@ -372,6 +392,9 @@ impl FioGen {
             if self.awaiting.is_some() {
                 return None;
             }
+            if self.run_step(now_ns) {
+                continue;
+            }
             match self.work.pop_front()? {
                 Work::FillAll => self.take_turns(0..self.jobs.len(), now_ns),
                 Work::Done(c, at_ns) => self.done(c, at_ns, now_ns),
@@ -386,6 +409,7 @@ impl FioGen {
     /// Whether every job has ended: its I/O done, its final flush completed.
     pub fn is_done(&self) -> bool {
         self.work.is_empty()
+            && self.host.idle()
             && self.out.is_empty()
             && self.awaiting.is_none()
             && self.jobs.iter().all(|j| j.stopped && j.inflight == 0 && j.fsynced)
@@ -750,9 +774,12 @@ impl FioGen {
     }
 }
 
+mod host;
 mod randmap;
 #[cfg(test)]
 mod tests;
 mod zones;
+
+pub use host::HostCpus;
 
 use randmap::RandMap;

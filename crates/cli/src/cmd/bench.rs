@@ -3,7 +3,7 @@
 use crate::jobargs::{BenchArgs, MAX_NUMJOBS, OutputFormat, choose_policy, engine_config, job_spec};
 use crate::out::{out, outln};
 use crate::{CliError, devspec, fio_out};
-use zblk_sim::{FaultConfig, SimConfig};
+use zblk_sim::{FaultConfig, HostCpus, SimConfig};
 
 /// Runs `zblk bench` on a simulated device (`zblk bench --image` is `imgbench`).
 pub fn run(a: &BenchArgs) -> Result<(), CliError> {
@@ -41,8 +41,19 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         plug_work_ns: a.plug_work.unwrap_or(0),
         keeps_zone_order: false,
     };
+    if a.host_cpus == 0 && (a.host_submit.is_some() || a.host_wake.is_some() || a.host_start.is_some()) {
+        return Err(CliError::msg(
+            "--host-submit, --host-wake and --host-start are the host CPUs' times: give --host-cpus too",
+        ));
+    }
+    let host = HostCpus {
+        cpus: a.host_cpus,
+        submit_ns: a.host_submit.unwrap_or(0),
+        wake_ns: a.host_wake.unwrap_or(0),
+        start_ns: a.host_start.unwrap_or(0),
+    };
     let progress = crate::fio_out::Progress::start(&job, &geo);
-    let report = progress.run(&spec, &cfg, &[job], a.group_reporting, a.trace.as_deref())?;
+    let report = progress.run(&spec, &cfg, host, &[job], a.group_reporting, a.trace.as_deref())?;
     let json = a.json || a.output_format == Some(OutputFormat::Json);
     if json {
         outln!("{}", fio_out::json(&report, &device));

@@ -51,11 +51,24 @@ impl Watch {
     }
 }
 
-/// Runs the jobs `a` describes on the image at `path`.
-pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
+/// Refuses the options of a simulated device's run.
+fn refuse_simulated_only(a: &BenchArgs) -> Result<(), CliError> {
     if a.check || a.write_error_ppm > 0 || a.trace.is_some() {
         return Err(CliError::msg("--check, --write-error-ppm and --trace are for simulated devices, not --image"));
     }
+    let host = a.host_cpus > 0 || a.host_submit.is_some() || a.host_wake.is_some() || a.host_start.is_some();
+    if a.host_latency.is_some() || a.plug_work.is_some() || host {
+        return Err(CliError::msg(
+            "--host-latency, --plug-work and --host-cpus model a host in virtual time: they are for simulated \
+             devices, not --image (which runs on this host)",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the jobs `a` describes on the image at `path`.
+pub fn run(a: &BenchArgs, path: &Path) -> Result<(), CliError> {
+    refuse_simulated_only(a)?;
     // Limits on what a real run allocates (a buffer per I/O in flight, a thread per job).
     // The runtime's bench checks them too (check_limits); here they are said before
     // the image is opened, in the options' words.

@@ -17,6 +17,7 @@ use zblk_core::params::DeviceParams;
 use zblk_core::params::ParamError;
 use zblk_core::stack::{BuiltStack, DevId, DevKind, SeekTracker, SplitOrder, Stack, StackBuilder, StackConfig};
 use zblk_dev::MemDevice;
+use zblk_workload::fio::HostCpus;
 
 impl Sim {
     /// A simulation of a null device (timing from `completion_nsec` and
@@ -101,6 +102,7 @@ impl Sim {
                 timers: VecDeque::new(),
                 late: VecDeque::new(),
                 next_ns: Vec::new(),
+                workload_due: None,
             },
             durability: Durability::default(),
             checking: Checking { on: cfg.check, checks: SimChecks::default(), host },
@@ -110,6 +112,7 @@ impl Sim {
             progress: None,
             completed: 0,
             engines_touched: false,
+            host_cpus: HostCpus::default(),
         }
     }
 

@@ -342,6 +342,10 @@ impl Sim {
         w.start(self);
         loop {
             self.pump();
+            if w.due_ns().is_some_and(|t| t <= self.clock.now_ns) {
+                w.on_due(self);
+                continue;
+            }
             while let Some(c) = self.completions.pop_front() {
                 w.on_complete(self, c);
                 self.pump();
@@ -353,7 +357,10 @@ impl Sim {
                 }
             }
             self.check();
-            if self.advance() {
+            self.clock.workload_due = w.due_ns();
+            let advanced = self.advance();
+            self.clock.workload_due = None;
+            if advanced {
                 continue;
             }
             self.pump();

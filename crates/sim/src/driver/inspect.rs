@@ -12,6 +12,7 @@ use zblk_core::stack::{DevId, Stack};
 use zblk_core::units::{SECTOR_SIZE, Sector, ZoneNo};
 use zblk_core::zone::ZoneInfo;
 use zblk_dev::{BlockDevice, MemDevice};
+use zblk_workload::fio::HostCpus;
 
 impl Sim {
     /// Virtual time now, in nanoseconds.
@@ -22,6 +23,16 @@ impl Sim {
     /// The run's seed.
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+
+    /// Runs fio's jobs ([`crate::run_jobs_on`]) on `cpus` in time: see [`HostCpus`].
+    pub fn set_host_cpus(&mut self, cpus: HostCpus) {
+        self.host_cpus = cpus;
+    }
+
+    /// The CPUs fio's jobs run on ([`Sim::set_host_cpus`]).
+    pub fn host_cpus(&self) -> HostCpus {
+        self.host_cpus
     }
 
     /// The stack.

@@ -83,18 +83,24 @@ fn a_job_waits_for_a_zone_another_job_holds() {
     assert!(g.inflight() > 0);
 }
 
+/// `numjobs` sequential writers at QD `iodepth`, each of its own 1 MiB zone, 64 KiB
+/// writes.
+fn own_zones(numjobs: u32, iodepth: u32) -> JobSpec {
+    JobSpec {
+        bs_bytes: 64 << 10,
+        iodepth,
+        numjobs,
+        size_bytes: Some(1 << 20),
+        offset_increment_bytes: 1 << 20,
+        ..JobSpec::default()
+    }
+}
+
 #[test]
 fn every_bio_names_the_job_that_submits_it() {
     // Two jobs, each in its own zone: a trace names each BIO's job as blktrace names
     // the submitting process.
-    let spec = JobSpec {
-        bs_bytes: 64 << 10,
-        iodepth: 2,
-        numjobs: 2,
-        size_bytes: Some(1 << 20),
-        offset_increment_bytes: 1 << 20,
-        ..JobSpec::default()
-    };
+    let spec = own_zones(2, 2);
     let mut g = fresh(&geo(0), &[spec]);
     g.start();
     let ios = submitted(&drain(&mut g));
@@ -305,4 +311,124 @@ fn a_random_writer_spreads_a_cycle_evenly_and_scans_again_after_it() {
             "seed {seed}: a new cycle began"
         );
     }
+}
+
+/// Everything `g` submits by `now`, its due steps run.
+fn drain_at(g: &mut FioGen, now: u64) -> Vec<FioIo> {
+    submitted(&std::iter::from_fn(|| g.next(now)).collect::<Vec<_>>())
+}
+
+#[test]
+fn on_timed_cpus_a_submission_takes_its_time_and_jobs_wait_for_a_cpu() {
+    // Two jobs of their own zones, QD 2, each submission 10 us of CPU. On one CPU
+    // the jobs take turns in time; on two, they run side by side.
+    let spec = own_zones(2, 2);
+    for (cpus, want) in [(1, [(10, 0), (20, 1), (30, 0), (40, 1)]), (2, [(10, 0), (10, 1), (20, 0), (20, 1)])] {
+        let mut g = fresh(&geo(0), std::slice::from_ref(&spec));
+        g.set_host(HostCpus { cpus, submit_ns: 10_000, ..HostCpus::default() });
+        g.start();
+        let mut got = Vec::new();
+        let mut now = 0;
+        assert!(drain_at(&mut g, now).is_empty(), "a submission takes its CPU time first");
+        while let Some(t) = g.next_due() {
+            assert!(t > now, "steps come in time order");
+            now = t;
+            got.extend(drain_at(&mut g, now).iter().map(|io| (now / 1000, io.job)));
+        }
+        assert_eq!(got, want, "{cpus} CPU(s)");
+    }
+}
+
+#[test]
+fn on_timed_cpus_the_jobs_start_one_after_another() {
+    // Three jobs of their own zones at QD 1, starting 100 us apart, a submission
+    // 10 us: their first BIOs at 10, 110 and 210 us.
+    let spec = own_zones(3, 1);
+    let mut g = fresh(&geo(0), &[spec]);
+    g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, wake_ns: 0, start_ns: 100_000 });
+    g.start();
+    let mut got = Vec::new();
+    while let Some(t) = g.next_due() {
+        got.extend(drain_at(&mut g, t).iter().map(|io| (t / 1000, io.job)));
+    }
+    assert_eq!(got, [(10, 0), (110, 1), (210, 2)]);
+}
+
+#[test]
+fn on_timed_cpus_a_woken_job_runs_after_its_wake_up() {
+    // As a_released_lock_goes_to_the_job_that_gets_there_first, in time: job 1 waits
+    // for zone 0 until job 0's last write; it then runs 50 us after the lock was let
+    // go, and submits 10 us later.
+    let spec = JobSpec { bs_bytes: 64 << 10, numjobs: 2, size_bytes: Some(1 << 20), ..JobSpec::default() };
+    let mut g = fresh(&geo(0), &[spec]);
+    g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, wake_ns: 50_000, start_ns: 0 });
+    g.start();
+    assert!(drain_at(&mut g, 0).is_empty(), "a submission takes its CPU time first");
+    let mut now = g.next_due().expect("the first steps");
+    let mut io = drain_at(&mut g, now);
+    assert_eq!(io.iter().map(|io| io.job).collect::<Vec<_>>(), vec![0], "job 1 waits for zone 0");
+    for n in 1..=16u64 {
+        let done_at = now + 1_000_000;
+        g.on_complete(done_at, done(&io[0], Ok(io[0].bio.sector)));
+        now = done_at;
+        io = Vec::new();
+        while io.is_empty() {
+            assert!(drain_at(&mut g, now).is_empty() || now > done_at, "write {n}: a submission takes its time");
+            now = g.next_due().expect("a step");
+            io = drain_at(&mut g, now);
+        }
+        // Job 0 goes on 10 us after its completion; after its last write, job 1
+        // takes the zone once it has woken up (50 us) and made its submission (10 us).
+        let (job, after) = if n < 16 { (0, 10_000) } else { (1, 60_000) };
+        assert_eq!((io.len(), io[0].job, now - done_at), (1, job, after), "write {n}");
+    }
+}
+
+#[test]
+fn timed_cpus_with_no_time_take_the_same_turns_as_without() {
+    // Two random writers of two zones behind an instant device: the same BIOs in
+    // the same order, whether the jobs take turns at each instant or on CPUs whose
+    // steps take no time.
+    let spec = JobSpec {
+        rw: Rw::RandWrite,
+        bs_bytes: 64 << 10,
+        iodepth: 4,
+        numjobs: 2,
+        size_bytes: Some(2 << 20),
+        io_size_bytes: Some(4 << 20),
+        ..JobSpec::default()
+    };
+    let run = |host: Option<HostCpus>| {
+        let mut g = fresh(&geo(0), std::slice::from_ref(&spec));
+        if let Some(h) = host {
+            g.set_host(h);
+        }
+        g.start();
+        let mut out = VecDeque::new();
+        let mut seen = Vec::new();
+        let mut now = 0;
+        loop {
+            for a in std::iter::from_fn(|| g.next(now)).collect::<Vec<_>>() {
+                match a {
+                    FioAction::Submit(io) => {
+                        seen.push((io.job, io.bio.op, io.bio.sector));
+                        out.push_back(io);
+                    }
+                    FioAction::ReportZone(z) => panic!("no write fails here: report of {z}"),
+                }
+            }
+            now += 1;
+            match out.pop_front() {
+                Some(io) => g.on_complete(now, done(&io, Ok(io.bio.sector))),
+                None if g.is_done() => break,
+                None => g.idle(),
+            }
+            assert!(now < 100_000, "the run ends");
+        }
+        seen
+    };
+    let turns = run(None);
+    assert!(turns.len() > 64, "{} BIOs", turns.len());
+    assert_eq!(run(Some(HostCpus { cpus: 2, ..HostCpus::default() })), turns);
+    assert_eq!(run(Some(HostCpus { cpus: 1, ..HostCpus::default() })), turns);
 }

@@ -54,41 +54,51 @@ impl FioGen {
     /// running takes the lock if it gets there first), and then it waits again,
     /// behind the other waiters.
     pub(super) fn take_turns(&mut self, first: impl IntoIterator<Item = usize>, now_ns: u64) {
+        if self.host.timed() {
+            return self.book_turns(first, now_ns);
+        }
         // The queue is kept between calls: no allocation per completion.
         let mut run = std::mem::take(&mut self.turns);
         run.extend(first.into_iter().map(|j| (j, None)));
         loop {
             run.extend(self.woken.drain(..).map(|(w, z)| (w, Some(z))));
             let Some((j, retry)) = run.pop_front() else { break };
-            if let Some(z) = retry {
-                if self.jobs[j].state != JobState::Blocked(z) {
-                    continue;
-                }
-                let lock = &mut self.zbd.as_mut().expect("zbd").locks[z.idx()];
-                if lock.owner.is_some() {
-                    lock.waiters.push_back(j);
-                    continue;
-                }
-                if self.jobs[j].stopped {
-                    // Out of time while it waited: it leaves the lock to the next
-                    // waiter, and its turn is for its final flush, if any.
-                    self.jobs[j].state = JobState::Running;
-                    self.maybe_release(z);
-                } else {
-                    lock.owner = Some(j);
-                    lock.pinned = true;
-                    self.jobs[j].state = JobState::Granted(z);
-                }
-            }
-            self.turn_left = Some(1);
-            self.fill(j, now_ns);
-            let more = self.turn_left == Some(0);
-            self.turn_left = None;
-            if more {
+            if self.turn(j, retry, now_ns) {
                 run.push_back((j, None));
             }
         }
         self.turns = run;
+    }
+
+    /// Job `j`'s turn at `now_ns`: a job woken by zone `retry`'s lock tries it first
+    /// (and waits again, behind the other waiters, if a job that ran before it took
+    /// it); then one submission. Returns whether the job has more to submit.
+    pub(super) fn turn(&mut self, j: usize, retry: Option<ZoneNo>, now_ns: u64) -> bool {
+        if let Some(z) = retry {
+            if self.jobs[j].state != JobState::Blocked(z) {
+                return false;
+            }
+            let lock = &mut self.zbd.as_mut().expect("zbd").locks[z.idx()];
+            if lock.owner.is_some() {
+                lock.waiters.push_back(j);
+                return false;
+            }
+            if self.jobs[j].stopped {
+                // Out of time while it waited: it leaves the lock to the next
+                // waiter, and its turn is for its final flush, if any.
+                self.jobs[j].state = JobState::Running;
+                self.maybe_release(z);
+            } else {
+                lock.owner = Some(j);
+                lock.pinned = true;
+                self.jobs[j].state = JobState::Granted(z);
+            }
+        }
+        self.turn_left = Some(1);
+        self.fill(j, now_ns);
+        let more = self.turn_left == Some(0);
+        self.turn_left = None;
+        more
     }
 
     pub(super) fn unpin(&mut self, z: ZoneNo) {

@@ -1,0 +1,127 @@
+//! The host's CPUs in time (optional, [`HostCpus`]): fio's jobs are threads that
+//! run on a few CPUs, and what a job does after an event (a completion, a zone lock
+//! let go) costs it CPU time and, for a job woken from a lock, a wake-up first. A
+//! job that is running (its completion's turn) gets on with its submissions while a
+//! job it woke is still waking up, where jobs beyond the CPUs wait for one and take
+//! turns. Without it, the jobs that can run at one instant take turns one
+//! submission each at that instant ([`FioGen::take_turns`]).
+
+use super::*;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// The host fio's jobs run on, in time. The default (no CPUs) takes no time: the jobs
+/// that can run at an instant take turns, one submission each, at that instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCpus {
+    /// CPUs the jobs share (0: the jobs' steps take no time).
+    pub cpus: u32,
+    /// CPU time of one submission: fio's preparation of the I/O (its zone's lock
+    /// taken) and the system call, ns.
+    pub submit_ns: u64,
+    /// A job woken by a zone lock let go runs this long after it was let go, ns.
+    pub wake_ns: u64,
+    /// The jobs start one after another, this far apart (fio sets each job up in
+    /// turn: its process, its file, its zone report), ns.
+    pub start_ns: u64,
+}
+
+/// A step of a job: one submission (and, for a job woken by zone `retry`'s lock, its
+/// try for the lock first) at a time, in the order they were booked.
+type Step = Reverse<(u64, u64, usize, Option<u32>)>;
+
+/// The CPUs' bookings and the steps booked on them.
+#[derive(Debug, Default)]
+pub(super) struct Host {
+    pub(super) cpus: HostCpus,
+    /// When each CPU is free.
+    free: Vec<u64>,
+    /// Steps booked and not run, earliest first.
+    steps: BinaryHeap<Step>,
+    /// Whether each job has a step booked (a running job is on one CPU at a time).
+    booked: Vec<bool>,
+    seq: u64,
+}
+
+impl Host {
+    pub(super) fn new(cpus: HostCpus, jobs: usize) -> Host {
+        Host { cpus, free: vec![0; cpus.cpus as usize], booked: vec![false; jobs], ..Host::default() }
+    }
+
+    /// Whether the jobs' steps take time.
+    pub(super) fn timed(&self) -> bool {
+        self.cpus.cpus > 0
+    }
+
+    /// When the next step is due.
+    pub(super) fn due(&self) -> Option<u64> {
+        self.steps.peek().map(|s| s.0.0)
+    }
+
+    /// Nothing is booked.
+    pub(super) fn idle(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Job `j` can run from time `t` (a woken one: tries zone `retry`'s lock first):
+    /// it takes the CPU free first, and its step ends a submission's time later.
+    fn book(&mut self, j: usize, retry: Option<ZoneNo>, t: u64) {
+        if retry.is_none() && self.booked[j] {
+            return; // already running: its step will see what this event brought
+        }
+        let (cpu, free) = self.free.iter().copied().enumerate().min_by_key(|&(_, f)| f).expect("a CPU");
+        let end = t.max(free) + self.cpus.submit_ns;
+        self.free[cpu] = end;
+        self.booked[j] = true;
+        self.seq += 1;
+        self.steps.push(Reverse((end, self.seq, j, retry.map(|z| z.0))));
+    }
+
+    /// The next step due by `now`, taken off the bookings.
+    fn take_due(&mut self, now: u64) -> Option<(u64, usize, Option<ZoneNo>)> {
+        let &Reverse((t, _, j, retry)) = self.steps.peek()?;
+        if t > now {
+            return None;
+        }
+        self.steps.pop();
+        self.booked[j] = false;
+        Some((t, j, retry.map(ZoneNo)))
+    }
+}
+
+impl FioGen {
+    /// The jobs' start on the host in time: job `j` runs first `j` start intervals
+    /// after the run's start.
+    pub(super) fn book_start(&mut self) {
+        for j in 0..self.jobs.len() {
+            self.host.book(j, None, j as u64 * self.host.cpus.start_ns);
+        }
+    }
+
+    /// [`FioGen::take_turns`] with the host in time: the jobs of the event are booked
+    /// on the CPUs now, the jobs it woke after their wake-up.
+    pub(super) fn book_turns(&mut self, first: impl IntoIterator<Item = usize>, now_ns: u64) {
+        for j in first {
+            self.host.book(j, None, now_ns);
+        }
+        self.book_woken(now_ns);
+    }
+
+    fn book_woken(&mut self, at: u64) {
+        let wake = self.host.cpus.wake_ns;
+        for (w, z) in std::mem::take(&mut self.woken) {
+            self.host.book(w, Some(z), at + wake);
+        }
+    }
+
+    /// Runs one step due by `now_ns`; returns whether there was one.
+    pub(super) fn run_step(&mut self, now_ns: u64) -> bool {
+        let Some((t, j, retry)) = self.host.take_due(now_ns) else { return false };
+        if self.turn(j, retry, t) {
+            // More to submit: the job books its CPU again, behind jobs already waiting.
+            self.host.book(j, None, t);
+        }
+        self.book_woken(t);
+        true
+    }
+}
