@@ -305,9 +305,9 @@ struct Clock {
 }
 
 impl Clock {
-    /// When each of the host's queues is next due: a completion reaching the
-    /// workload, an anticipation timer, a late completion, a request the plug work
-    /// hands its disk.
+    /// When each of the host's queues is next due: the workload's next step of its
+    /// own, a completion reaching the workload, an anticipation timer, a late
+    /// completion, a request the plug work hands its disk.
     fn host_due(&self) -> [Option<u64>; 5] {
         [
             self.workload_due,
