@@ -32,9 +32,7 @@ impl FioJobs {
 
     /// Runs the jobs on `cpus` in time ([`HostCpus`]); before the run.
     pub fn set_host(&mut self, cpus: HostCpus) {
-        if cpus != HostCpus::default() {
-            self.fio.set_host(cpus);
-        }
+        self.fio.set_host(cpus);
     }
 
     /// Per-job results; with `group`, one result per job description (fio's
