@@ -107,9 +107,22 @@ pub struct BenchArgs {
     /// With --host-cpus: the CPU time of one submission (e.g. 10us). At most 1s.
     #[arg(long = "host-submit", value_parser = parse::host_delay_ns)]
     pub host_submit: Option<u64>,
-    /// With --host-cpus: a woken job's wake-up (e.g. 30us). At most 1s.
+    /// With --host-cpus: a woken job's wake-up (e.g. 30us), or with --host-wake-p90
+    /// the wake-ups' median. At most 1s.
     #[arg(long = "host-wake", value_parser = parse::host_delay_ns)]
     pub host_wake: Option<u64>,
+    /// With --host-cpus and --host-wake: the wake-ups spread, log-normal, with this
+    /// 90th percentile (e.g. 80us; at least --host-wake), drawn from the run's seed, as
+    /// a host's futex wake-ups have a long tail (scripts/fio-host-timing measures
+    /// them). At most 1s.
+    #[arg(long = "host-wake-p90", value_parser = parse::host_delay_ns)]
+    pub host_wake_p90: Option<u64>,
+    /// With --host-cpus: the rest of a job's file open after its start scan of its
+    /// zones (fio's cache invalidation and fadvise calls, e.g. 20us): its first
+    /// submission is a step of its own that much later, and jobs the scan's unlocks
+    /// woke may run first. Default: one step. At most 1s.
+    #[arg(long = "host-open", value_parser = parse::host_delay_ns)]
+    pub host_open: Option<u64>,
     /// With --host-cpus: the jobs start one after another, this far apart (e.g.
     /// 20ms; fio sets each job up in turn). At most 1s.
     #[arg(long = "host-start", value_parser = parse::host_delay_ns)]

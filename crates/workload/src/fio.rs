@@ -146,6 +146,8 @@ struct Job {
     /// The zone lock its scan of its zones (`zbd_file_reset()`) takes next, while it
     /// scans: at its start, and at each new cycle of its random map.
     scan: Option<u32>,
+    /// Its start scan is part of its file open (`td_io_open_file()`), not yet over.
+    opening: bool,
 }
 
 /// A zone's lock, as fio's recursive per-zone mutex shared by all jobs: held by one
@@ -222,27 +224,11 @@ pub struct FioGen {
     out: VecDeque<FioAction>,
     /// The zone report being waited for, and the job whose completion needs it.
     awaiting: Option<(usize, ZoneNo)>,
-}
-
-/// Linux's default zone write plug pool size (`BLK_ZONE_WPLUG_DEFAULT_POOL_SIZE`).
-const LINUX_WPLUG_POOL: u32 = 128;
-
-/// The `max_open_zones` Linux reports for `geo` (fio reads it from sysfs): the device's
-/// limit, 0 when that covers every sequential zone; with neither an open nor an active
-/// limit, 128 (the zone write plug pool) when the device has more sequential zones.
-pub fn linux_max_open(geo: &Geometry) -> u32 {
-    let seq = geo.nr_zones() - geo.nr_conv();
-    match geo.max_open() {
-        0 if geo.max_active() == 0 && seq > LINUX_WPLUG_POOL => LINUX_WPLUG_POOL,
-        m if m >= seq => 0,
-        m => m,
-    }
-}
-
-/// fio's idea of a zone's write pointer from its descriptor: the zone capacity when
-/// it has none (FULL, READONLY, OFFLINE), as fio treats such zones as full.
-fn fio_wp(info: &ZoneInfo) -> u64 {
-    info.wp_offset().unwrap_or(info.capacity).min(info.capacity)
+    /// The job whose start scan ended its step: its file open goes on first
+    /// ([`HostCpus::open_ns`]).
+    opened: Option<usize>,
+    /// The run's seed (the host's wake-ups are drawn from it).
+    seed: u64,
 }
 
 impl FioGen {
@@ -278,6 +264,7 @@ impl FioGen {
                     tally: Tally { jobs: 1, ..Tally::default() },
                     map: None,
                     scan: None,
+                    opening: false,
                 });
             }
         }
@@ -298,6 +285,8 @@ impl FioGen {
             work: VecDeque::new(),
             out: VecDeque::new(),
             awaiting: None,
+            opened: None,
+            seed,
         };
         for j in 0..fio.jobs.len() {
             let spec = fio.spec(j);
@@ -306,6 +295,7 @@ impl FioGen {
                 let (first, last) = fio.zone_range(j);
                 fio.jobs[j].map = Self::map_for(fio.spec(j), geo, first, last);
                 fio.jobs[j].scan = (first <= last).then_some(first);
+                fio.jobs[j].opening = first <= last;
             }
         }
         Ok(fio)
@@ -340,7 +330,7 @@ impl FioGen {
     /// instant. Set before [`FioGen::start`]; the driver then also calls
     /// [`FioGen::next`] at [`FioGen::next_due`].
     pub fn set_host(&mut self, cpus: HostCpus) {
-        self.host = host::Host::new(cpus, self.jobs.len());
+        self.host = host::Host::new(cpus, self.jobs.len(), self.seed);
     }
 
     /// When a job's step on the host's CPUs is next due ([`FioGen::set_host`]):
@@ -476,6 +466,17 @@ impl FioGen {
             }
             if self.jobs[j].scan.is_some() {
                 if !self.scan(j) {
+                    return;
+                }
+                if std::mem::take(&mut self.jobs[j].opening)
+                    && self.host.timed()
+                    && self.host.cpus.open_ns > 0
+                    && self.turn_left.is_some()
+                {
+                    // The rest of the file open before the first I/O: on the host in
+                    // time, a step of its own (jobs the scan's unlocks woke may run).
+                    self.turn_left = Some(0);
+                    self.opened = Some(j);
                     return;
                 }
                 continue;
@@ -781,5 +782,7 @@ mod tests;
 mod zones;
 
 pub use host::HostCpus;
+use zones::fio_wp;
+pub use zones::linux_max_open;
 
 use randmap::RandMap;

@@ -41,17 +41,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         plug_work_ns: a.plug_work.unwrap_or(0),
         keeps_zone_order: false,
     };
-    if a.host_cpus == 0 && (a.host_submit.is_some() || a.host_wake.is_some() || a.host_start.is_some()) {
-        return Err(CliError::msg(
-            "--host-submit, --host-wake and --host-start are the host CPUs' times: give --host-cpus too",
-        ));
-    }
-    let host = HostCpus {
-        cpus: a.host_cpus,
-        submit_ns: a.host_submit.unwrap_or(0),
-        wake_ns: a.host_wake.unwrap_or(0),
-        start_ns: a.host_start.unwrap_or(0),
-    };
+    let host = host_cpus(a)?;
     let progress = crate::fio_out::Progress::start(&job, &geo);
     let report = progress.run(&spec, &cfg, host, &[job], a.group_reporting, a.trace.as_deref())?;
     let json = a.json || a.output_format == Some(OutputFormat::Json);
@@ -66,4 +56,32 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
         return Err(CliError(format!("{failed} I/Os failed (the report above names the first)")));
     }
     Ok(())
+}
+
+/// The host in time from `--host-*` ([`HostCpus`]), or why those options do not fit.
+fn host_cpus(a: &BenchArgs) -> Result<HostCpus, CliError> {
+    let times = [a.host_submit, a.host_wake, a.host_start, a.host_wake_p90, a.host_open];
+    if a.host_cpus == 0 && times.iter().any(Option::is_some) {
+        return Err(CliError::msg(
+            "--host-submit, --host-wake, --host-wake-p90, --host-start and --host-open are the host CPUs' times: \
+             give --host-cpus too",
+        ));
+    }
+    let wake_ns = a.host_wake.unwrap_or(0);
+    if let Some(p90) = a.host_wake_p90 {
+        if a.host_wake.is_none_or(|w| w == 0 || p90 < w) {
+            return Err(CliError(format!(
+                "--host-wake-p90 {p90}ns spreads the wake-ups around --host-wake, their median: give --host-wake \
+                 too, above 0 and at most the 90th percentile"
+            )));
+        }
+    }
+    Ok(HostCpus {
+        cpus: a.host_cpus,
+        submit_ns: a.host_submit.unwrap_or(0),
+        wake_ns,
+        start_ns: a.host_start.unwrap_or(0),
+        wake_p90_ns: a.host_wake_p90.unwrap_or(0),
+        open_ns: a.host_open.unwrap_or(0),
+    })
 }

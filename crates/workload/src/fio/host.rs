@@ -5,6 +5,13 @@
 //! job it woke is still waking up, where jobs beyond the CPUs wait for one and take
 //! turns. Without it, the jobs that can run at one instant take turns one
 //! submission each at that instant ([`FioGen::take_turns`]).
+//!
+//! Measured on a host (a guest's ftrace of fio's futex and io_submit calls,
+//! `scripts/fio-host-timing`), a waiter's wake-up has a long tail (a median of
+//! 12-25 us, a 90th percentile of 37-136 us, where a submission takes 9-21 us): so a
+//! wake-up can be drawn, log-normal, from its median and 90th percentile. And a job's
+//! start scan of its zones sits inside its file open (`td_io_open_file()`), whose
+//! cache invalidation and fadvise calls come before its first I/O: a step of its own.
 
 use super::*;
 use std::cmp::Reverse;
@@ -24,7 +31,19 @@ pub struct HostCpus {
     /// The jobs start one after another, this far apart (fio sets each job up in
     /// turn: its process, its file, its zone report), ns.
     pub start_ns: u64,
+    /// The wake-ups' 90th percentile, ns: 0 (or `wake_ns` or less), every wake-up
+    /// takes `wake_ns`; longer, each is drawn log-normal with median `wake_ns` and this
+    /// 90th percentile (seeded with the run).
+    pub wake_p90_ns: u64,
+    /// The rest of a job's file open after its start scan (the cache invalidation
+    /// ioctl, fadvise), ns: its first submission is a step of its own this long after
+    /// the scan, so that a job woken by the scan's unlocks may run first. 0: the scan
+    /// and the first submission are one step.
+    pub open_ns: u64,
 }
+
+/// z such that a standard normal variable is below z with probability 0.9.
+const Z90: f64 = 1.281_551_565_5;
 
 /// A step of a job: one submission (and, for a job woken by zone `retry`'s lock, its
 /// try for the lock first) at a time, in the order they were booked.
@@ -41,11 +60,26 @@ pub(super) struct Host {
     /// Whether each job has a step booked (a running job is on one CPU at a time).
     booked: Vec<bool>,
     seq: u64,
+    /// Draws the wake-ups when they spread ([`HostCpus::wake_p90_ns`]).
+    rng: Option<ChaCha8Rng>,
 }
 
 impl Host {
-    pub(super) fn new(cpus: HostCpus, jobs: usize) -> Host {
-        Host { cpus, free: vec![0; cpus.cpus as usize], booked: vec![false; jobs], ..Host::default() }
+    pub(super) fn new(cpus: HostCpus, jobs: usize, seed: u64) -> Host {
+        let rng = (cpus.wake_p90_ns > cpus.wake_ns).then(|| ChaCha8Rng::seed_from_u64(seed ^ 0x0005_7a7e_c0de));
+        Host { cpus, free: vec![0; cpus.cpus as usize], booked: vec![false; jobs], rng, ..Host::default() }
+    }
+
+    /// A woken job's wake-up: `wake_ns`, or drawn log-normal with median `wake_ns` and
+    /// 90th percentile `wake_p90_ns` (Box-Muller: one standard normal from two uniforms).
+    pub(super) fn wake_up(&mut self) -> u64 {
+        let Some(rng) = &mut self.rng else { return self.cpus.wake_ns };
+        let sigma = (self.cpus.wake_p90_ns as f64 / self.cpus.wake_ns.max(1) as f64).ln() / Z90;
+        let u1: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+        let u2: f64 = rng.random_range(0.0..1.0);
+        let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        // A day at most: a draw far in the tail stays a time.
+        (self.cpus.wake_ns.max(1) as f64 * (sigma * normal).exp()).min(8.64e13) as u64
     }
 
     /// Whether the jobs' steps take time.
@@ -109,8 +143,8 @@ impl FioGen {
 
     fn book_woken(&mut self, at: u64) {
         // Drained in place, as the turns do: no allocation per completion.
-        let wake = self.host.cpus.wake_ns;
         for (w, z) in self.woken.drain(..) {
+            let wake = self.host.wake_up();
             self.host.book(w, Some(z), at + wake);
         }
     }
@@ -119,8 +153,10 @@ impl FioGen {
     pub(super) fn run_step(&mut self, now_ns: u64) -> bool {
         let Some((t, j, retry)) = self.host.take_due(now_ns) else { return false };
         if self.turn(j, retry, t) {
-            // More to submit: the job books its CPU again, behind jobs already waiting.
-            self.host.book(j, None, t);
+            // More to submit: the job books its CPU again, behind jobs already waiting
+            // (after the rest of its file open, if its start scan just ended).
+            let open = if self.opened.take() == Some(j) { self.host.cpus.open_ns } else { 0 };
+            self.host.book(j, None, t + open);
         }
         self.book_woken(t);
         true

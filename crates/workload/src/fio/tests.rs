@@ -345,7 +345,7 @@ fn on_timed_cpus_the_jobs_start_one_after_another() {
     // 10 us: their first BIOs at 10, 110 and 210 us.
     let spec = own_zones(3, 1);
     let mut g = fresh(&geo(0), &[spec]);
-    g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, wake_ns: 0, start_ns: 100_000 });
+    g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, start_ns: 100_000, ..HostCpus::default() });
     g.start();
     let mut got = Vec::new();
     while let Some(t) = g.next_due() {
@@ -361,7 +361,7 @@ fn on_timed_cpus_a_woken_job_runs_after_its_wake_up() {
     // go, and submits 10 us later.
     let spec = JobSpec { bs_bytes: 64 << 10, numjobs: 2, size_bytes: Some(1 << 20), ..JobSpec::default() };
     let mut g = fresh(&geo(0), &[spec]);
-    g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, wake_ns: 50_000, start_ns: 0 });
+    g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, wake_ns: 50_000, ..HostCpus::default() });
     g.start();
     assert!(drain_at(&mut g, 0).is_empty(), "a submission takes its CPU time first");
     let mut now = g.next_due().expect("the first steps");
@@ -431,4 +431,45 @@ fn timed_cpus_with_no_time_take_the_same_turns_as_without() {
     assert!(turns.len() > 64, "{} BIOs", turns.len());
     assert_eq!(run(Some(HostCpus { cpus: 2, ..HostCpus::default() })), turns);
     assert_eq!(run(Some(HostCpus { cpus: 1, ..HostCpus::default() })), turns);
+}
+
+#[test]
+fn on_timed_cpus_the_open_after_the_start_scan_is_a_step_of_its_own() {
+    // One writer of its own zone: its start scan is its first step (10 us); its first
+    // submission follows the rest of its file open (40 us) and its own step (10 us).
+    // Without an open time, the scan and the first submission are one step.
+    let spec = own_zones(1, 1);
+    for (open_ns, first_at) in [(0, 10_000), (40_000, 60_000)] {
+        let mut g = fresh(&geo(0), std::slice::from_ref(&spec));
+        g.set_host(HostCpus { cpus: 2, submit_ns: 10_000, open_ns, ..HostCpus::default() });
+        g.start();
+        let mut first = None;
+        while let Some(t) = g.next_due() {
+            if !drain_at(&mut g, t).is_empty() {
+                first = Some(t);
+                break;
+            }
+        }
+        assert_eq!(first, Some(first_at), "open {open_ns} ns");
+    }
+}
+
+#[test]
+fn spread_wake_ups_have_the_median_and_90th_percentile_asked_for() {
+    let cpus = HostCpus { cpus: 2, wake_ns: 15_000, wake_p90_ns: 80_000, ..HostCpus::default() };
+    let draw = |seed| {
+        let mut h = host::Host::new(cpus, 1, seed);
+        let mut v: Vec<u64> = (0..20_000).map(|_| h.wake_up()).collect();
+        v.sort_unstable();
+        v
+    };
+    let v = draw(1);
+    let (p50, p90) = (v[v.len() / 2] as f64, v[v.len() * 9 / 10] as f64);
+    assert!((p50 / 15_000.0 - 1.0).abs() < 0.05, "median {p50}");
+    assert!((p90 / 80_000.0 - 1.0).abs() < 0.10, "90th percentile {p90}");
+    assert_eq!(draw(1), v, "the same seed, the same wake-ups");
+    assert_ne!(draw(2), v, "another seed, other wake-ups");
+    // Without a spread, every wake-up is the one given.
+    let mut h = host::Host::new(HostCpus { wake_p90_ns: 0, ..cpus }, 1, 1);
+    assert!((0..100).all(|_| h.wake_up() == 15_000));
 }

@@ -5,6 +5,27 @@
 
 use super::*;
 
+/// Linux's default zone write plug pool size (`BLK_ZONE_WPLUG_DEFAULT_POOL_SIZE`).
+const LINUX_WPLUG_POOL: u32 = 128;
+
+/// The `max_open_zones` Linux reports for `geo` (fio reads it from sysfs): the device's
+/// limit, 0 when that covers every sequential zone; with neither an open nor an active
+/// limit, 128 (the zone write plug pool) when the device has more sequential zones.
+pub fn linux_max_open(geo: &Geometry) -> u32 {
+    let seq = geo.nr_zones() - geo.nr_conv();
+    match geo.max_open() {
+        0 if geo.max_active() == 0 && seq > LINUX_WPLUG_POOL => LINUX_WPLUG_POOL,
+        m if m >= seq => 0,
+        m => m,
+    }
+}
+
+/// fio's idea of a zone's write pointer from its descriptor: the zone capacity when
+/// it has none (FULL, READONLY, OFFLINE), as fio treats such zones as full.
+pub(super) fn fio_wp(info: &ZoneInfo) -> u64 {
+    info.wp_offset().unwrap_or(info.capacity).min(info.capacity)
+}
+
 impl FioGen {
     /// Takes zone `z`'s lock for job `j`, or makes the job wait for it as fio does:
     /// quiesce its own I/O first, then block. Returns whether `j` holds the lock.
