@@ -112,9 +112,9 @@ pub struct BenchArgs {
     #[arg(long = "host-wake", value_parser = parse::host_delay_ns)]
     pub host_wake: Option<u64>,
     /// With --host-cpus and --host-wake: the wake-ups spread, log-normal, with this
-    /// 90th percentile (e.g. 80us; at least --host-wake), drawn from the run's seed, as
-    /// a host's futex wake-ups have a long tail (scripts/fio-host-timing measures
-    /// them). At most 1s.
+    /// 90th percentile (e.g. 80us; at least --host-wake; each clipped at 1s), drawn
+    /// from the run's seed, as a host's futex wake-ups have a long tail
+    /// (scripts/fio-host-timing measures them). At most 1s.
     #[arg(long = "host-wake-p90", value_parser = parse::host_delay_ns)]
     pub host_wake_p90: Option<u64>,
     /// With --host-cpus: the rest of a job's file open after its start scan of its

@@ -33,7 +33,7 @@ pub struct HostCpus {
     pub start_ns: u64,
     /// The wake-ups' 90th percentile, ns: 0 (or `wake_ns` or less), every wake-up
     /// takes `wake_ns`; longer, each is drawn log-normal with median `wake_ns` and this
-    /// 90th percentile (seeded with the run).
+    /// 90th percentile (seeded with the run), clipped at 1 s.
     pub wake_p90_ns: u64,
     /// The rest of a job's file open after its start scan (the cache invalidation
     /// ioctl, fadvise), ns: its first submission is a step of its own this long after
@@ -78,8 +78,8 @@ impl Host {
         let u1: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
         let u2: f64 = rng.random_range(0.0..1.0);
         let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-        // A day at most: a draw far in the tail stays a time.
-        (self.cpus.wake_ns.max(1) as f64 * (sigma * normal).exp()).min(8.64e13) as u64
+        // A draw far in the tail is clipped at a second, the longest wake-up one may give.
+        (self.cpus.wake_ns.max(1) as f64 * (sigma * normal).exp()).min(1e9) as u64
     }
 
     /// Whether the jobs' steps take time.

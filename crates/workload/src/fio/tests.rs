@@ -472,4 +472,8 @@ fn spread_wake_ups_have_the_median_and_90th_percentile_asked_for() {
     // Without a spread, every wake-up is the one given.
     let mut h = host::Host::new(HostCpus { wake_p90_ns: 0, ..cpus }, 1, 1);
     assert!((0..100).all(|_| h.wake_up() == 15_000));
+    // A tail far past the median stays within a second, the longest wake-up given.
+    let mut h = host::Host::new(HostCpus { wake_ns: 1, wake_p90_ns: 1_000_000_000, ..cpus }, 1, 1);
+    let tail: Vec<u64> = (0..1000).map(|_| h.wake_up()).collect();
+    assert!(tail.iter().all(|&w| w <= 1_000_000_000) && tail.contains(&1_000_000_000), "clipped at 1 s");
 }
