@@ -186,6 +186,16 @@ pub struct BenchArgs {
     pub output_format: Option<OutputFormat>,
 }
 
+impl BenchArgs {
+    /// Whether any of the host CPUs' times (`--host-submit`, `--host-wake`,
+    /// `--host-wake-p90`, `--host-start`, `--host-open`) was given.
+    pub fn host_times_given(&self) -> bool {
+        [self.host_submit, self.host_wake, self.host_wake_p90, self.host_start, self.host_open]
+            .iter()
+            .any(Option::is_some)
+    }
+}
+
 fn devspec_help() -> String {
     devspec::help()
 }

@@ -60,8 +60,7 @@ pub fn run(a: &BenchArgs) -> Result<(), CliError> {
 
 /// The host in time from `--host-*` ([`HostCpus`]), or why those options do not fit.
 fn host_cpus(a: &BenchArgs) -> Result<HostCpus, CliError> {
-    let times = [a.host_submit, a.host_wake, a.host_start, a.host_wake_p90, a.host_open];
-    if a.host_cpus == 0 && times.iter().any(Option::is_some) {
+    if a.host_cpus == 0 && a.host_times_given() {
         return Err(CliError::msg(
             "--host-submit, --host-wake, --host-wake-p90, --host-start and --host-open are the host CPUs' times: \
              give --host-cpus too",

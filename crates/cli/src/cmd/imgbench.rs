@@ -56,8 +56,7 @@ fn refuse_simulated_only(a: &BenchArgs) -> Result<(), CliError> {
     if a.check || a.write_error_ppm > 0 || a.trace.is_some() {
         return Err(CliError::msg("--check, --write-error-ppm and --trace are for simulated devices, not --image"));
     }
-    let times = [a.host_submit, a.host_wake, a.host_start, a.host_wake_p90, a.host_open];
-    let host = a.host_cpus > 0 || times.iter().any(Option::is_some);
+    let host = a.host_cpus > 0 || a.host_times_given();
     if a.host_latency.is_some() || a.plug_work.is_some() || host {
         return Err(CliError::msg(
             "--host-latency, --plug-work and --host-cpus (with its --host-* times) model a host in virtual time: they are for simulated \
