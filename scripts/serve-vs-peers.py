@@ -39,6 +39,9 @@ NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev null
          "zblk-mem-command": "zblk serve --dev nullb --transport command",
          "zblk-img-command": "zblk serve IMG (tmpfs) --transport command",
          "rublk-ram": "rublk zoned, RAM",
+         "rublk-ram-zc": "rublk zoned, RAM, zero copy (-z)",
+         "rublk-null": "rublk null (no zones, no data)",
+         "rublk-null-zc": "rublk null, zero copy (-z)",
          "rublk-file": "rublk zoned, file (tmpfs)"}
 
 
@@ -97,6 +100,15 @@ TARGETS = [
      "the default transport / a command per request, zblk IMG"),
     ("zblk-img", "zblk-img-zwp", ["w4k", "w512", "w128k", "r4k"], None,
      "zblk IMG, its default (pipelining) / per-zone plugging"),
+    ("zblk-mem", "rublk-ram-zc", ["w4k", "w512", "w128k", "r4k"], None, "zblk memory / rublk RAM with zero copy"),
+    ("rublk-ram-zc", "rublk-ram", ["w4k", "w512", "w128k", "r4k"], None, "rublk RAM: zero copy / user copy"),
+    ("rublk-null", "rublk-ram", ["w4k", "w512", "w128k", "r4k"], None,
+     "the ceiling: rublk null (no zones, no data) / rublk RAM"),
+    ("rublk-null-zc", "rublk-ram", ["w4k", "w512", "w128k", "r4k"], None,
+     "the ceiling: rublk null, zero copy / rublk RAM"),
+    ("rublk-null", "nullb", ["r4k"], None, "the ceiling: reads, rublk null / null_blk"),
+    ("rublk-null-zc", "nullb", ["r4k"], None, "the ceiling: reads, rublk null, zero copy / null_blk"),
+    ("zblk-mem", "rublk-null", ["w4k", "w512", "w128k", "r4k"], None, "zblk memory / rublk null"),
 ]
 print()
 print("| ratio (medians) | job | ratio | each round | target | met |")

@@ -27,7 +27,8 @@ fn main() {
     }
     let z = (sys::UBLK_F_ZONED) as u64;
     let uc = sys::UBLK_F_USER_COPY as u64;
-    let combos: [(&str, u64); 8] = [
+    let zc = sys::UBLK_F_SUPPORT_ZERO_COPY as u64;
+    let combos: [(&str, u64); 10] = [
         ("ZONED|USER_COPY", z | uc),
         ("ZONED", z),
         ("ZONED|AUTO_BUF_REG", z | sys::UBLK_F_AUTO_BUF_REG as u64),
@@ -36,6 +37,9 @@ fn main() {
         ("ZONED|USER_COPY|AUTO_BUF_REG", z | uc | sys::UBLK_F_AUTO_BUF_REG as u64),
         ("ZONED|USER_COPY|BATCH_IO", z | uc | sys::UBLK_F_BATCH_IO as u64),
         ("ZONED|USER_COPY|PER_IO_DAEMON", z | uc | sys::UBLK_F_PER_IO_DAEMON as u64),
+        // Zero copy for the data with user copy beside it for the zone reports.
+        ("ZONED|USER_COPY|ZERO_COPY", z | uc | zc),
+        ("ZONED|USER_COPY|ZERO_COPY|AUTO_BUF_REG", z | uc | zc | sys::UBLK_F_AUTO_BUF_REG as u64),
     ];
     for (n, flags) in combos {
         let r = UblkCtrlBuilder::default()
