@@ -46,6 +46,8 @@ NAMES = {"nullb": "kernel null_blk (memory)", "zblk-mem": "zblk serve --dev null
 
 
 def iops(r, dev, job, rw):
+    if os.path.exists(f"{share}/r{r}-{dev}-{job}.failed"):
+        return None  # fio exited with an error: its JSON may still say 0 IOPS
     try:
         text = open(f"{share}/r{r}-{dev}-{job}.json").read()
         j = json.loads(text[text.index("{"):])["jobs"][0]
